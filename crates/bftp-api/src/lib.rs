@@ -1,0 +1,274 @@
+//! The HTTP/JSON contract between `bftp` (and `curl --unix-socket`) and `bftpd`.
+//!
+//! These are wire types, separate from the core model and the store's records, so that
+//! either side can change without breaking the other. Every field name here is part of the
+//! stable `--json` output.
+//!
+//! Routes (all JSON; errors are [`ErrorBody`] with an HTTP status):
+//! - `POST /v1/jobs` with [`SubmitRequest`]; header `Idempotency-Key`. 201 [`SubmitResponse`]
+//!   for a new job, 200 for the same key and parameters again, 409 for the same key with other
+//!   parameters, 400 for bad input, 403 for a host the policy forbids.
+//! - `GET /v1/jobs?keyword=K&state=S&all=true` → [`JobList`] (the caller's jobs; `all` for admins).
+//! - `GET /v1/jobs/{id}` → [`JobView`]; 404 also for another user's job.
+//! - `POST /v1/jobs/{id}/cancel` → [`JobView`]; 409 if it already finished.
+//! - `GET /v1/health` → [`Health`].
+
+use serde::{Deserialize, Serialize};
+
+/// The header carrying the request key (SPEC §4.5).
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+pub const API_PREFIX: &str = "/v1";
+
+/// One side of a transfer as the user gives it. Its `Debug` masks the password and ACCT.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointSpec {
+    pub host: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// Absent means `anonymous`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acct: Option<String>,
+    /// Relative to the login directory unless it starts with `/`.
+    pub path: String,
+}
+
+impl std::fmt::Debug for EndpointSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mask = |o: &Option<String>| o.as_ref().map(|_| "****");
+        f.debug_struct("EndpointSpec")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("password", &mask(&self.password))
+            .field("acct", &mask(&self.acct))
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// Retry policy overrides; absent fields take the daemon's defaults. Durations in humantime
+/// syntax (`10m`, `4h`, `2days`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_interval: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factor: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    pub source: EndpointSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<EndpointSpec>,
+    /// `copy` (default), `move`, `delete`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disposition: Option<String>,
+    /// `replace` (default), `append`, `unique`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dest_command: Option<String>,
+    /// `A`, `E`, `I` (default), `L n`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_type: Option<String>,
+    /// `S` (default), `B`, `C`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// `F` (default), `R`, `P`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structure: Option<String>,
+    /// RFC 3339 time or relative (`in 2h`); absent means now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
+    #[serde(default)]
+    pub retry: RetrySpec,
+    #[serde(default)]
+    pub notify: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyword: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubmitResponse {
+    /// False when an earlier submit with the same request key made this job.
+    pub created: bool,
+    pub job: JobView,
+}
+
+/// An endpoint as shown back: never a password.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EndpointView {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub path: String,
+    pub has_password: bool,
+    pub has_acct: bool,
+    /// `ftp://user@host:port/path`, without the password.
+    pub url: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RetryView {
+    pub first_interval: String,
+    pub factor: f64,
+    pub cap: String,
+    pub max_attempts: u32,
+    pub deadline: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplyView {
+    pub code: Option<u16>,
+    pub text: String,
+}
+
+/// One file of a job: its ledger line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemberView {
+    pub index: u32,
+    pub name: String,
+    /// `pending`, `succeeded`, `failed_permanent`, `failed_retries_exhausted`, `cancelled`, `uncertain`.
+    pub state: String,
+    pub attempts: u32,
+    pub size: Option<u64>,
+    pub bytes: Option<u64>,
+    pub source_reply: Option<ReplyView>,
+    pub dest_reply: Option<ReplyView>,
+    pub detail: Option<String>,
+    pub updated_at: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventView {
+    pub at: String,
+    pub event: String,
+    pub detail: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: u64,
+    pub owner_uid: u32,
+    /// `queued`, `running`, `finished`, `cancelled`.
+    pub state: String,
+    /// For finished jobs: `succeeded`, `partial`, `failed`; `cancelled` for cancelled ones.
+    pub outcome: Option<String>,
+    pub next_attempt_at: Option<String>,
+    /// The attempt under way, for a running job.
+    pub attempt: Option<u32>,
+    /// Attempts started so far.
+    pub attempts: u32,
+    pub created_at: String,
+    pub updated_at: String,
+    pub finished_at: Option<String>,
+    pub source: EndpointView,
+    pub destination: Option<EndpointView>,
+    pub disposition: String,
+    pub dest_command: String,
+    pub transfer_type: String,
+    pub mode: String,
+    pub structure: String,
+    pub start_at: String,
+    pub retry: RetryView,
+    pub notify: Vec<String>,
+    /// The keyword itself is stored only as a keyed hash and cannot be shown.
+    pub has_keyword: bool,
+    pub members: Vec<MemberView>,
+    pub history: Vec<EventView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobList {
+    pub jobs: Vec<JobView>,
+}
+
+/// Query of `GET /v1/jobs`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyword: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Admins only: every user's jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    pub status: String,
+    pub version: String,
+}
+
+/// Every error response.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Machine-readable: `invalid_request`, `forbidden_host`, `forbidden`, `not_found`,
+    /// `conflict`, `unavailable`, `internal`; the CLI adds `permission_denied` for its own
+    /// socket errors.
+    pub kind: String,
+    /// For people; never contains a password.
+    pub message: String,
+    /// The job concerned, where there is one (e.g. the job a conflicting request key made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let r: Result<SubmitRequest, _> =
+            serde_json::from_str(r#"{"source":{"host":"h","path":"p"},"bogus":1}"#);
+        assert!(r.unwrap_err().to_string().contains("bogus"));
+    }
+
+    #[test]
+    fn debug_masks_secrets() {
+        let e = EndpointSpec {
+            host: "h".into(),
+            password: Some("pw-123".into()),
+            acct: Some("ac-9".into()),
+            path: "p".into(),
+            ..Default::default()
+        };
+        let d = format!(
+            "{:?}",
+            SubmitRequest {
+                source: e,
+                ..Default::default()
+            }
+        );
+        assert!(
+            !d.contains("pw-123") && !d.contains("ac-9") && d.contains("****"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn minimal_submit_parses_with_defaults() {
+        let r: SubmitRequest =
+            serde_json::from_str(r#"{"source":{"host":"h","path":"p"}}"#).unwrap();
+        assert_eq!(r.source.port, None);
+        assert!(r.notify.is_empty());
+        assert_eq!(r.retry, RetrySpec::default());
+    }
+}

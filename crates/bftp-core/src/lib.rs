@@ -1,0 +1,16 @@
+//! The bftp job model: what a request is (SPEC §2), the states a job and its members go
+//! through (SPEC §3), the validation of user input, and the retry/backoff arithmetic (SPEC §5).
+//!
+//! Pure: no I/O, no clock (callers pass `now`), no randomness (callers pass the jitter draw).
+
+pub mod ftpurl;
+pub mod model;
+pub mod reply;
+pub mod retry;
+pub mod state;
+pub mod time;
+
+pub use model::*;
+pub use retry::{RetryBounds, RetryDecision, RetryPolicy};
+pub use state::{transition, InvalidTransition, JobEvent, JobOutcome, JobState, MemberState};
+pub use time::Timestamp;

@@ -1,0 +1,145 @@
+//! The one error type of the store.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use bftp_core::InvalidTransition;
+
+use crate::types::JobId;
+
+/// What went wrong in the store, and where.
+///
+/// Three families, which callers treat differently:
+/// - refusals of the request (`NotFound`, `InvalidTransition`, `RequestKeyConflict`,
+///   `MembersAlreadyFrozen`, `MemberNotFound`, `MemberIsTerminal`, `JobIsFinal`,
+///   `TooManyMembers`): nothing was
+///   written, the store is fine;
+/// - a store that cannot be opened (`NotAStore`, `Locked`, `Damaged`, `SchemaTooNew`, `Io`);
+/// - storage failures at run time (`Backend`, `Corrupt`, `Panicked`, `NotDurable`): the
+///   daemon should stop taking work. After `NotDurable` or `Panicked` the store refuses every
+///   further write, because a later flush succeeding proves nothing about the earlier one.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("job {0} does not exist")]
+    NotFound(JobId),
+
+    #[error("job {job}: {source}")]
+    InvalidTransition {
+        job: JobId,
+        #[source]
+        source: InvalidTransition,
+    },
+
+    #[error("the request key was already used for job {job} with different parameters")]
+    RequestKeyConflict { job: JobId },
+
+    #[error("job {job} already has its membership frozen")]
+    MembersAlreadyFrozen { job: JobId },
+
+    #[error("job {job} has no member {index}")]
+    MemberNotFound { job: JobId, index: u32 },
+
+    #[error("member {index} of job {job} is already {state}; a terminal member never changes state again")]
+    MemberIsTerminal {
+        job: JobId,
+        index: u32,
+        state: &'static str,
+    },
+
+    #[error("{count} members are more than one job may have ({max})")]
+    TooManyMembers { count: usize, max: usize },
+
+    #[error("job {job} is {state}; its membership can no longer change")]
+    JobIsFinal { job: JobId, state: &'static str },
+
+    #[error("{path} is not a bftp store: {found}")]
+    NotAStore { path: PathBuf, found: String },
+
+    #[error("the store at {path} is in use by another process (its lock is held)")]
+    Locked { path: PathBuf },
+
+    #[error("the store at {path} is damaged: {reason}")]
+    Damaged { path: PathBuf, reason: String },
+
+    #[error("the store's schema version {found} is newer than this program supports ({supported}); run a newer bftpd")]
+    SchemaTooNew { found: u32, supported: u32 },
+
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("corrupt {what} record (key {key}): {reason}")]
+    Corrupt {
+        what: &'static str,
+        key: String,
+        reason: String,
+    },
+
+    #[error("storage backend failed during {op}: {source}")]
+    Backend {
+        op: &'static str,
+        #[source]
+        source: BackendError,
+    },
+
+    #[error("storage backend panicked during {op}: {message}; the store refuses further writes")]
+    Panicked { op: &'static str, message: String },
+
+    #[error("{op} could not be made durable: {reason}; the store refuses further writes")]
+    NotDurable { op: &'static str, reason: String },
+}
+
+impl StoreError {
+    /// True for the refusals that leave the store healthy (nothing was written).
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            StoreError::NotFound(_)
+                | StoreError::InvalidTransition { .. }
+                | StoreError::RequestKeyConflict { .. }
+                | StoreError::MembersAlreadyFrozen { .. }
+                | StoreError::MemberNotFound { .. }
+                | StoreError::MemberIsTerminal { .. }
+                | StoreError::JobIsFinal { .. }
+                | StoreError::TooManyMembers { .. }
+        )
+    }
+}
+
+/// The storage engine's own error, kept opaque so that no other crate depends on the engine.
+pub struct BackendError(Box<dyn std::error::Error + Send + Sync + 'static>);
+
+impl BackendError {
+    pub(crate) fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        BackendError(Box::new(e))
+    }
+}
+
+impl fmt::Debug for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+pub(crate) fn backend(op: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
+    move |e| StoreError::Backend {
+        op,
+        source: BackendError::new(e),
+    }
+}

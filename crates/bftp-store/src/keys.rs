@@ -1,0 +1,110 @@
+//! Key layout of the trees. Every number is big-endian so that byte order is numeric order:
+//! an index scan returns ids ascending, the due index returns the earliest time first.
+//!
+//! | tree       | key                              | value          |
+//! |------------|----------------------------------|----------------|
+//! | `meta`     | `magic`, `schema`, `next_id`, `seq` | see below   |
+//! | `jobs`     | id                               | job record     |
+//! | `members`  | id, index (u32)                  | member record  |
+//! | `history`  | id, seq (u32)                    | history record |
+//! | `requests` | request key hash (32)            | request record |
+//! | `owners`   | uid (u32), id                    | empty          |
+//! | `keywords` | keyword hash (32), id            | empty          |
+//! | `states`   | state code (u8), id              | empty          |
+//! | `due`      | next_attempt_at (u64 ms), id     | empty (only while queued) |
+
+use bftp_core::{JobState, Timestamp};
+
+use crate::error::StoreError;
+use crate::record::hex;
+use crate::types::{JobId, KeyHash, StateFilter};
+
+pub(crate) const META_MAGIC: &[u8] = b"magic";
+pub(crate) const META_SCHEMA: &[u8] = b"schema";
+pub(crate) const META_NEXT_ID: &[u8] = b"next_id";
+/// Commit sequence: bumped by every transaction, compared with the watermark file at open.
+pub(crate) const META_SEQ: &[u8] = b"seq";
+pub(crate) const MAGIC_VALUE: &[u8] = b"bftp-store";
+
+pub(crate) fn job(id: JobId) -> [u8; 8] {
+    id.0.to_be_bytes()
+}
+
+fn id_pair<const N: usize>(head: &[u8], id: JobId) -> [u8; N] {
+    let mut k = [0u8; N];
+    k[..head.len()].copy_from_slice(head);
+    k[head.len()..].copy_from_slice(&id.0.to_be_bytes());
+    k
+}
+
+pub(crate) fn member(id: JobId, index: u32) -> [u8; 12] {
+    let mut k = [0u8; 12];
+    k[..8].copy_from_slice(&id.0.to_be_bytes());
+    k[8..].copy_from_slice(&index.to_be_bytes());
+    k
+}
+
+pub(crate) fn history(id: JobId, seq: u32) -> [u8; 12] {
+    member(id, seq)
+}
+
+pub(crate) fn owner(uid: u32, id: JobId) -> [u8; 12] {
+    id_pair(&uid.to_be_bytes(), id)
+}
+
+pub(crate) fn keyword(h: &KeyHash, id: JobId) -> [u8; 40] {
+    id_pair(&h.0, id)
+}
+
+pub(crate) fn due(at: Timestamp, id: JobId) -> [u8; 16] {
+    id_pair(&at.0.to_be_bytes(), id)
+}
+
+pub(crate) fn state_code(f: StateFilter) -> u8 {
+    match f {
+        StateFilter::Queued => 1,
+        StateFilter::Running => 2,
+        StateFilter::Finished => 3,
+        StateFilter::Cancelled => 4,
+    }
+}
+
+pub(crate) fn state(s: &JobState, id: JobId) -> [u8; 9] {
+    id_pair(&[state_code(StateFilter::of(s))], id)
+}
+
+pub(crate) fn corrupt_key(what: &'static str, key: &[u8], reason: impl Into<String>) -> StoreError {
+    StoreError::Corrupt {
+        what,
+        key: hex(key),
+        reason: reason.into(),
+    }
+}
+
+/// The job id at the end of an index key of `len` bytes.
+pub(crate) fn trailing_id(what: &'static str, key: &[u8], len: usize) -> Result<JobId, StoreError> {
+    if key.len() != len {
+        return Err(corrupt_key(
+            what,
+            key,
+            format!("key is {} bytes, expected {len}", key.len()),
+        ));
+    }
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&key[len - 8..]);
+    Ok(JobId(u64::from_be_bytes(b)))
+}
+
+pub(crate) fn u64_value(what: &'static str, key: &[u8], v: &[u8]) -> Result<u64, StoreError> {
+    let b: [u8; 8] = v
+        .try_into()
+        .map_err(|_| corrupt_key(what, key, format!("value is {} bytes, expected 8", v.len())))?;
+    Ok(u64::from_be_bytes(b))
+}
+
+pub(crate) fn u32_value(what: &'static str, key: &[u8], v: &[u8]) -> Result<u32, StoreError> {
+    let b: [u8; 4] = v
+        .try_into()
+        .map_err(|_| corrupt_key(what, key, format!("value is {} bytes, expected 4", v.len())))?;
+    Ok(u32::from_be_bytes(b))
+}

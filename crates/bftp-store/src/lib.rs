@@ -1,0 +1,134 @@
+//! The durable job queue of bftpd (SPEC §4), behind the narrow [`JobStore`] trait.
+//!
+//! This is the only crate that touches the storage engine (sled 0.34, in [`SledStore`]); a
+//! shared store for several daemons (PostgreSQL) can implement the same trait later.
+//!
+//! Rules every implementation keeps:
+//! - a write is acknowledged only once durable (SPEC §4.1);
+//! - a job's state changes only through `bftp_core::transition`, and the new state, its index
+//!   entries and its history event are written in one transaction;
+//! - secrets arrive sealed and keywords and request keys as keyed hashes: nothing secret is
+//!   stored in clear;
+//! - nothing read from disk can panic the caller: damage is a [`StoreError`].
+//!
+//! Synchronous: the daemon calls it from `spawn_blocking`.
+
+mod durable;
+mod error;
+mod files;
+mod keys;
+mod record;
+mod sled_store;
+mod types;
+
+pub use error::{BackendError, StoreError};
+pub use sled_store::{SledStore, StoreOptions, VerifyReport, MAX_MEMBERS, SCHEMA_VERSION};
+pub use types::{
+    HistoryEvent, Job, JobFilter, JobId, KeyHash, LastReply, Member, MemberUpdate, NewJob,
+    NewMember, RequestKey, Sealed, SealedEndpoint, SealedSpec, StateCounts, StateFilter, Submitted,
+};
+
+use bftp_core::{JobEvent, MemberState, Timestamp};
+
+/// The durable job queue. All methods are synchronous and may block on disk I/O.
+pub trait JobStore: Send + Sync {
+    /// Creates a job, or returns the job created earlier with the same request key and the
+    /// same fingerprint (`Existing`); the same key with another fingerprint is
+    /// `RequestKeyConflict`. The job starts `Queued { next_attempt_at: spec.start_at }`, with
+    /// a `submitted` history event. Durable before it returns, `Existing` included.
+    fn submit(&self, job: NewJob) -> Result<Submitted, StoreError>;
+
+    fn get(&self, id: JobId) -> Result<Option<Job>, StoreError>;
+
+    /// The jobs that match every condition of the filter, in id order, at most `limit`.
+    /// Uses the keyword, owner or state index when one is given.
+    fn list(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError> {
+        self.list_after(filter, None)
+    }
+
+    /// [`JobStore::list`] from a cursor: only jobs with an id greater than `after` (the last
+    /// id of the previous page), so a long listing can be paged instead of held at once.
+    fn list_after(&self, filter: &JobFilter, after: Option<JobId>) -> Result<Vec<Job>, StoreError>;
+
+    /// The job's history, oldest first.
+    fn history(&self, id: JobId) -> Result<Vec<HistoryEvent>, StoreError>;
+
+    /// The job's members, by index.
+    fn members(&self, id: JobId) -> Result<Vec<Member>, StoreError>;
+
+    /// Applies `event` through `bftp_core::transition` (an invalid one is
+    /// `InvalidTransition` and changes nothing) and records it in the history with `detail`.
+    /// `Start { attempt }` sets `attempts`; `Cancel` also makes every pending member
+    /// `Cancelled`. One transaction, durable before it returns.
+    fn apply(
+        &self,
+        id: JobId,
+        event: JobEvent,
+        now: Timestamp,
+        detail: Option<String>,
+    ) -> Result<Job, StoreError>;
+
+    /// Finishes the job after making every pending member `pending_become` (with `detail`),
+    /// with the outcome its members add up to: a job-level permanent failure or exhausted
+    /// retries (SPEC §3, §5). One transaction, durable before it returns.
+    fn settle_and_finish(
+        &self,
+        id: JobId,
+        pending_become: MemberState,
+        now: Timestamp,
+        detail: Option<String>,
+    ) -> Result<Job, StoreError>;
+
+    /// Fixes the membership of a job submitted without members (SPEC §4.4), once: a second
+    /// call is `MembersAlreadyFrozen`, on a finished or cancelled job `JobIsFinal`. Durable.
+    fn freeze_members(
+        &self,
+        id: JobId,
+        members: Vec<NewMember>,
+        now: Timestamp,
+    ) -> Result<(), StoreError>;
+
+    /// Changes the given fields of one member. Durable before it returns.
+    fn update_member(
+        &self,
+        id: JobId,
+        index: u32,
+        update: MemberUpdate,
+        now: Timestamp,
+    ) -> Result<Member, StoreError>;
+
+    /// Appends an event of the daemon's own (`recovered`, ...) to the job's history. Durable.
+    fn append_history(&self, id: JobId, event: HistoryEvent) -> Result<(), StoreError>;
+
+    /// Queued jobs whose next attempt is due at or before `until`, earliest first.
+    fn due(&self, until: Timestamp, limit: usize) -> Result<Vec<(Timestamp, JobId)>, StoreError>;
+
+    /// The earliest next attempt of any queued job.
+    fn next_due(&self) -> Result<Option<Timestamp>, StoreError>;
+
+    fn count_by_state(&self) -> Result<StateCounts, StoreError>;
+
+    /// Jobs left `Running`: at start, the attempts a crash interrupted.
+    fn running_jobs(&self) -> Result<Vec<JobId>, StoreError>;
+}
+
+/// The text of a panic payload.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn store_is_shareable_between_threads() {
+        fn is<T: Send + Sync>() {}
+        is::<super::SledStore>();
+        is::<std::sync::Arc<dyn super::JobStore>>();
+    }
+}

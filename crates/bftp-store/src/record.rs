@@ -1,0 +1,734 @@
+//! The disk format: one JSON record per value, each with its schema version `v`.
+//!
+//! Records are the store's own types, converted to and from the API types in `types.rs` with
+//! explicit word tables, so renaming a variant in `bftp-core` cannot silently change what is
+//! on disk. A frozen record of every kind lives in `tests/fixtures/` and must keep decoding.
+//!
+//! Upgrading: add `JobV2`, keep `JobV1` and its fixture, decode both in `decode_job`.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use bftp_core::{
+    DestCommand, Disposition, FileStructure, FtpParams, JobOutcome, JobState, MemberState,
+    RetryPolicy, Timestamp, TransferMode, TransferType,
+};
+
+use crate::error::StoreError;
+use crate::types::{
+    HistoryEvent, Job, JobId, KeyHash, LastReply, Member, Sealed, SealedEndpoint, SealedSpec,
+};
+
+/// The record version this code writes. Also the schema version in the `meta` tree.
+pub(crate) const RECORD_VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct JobV1 {
+    pub v: u32,
+    pub owner: u32,
+    pub spec: SpecV1,
+    pub state: StateV1,
+    pub attempts: u32,
+    pub created: u64,
+    pub updated: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kw: Option<String>,
+    pub members: u32,
+    pub frozen: bool,
+    /// Number of history records, i.e. the next history sequence number.
+    pub hist: u32,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct SpecV1 {
+    pub src: EndpointV1,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<EndpointV1>,
+    pub disp: String,
+    pub cmd: String,
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub mode: String,
+    pub stru: String,
+    pub start: u64,
+    pub retry: RetryV1,
+    pub notify: Vec<String>,
+    pub kw: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct EndpointV1 {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    /// Sealed bytes, hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pass: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acct: Option<String>,
+    pub path: String,
+}
+
+/// Durations in milliseconds.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct RetryV1 {
+    pub first_ms: u64,
+    pub factor: f64,
+    pub cap_ms: u64,
+    pub max_attempts: u32,
+    pub deadline_ms: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
+#[serde(tag = "s", rename_all = "lowercase")]
+pub(crate) enum StateV1 {
+    Queued { next: u64 },
+    Running { attempt: u32, started: u64 },
+    Finished { outcome: OutcomeV1, at: u64 },
+    Cancelled { at: u64 },
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum OutcomeV1 {
+    Succeeded,
+    Partial,
+    Failed,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct MemberV1 {
+    pub v: u32,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtime: Option<String>,
+    pub state: MemberStateV1,
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src_reply: Option<ReplyV1>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_reply: Option<ReplyV1>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent: Option<String>,
+    pub updated: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum MemberStateV1 {
+    Pending,
+    Succeeded,
+    FailedPermanent,
+    FailedRetriesExhausted,
+    Cancelled,
+    Uncertain,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct ReplyV1 {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<u16>,
+    pub text: String,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct HistoryV1 {
+    pub v: u32,
+    pub at: u64,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct RequestV1 {
+    pub v: u32,
+    /// Fingerprint hash, hex.
+    pub fp: String,
+    pub job: u64,
+}
+
+// ---- encoding ----
+
+pub(crate) fn encode<T: Serialize>(r: &T) -> Vec<u8> {
+    // Plain structs of strings and numbers: serialisation to a Vec cannot fail.
+    serde_json::to_vec(r).expect("record serialises")
+}
+
+#[derive(Deserialize)]
+struct VersionProbe {
+    v: u32,
+}
+
+/// Decodes a record of version [`RECORD_VERSION`]. A record of another version, or one that
+/// does not parse, is `Corrupt` with the reason.
+pub(crate) fn decode<T: DeserializeOwned>(
+    what: &'static str,
+    key: &[u8],
+    bytes: &[u8],
+) -> Result<T, StoreError> {
+    let corrupt = |reason: String| StoreError::Corrupt {
+        what,
+        key: hex(key),
+        reason,
+    };
+    match serde_json::from_slice::<VersionProbe>(bytes) {
+        Ok(VersionProbe { v: RECORD_VERSION }) => {}
+        Ok(VersionProbe { v }) => {
+            return Err(corrupt(format!(
+                "record version {v}, this program reads version {RECORD_VERSION}"
+            )))
+        }
+        Err(e) => return Err(corrupt(format!("undecodable: {e}"))),
+    }
+    serde_json::from_slice(bytes).map_err(|e| corrupt(format!("undecodable: {e}")))
+}
+
+pub(crate) fn hex(b: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push(DIGITS[(x >> 4) as usize] as char);
+        s.push(DIGITS[(x & 15) as usize] as char);
+    }
+    s
+}
+
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() & 1 == 1 {
+        return None;
+    }
+    let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    s.as_bytes()
+        .chunks(2)
+        .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
+        .collect()
+}
+
+fn unhex32(s: &str) -> Option<KeyHash> {
+    unhex(s)?.try_into().ok().map(KeyHash)
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+// ---- API types to records ----
+
+impl JobV1 {
+    pub(crate) fn new(
+        owner: u32,
+        spec: &SealedSpec,
+        keyword_hash: Option<&KeyHash>,
+        state: &JobState,
+        created: Timestamp,
+        members: u32,
+    ) -> JobV1 {
+        JobV1 {
+            v: RECORD_VERSION,
+            owner,
+            spec: SpecV1::from_api(spec),
+            state: StateV1::from_api(state),
+            attempts: 0,
+            created: created.0,
+            updated: created.0,
+            kw: keyword_hash.map(|h| hex(&h.0)),
+            members,
+            frozen: members > 0,
+            hist: 0,
+        }
+    }
+}
+
+impl SpecV1 {
+    fn from_api(s: &SealedSpec) -> SpecV1 {
+        let r = &s.retry;
+        SpecV1 {
+            src: EndpointV1::from_api(&s.source),
+            dst: s.destination.as_ref().map(EndpointV1::from_api),
+            disp: match s.disposition {
+                Disposition::Copy => "copy",
+                Disposition::Move => "move",
+                Disposition::Delete => "delete",
+            }
+            .into(),
+            cmd: match s.dest_command {
+                DestCommand::Replace => "replace",
+                DestCommand::Append => "append",
+                DestCommand::Unique => "unique",
+            }
+            .into(),
+            ty: match s.params.transfer_type {
+                TransferType::Ascii => "A".into(),
+                TransferType::Ebcdic => "E".into(),
+                TransferType::Image => "I".into(),
+                TransferType::Local(n) => format!("L {n}"),
+            },
+            mode: match s.params.mode {
+                TransferMode::Stream => "S",
+                TransferMode::Block => "B",
+                TransferMode::Compressed => "C",
+            }
+            .into(),
+            stru: match s.params.structure {
+                FileStructure::File => "F",
+                FileStructure::Record => "R",
+                FileStructure::Page => "P",
+            }
+            .into(),
+            start: s.start_at.0,
+            retry: RetryV1 {
+                first_ms: ms(r.first_interval),
+                factor: r.factor,
+                cap_ms: ms(r.cap),
+                max_attempts: r.max_attempts,
+                deadline_ms: ms(r.deadline),
+            },
+            notify: s.notify.clone(),
+            kw: s.keyword_present,
+        }
+    }
+}
+
+impl EndpointV1 {
+    fn from_api(e: &SealedEndpoint) -> EndpointV1 {
+        EndpointV1 {
+            host: e.host.clone(),
+            port: e.port,
+            user: e.user.clone(),
+            pass: e.password.as_ref().map(|s| hex(&s.0)),
+            acct: e.acct.as_ref().map(|s| hex(&s.0)),
+            path: e.path.clone(),
+        }
+    }
+}
+
+impl StateV1 {
+    pub(crate) fn from_api(s: &JobState) -> StateV1 {
+        match *s {
+            JobState::Queued { next_attempt_at } => StateV1::Queued {
+                next: next_attempt_at.0,
+            },
+            JobState::Running {
+                attempt,
+                started_at,
+            } => StateV1::Running {
+                attempt,
+                started: started_at.0,
+            },
+            JobState::Finished { outcome, at } => StateV1::Finished {
+                outcome: match outcome {
+                    JobOutcome::Succeeded => OutcomeV1::Succeeded,
+                    JobOutcome::Partial => OutcomeV1::Partial,
+                    JobOutcome::Failed => OutcomeV1::Failed,
+                },
+                at: at.0,
+            },
+            JobState::Cancelled { at } => StateV1::Cancelled { at: at.0 },
+        }
+    }
+
+    pub(crate) fn to_api(self) -> JobState {
+        match self {
+            StateV1::Queued { next } => JobState::Queued {
+                next_attempt_at: Timestamp(next),
+            },
+            StateV1::Running { attempt, started } => JobState::Running {
+                attempt,
+                started_at: Timestamp(started),
+            },
+            StateV1::Finished { outcome, at } => JobState::Finished {
+                outcome: match outcome {
+                    OutcomeV1::Succeeded => JobOutcome::Succeeded,
+                    OutcomeV1::Partial => JobOutcome::Partial,
+                    OutcomeV1::Failed => JobOutcome::Failed,
+                },
+                at: Timestamp(at),
+            },
+            StateV1::Cancelled { at } => JobState::Cancelled { at: Timestamp(at) },
+        }
+    }
+}
+
+impl MemberStateV1 {
+    pub(crate) fn from_api(s: MemberState) -> MemberStateV1 {
+        match s {
+            MemberState::Pending => MemberStateV1::Pending,
+            MemberState::Succeeded => MemberStateV1::Succeeded,
+            MemberState::FailedPermanent => MemberStateV1::FailedPermanent,
+            MemberState::FailedRetriesExhausted => MemberStateV1::FailedRetriesExhausted,
+            MemberState::Cancelled => MemberStateV1::Cancelled,
+            MemberState::Uncertain => MemberStateV1::Uncertain,
+        }
+    }
+
+    pub(crate) fn to_api(self) -> MemberState {
+        match self {
+            MemberStateV1::Pending => MemberState::Pending,
+            MemberStateV1::Succeeded => MemberState::Succeeded,
+            MemberStateV1::FailedPermanent => MemberState::FailedPermanent,
+            MemberStateV1::FailedRetriesExhausted => MemberState::FailedRetriesExhausted,
+            MemberStateV1::Cancelled => MemberState::Cancelled,
+            MemberStateV1::Uncertain => MemberState::Uncertain,
+        }
+    }
+}
+
+impl ReplyV1 {
+    pub(crate) fn from_api(r: &LastReply) -> ReplyV1 {
+        ReplyV1 {
+            code: r.code,
+            text: r.text.clone(),
+        }
+    }
+    fn to_api(&self) -> LastReply {
+        LastReply {
+            code: self.code,
+            text: self.text.clone(),
+        }
+    }
+}
+
+impl MemberV1 {
+    pub(crate) fn new(m: &crate::types::NewMember, now: Timestamp) -> MemberV1 {
+        MemberV1 {
+            v: RECORD_VERSION,
+            name: m.name.clone(),
+            size: m.size,
+            mtime: m.modified.clone(),
+            state: MemberStateV1::Pending,
+            attempts: 0,
+            bytes: None,
+            src_reply: None,
+            dst_reply: None,
+            detail: None,
+            intent: None,
+            updated: now.0,
+        }
+    }
+
+    pub(crate) fn to_api(&self, index: u32) -> Member {
+        Member {
+            index,
+            name: self.name.clone(),
+            size: self.size,
+            modified: self.mtime.clone(),
+            state: self.state.to_api(),
+            attempts: self.attempts,
+            bytes: self.bytes,
+            source_reply: self.src_reply.as_ref().map(ReplyV1::to_api),
+            dest_reply: self.dst_reply.as_ref().map(ReplyV1::to_api),
+            detail: self.detail.clone(),
+            intent: self.intent.clone(),
+            updated_at: Timestamp(self.updated),
+        }
+    }
+}
+
+impl HistoryV1 {
+    pub(crate) fn new(at: Timestamp, kind: &str, detail: Option<&str>) -> HistoryV1 {
+        HistoryV1 {
+            v: RECORD_VERSION,
+            at: at.0,
+            kind: kind.to_string(),
+            detail: detail.map(str::to_string),
+        }
+    }
+    pub(crate) fn to_api(&self) -> HistoryEvent {
+        HistoryEvent {
+            at: Timestamp(self.at),
+            kind: self.kind.clone(),
+            detail: self.detail.clone(),
+        }
+    }
+}
+
+impl RequestV1 {
+    pub(crate) fn new(fingerprint: &KeyHash, job: JobId) -> RequestV1 {
+        RequestV1 {
+            v: RECORD_VERSION,
+            fp: hex(&fingerprint.0),
+            job: job.0,
+        }
+    }
+    pub(crate) fn fingerprint(&self, key: &[u8]) -> Result<KeyHash, StoreError> {
+        unhex32(&self.fp).ok_or_else(|| StoreError::Corrupt {
+            what: "request",
+            key: hex(key),
+            reason: format!("fingerprint {:?} is not 64 hex digits", self.fp),
+        })
+    }
+}
+
+// ---- records to API types ----
+
+/// Turns a decoded job record into the API type; a field that does not parse is `Corrupt`.
+pub(crate) fn job_to_api(id: JobId, r: &JobV1) -> Result<Job, StoreError> {
+    let key = crate::keys::job(id);
+    let bad = |reason: String| StoreError::Corrupt {
+        what: "job",
+        key: hex(&key),
+        reason,
+    };
+    let s = &r.spec;
+    let disposition = match s.disp.as_str() {
+        "copy" => Disposition::Copy,
+        "move" => Disposition::Move,
+        "delete" => Disposition::Delete,
+        other => return Err(bad(format!("unknown disposition {other:?}"))),
+    };
+    let dest_command = match s.cmd.as_str() {
+        "replace" => DestCommand::Replace,
+        "append" => DestCommand::Append,
+        "unique" => DestCommand::Unique,
+        other => return Err(bad(format!("unknown destination command {other:?}"))),
+    };
+    let transfer_type = match s.ty.as_str() {
+        "A" => TransferType::Ascii,
+        "E" => TransferType::Ebcdic,
+        "I" => TransferType::Image,
+        other => match other.strip_prefix("L ").and_then(|n| n.parse::<u8>().ok()) {
+            Some(n) => TransferType::Local(n),
+            None => return Err(bad(format!("unknown TYPE {other:?}"))),
+        },
+    };
+    let mode = match s.mode.as_str() {
+        "S" => TransferMode::Stream,
+        "B" => TransferMode::Block,
+        "C" => TransferMode::Compressed,
+        other => return Err(bad(format!("unknown MODE {other:?}"))),
+    };
+    let structure = match s.stru.as_str() {
+        "F" => FileStructure::File,
+        "R" => FileStructure::Record,
+        "P" => FileStructure::Page,
+        other => return Err(bad(format!("unknown STRU {other:?}"))),
+    };
+    let endpoint = |e: &EndpointV1, side: &str| -> Result<SealedEndpoint, StoreError> {
+        let seal = |h: &Option<String>, what: &str| -> Result<Option<Sealed>, StoreError> {
+            h.as_deref()
+                .map(|h| {
+                    unhex(h)
+                        .map(Sealed)
+                        .ok_or_else(|| bad(format!("{side} {what} is not hex")))
+                })
+                .transpose()
+        };
+        Ok(SealedEndpoint {
+            host: e.host.clone(),
+            port: e.port,
+            user: e.user.clone(),
+            password: seal(&e.pass, "password")?,
+            acct: seal(&e.acct, "ACCT")?,
+            path: e.path.clone(),
+        })
+    };
+    let keyword_hash = match &r.kw {
+        None => None,
+        Some(h) => Some(
+            unhex32(h).ok_or_else(|| bad(format!("keyword hash {h:?} is not 64 hex digits")))?,
+        ),
+    };
+    Ok(Job {
+        id,
+        owner_uid: r.owner,
+        spec: SealedSpec {
+            source: endpoint(&s.src, "source")?,
+            destination: s
+                .dst
+                .as_ref()
+                .map(|d| endpoint(d, "destination"))
+                .transpose()?,
+            disposition,
+            dest_command,
+            params: FtpParams {
+                transfer_type,
+                mode,
+                structure,
+            },
+            start_at: Timestamp(s.start),
+            retry: RetryPolicy {
+                first_interval: Duration::from_millis(s.retry.first_ms),
+                factor: s.retry.factor,
+                cap: Duration::from_millis(s.retry.cap_ms),
+                max_attempts: s.retry.max_attempts,
+                deadline: Duration::from_millis(s.retry.deadline_ms),
+            },
+            notify: s.notify.clone(),
+            keyword_present: s.kw,
+        },
+        state: r.state.to_api(),
+        attempts: r.attempts,
+        created_at: Timestamp(r.created),
+        updated_at: Timestamp(r.updated),
+        keyword_hash,
+        member_count: r.members,
+        members_frozen: r.frozen,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Yesterday's queue must stay readable: these files are frozen. If a change to the
+    /// records makes this test fail, add a new record version instead of editing a fixture.
+    #[test]
+    fn frozen_v1_fixtures_decode() {
+        let job: JobV1 = decode(
+            "job",
+            b"fixture",
+            include_bytes!("../tests/fixtures/job_v1.json"),
+        )
+        .unwrap();
+        let api = job_to_api(JobId(7), &job).unwrap();
+        assert_eq!(api.owner_uid, 1000);
+        assert_eq!(api.spec.source.host, "ftp.example.org");
+        assert_eq!(
+            api.spec.source.password,
+            Some(Sealed(vec![0xde, 0xad, 0xbe, 0xef]))
+        );
+        assert_eq!(api.spec.destination.as_ref().unwrap().port, 2121);
+        assert_eq!(api.spec.disposition, Disposition::Move);
+        assert_eq!(api.spec.dest_command, DestCommand::Append);
+        assert_eq!(api.spec.params.transfer_type, TransferType::Local(8));
+        assert_eq!(api.spec.params.mode, TransferMode::Block);
+        assert_eq!(api.spec.params.structure, FileStructure::Record);
+        assert_eq!(api.spec.retry.first_interval, Duration::from_secs(600));
+        assert_eq!(api.spec.retry.factor, 1.5);
+        assert_eq!(
+            api.state,
+            JobState::Running {
+                attempt: 2,
+                started_at: Timestamp(1_796_040_100_000)
+            }
+        );
+        assert_eq!(api.keyword_hash, Some(KeyHash([0x11; 32])));
+        assert!(api.members_frozen);
+        assert_eq!(api.member_count, 2);
+
+        let m: MemberV1 = decode(
+            "member",
+            b"fixture",
+            include_bytes!("../tests/fixtures/member_v1.json"),
+        )
+        .unwrap();
+        let m = m.to_api(1);
+        assert_eq!(m.state, MemberState::FailedPermanent);
+        assert_eq!(m.dest_reply.unwrap().code, Some(550));
+        assert_eq!(m.source_reply.unwrap().code, None);
+
+        let h: HistoryV1 = decode(
+            "history",
+            b"fixture",
+            include_bytes!("../tests/fixtures/history_v1.json"),
+        )
+        .unwrap();
+        assert_eq!(h.to_api().kind, "requeue");
+
+        let r: RequestV1 = decode(
+            "request",
+            b"fixture",
+            include_bytes!("../tests/fixtures/request_v1.json"),
+        )
+        .unwrap();
+        assert_eq!(r.fingerprint(b"k").unwrap(), KeyHash([0x22; 32]));
+        assert_eq!(r.job, 7);
+    }
+
+    #[test]
+    fn every_state_and_enum_roundtrips() {
+        let states = [
+            JobState::Queued {
+                next_attempt_at: Timestamp(5),
+            },
+            JobState::Running {
+                attempt: 3,
+                started_at: Timestamp(6),
+            },
+            JobState::Finished {
+                outcome: JobOutcome::Succeeded,
+                at: Timestamp(7),
+            },
+            JobState::Finished {
+                outcome: JobOutcome::Partial,
+                at: Timestamp(7),
+            },
+            JobState::Finished {
+                outcome: JobOutcome::Failed,
+                at: Timestamp(7),
+            },
+            JobState::Cancelled { at: Timestamp(8) },
+        ];
+        for s in states {
+            let bytes = encode(&StateV1::from_api(&s));
+            let back: StateV1 = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(back.to_api(), s);
+        }
+        use MemberState::*;
+        for m in [
+            Pending,
+            Succeeded,
+            FailedPermanent,
+            FailedRetriesExhausted,
+            Cancelled,
+            Uncertain,
+        ] {
+            let bytes = encode(&MemberStateV1::from_api(m));
+            assert_eq!(
+                std::str::from_utf8(&bytes).unwrap(),
+                format!("\"{}\"", m.as_str())
+            );
+            let back: MemberStateV1 = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(back.to_api(), m);
+        }
+    }
+
+    #[test]
+    fn bad_records_are_corrupt_not_panics() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"", "undecodable"),
+            (b"\xff\x00garbage", "undecodable"),
+            (b"{\"v\":2}", "record version 2"),
+            (b"{\"v\":1}", "missing field"),
+            (b"[1,2,3]", "undecodable"),
+        ];
+        for (bytes, needle) in cases {
+            let e = decode::<JobV1>("job", b"\x00\x01", bytes).unwrap_err();
+            match &e {
+                StoreError::Corrupt {
+                    what: "job",
+                    key,
+                    reason,
+                } => {
+                    assert_eq!(key, "0001");
+                    assert!(reason.contains(needle), "{reason}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let mut job: JobV1 =
+            decode("job", b"k", include_bytes!("../tests/fixtures/job_v1.json")).unwrap();
+        job.spec.ty = "Q".into();
+        let e = job_to_api(JobId(1), &job).unwrap_err().to_string();
+        assert!(e.contains("unknown TYPE \"Q\""), "{e}");
+    }
+
+    #[test]
+    fn hex_roundtrip() {
+        assert_eq!(hex(&[0, 1, 0xab, 0xff]), "0001abff");
+        assert_eq!(unhex("0001abff"), Some(vec![0, 1, 0xab, 0xff]));
+        assert_eq!(unhex("0001ABFF"), Some(vec![0, 1, 0xab, 0xff]));
+        assert_eq!(unhex("abc"), None);
+        assert_eq!(unhex("zz"), None);
+        assert_eq!(unhex(""), Some(vec![]));
+    }
+}

@@ -1,0 +1,1030 @@
+//! [`SledStore`]: the [`JobStore`] of a single daemon, on sled 0.34.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sled::transaction::{
+    ConflictableTransactionError, ConflictableTransactionResult, TransactionError, Transactional,
+    TransactionalTree,
+};
+use sled::IVec;
+
+use bftp_core::{transition, JobEvent, JobOutcome, JobState, MemberState, Timestamp};
+
+use crate::durable::GroupCommit;
+use crate::error::{backend, StoreError};
+use crate::files::{self, SledFlush, Watermark};
+use crate::keys;
+use crate::record::{
+    decode, encode, job_to_api, HistoryV1, JobV1, MemberStateV1, MemberV1, ReplyV1, RequestV1,
+    StateV1, RECORD_VERSION,
+};
+use crate::types::{
+    HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate, NewJob, NewMember, StateCounts,
+    StateFilter, Submitted,
+};
+use crate::JobStore;
+
+/// The schema version this code reads and writes (kept in the `meta` tree).
+pub const SCHEMA_VERSION: u32 = RECORD_VERSION;
+
+/// Most members one job may have (one wildcard listing).
+pub const MAX_MEMBERS: usize = 1_000_000;
+
+const TREES: [&str; 9] = [
+    "meta", "jobs", "members", "history", "requests", "owners", "keywords", "states", "due",
+];
+
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// sled's page cache. A soft limit: sled's resident memory is a multiple of it. Measured
+    /// with 100,000 queued jobs, a process that wrote them holds 96/110/136 MiB RSS at
+    /// 8/16/32 MiB (`examples/durability_bench.rs`); the daemon must stay under 150 MiB.
+    pub cache_capacity_bytes: u64,
+    /// Decode every record at open ([`SledStore::verify`]), so damage shows at start rather
+    /// than mid-run. Off by default: sled keeps what a full scan read resident (about
+    /// 110 MiB for 100,000 jobs) and 100,000 jobs take about 3 s.
+    pub verify_on_open: bool,
+    /// How often at most the watermark file is rewritten (one extra fdatasync each time).
+    pub watermark_interval: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            cache_capacity_bytes: 16 << 20,
+            verify_on_open: false,
+            watermark_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What [`SledStore::verify`] read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    pub jobs: u64,
+    pub members: u64,
+    pub history: u64,
+    pub requests: u64,
+    pub index_entries: u64,
+    /// Keys and values, in bytes.
+    pub bytes: u64,
+}
+
+struct Trees {
+    meta: sled::Tree,
+    jobs: sled::Tree,
+    members: sled::Tree,
+    history: sled::Tree,
+    requests: sled::Tree,
+    owners: sled::Tree,
+    keywords: sled::Tree,
+    states: sled::Tree,
+    due: sled::Tree,
+}
+
+/// The trees inside one transaction.
+struct Tx<'a> {
+    meta: &'a TransactionalTree,
+    jobs: &'a TransactionalTree,
+    members: &'a TransactionalTree,
+    history: &'a TransactionalTree,
+    requests: &'a TransactionalTree,
+    owners: &'a TransactionalTree,
+    keywords: &'a TransactionalTree,
+    states: &'a TransactionalTree,
+    due: &'a TransactionalTree,
+}
+
+const EMPTY: &[u8] = &[];
+
+type TxResult<T> = ConflictableTransactionResult<T, StoreError>;
+
+fn abort<T>(e: StoreError) -> TxResult<T> {
+    Err(ConflictableTransactionError::Abort(e))
+}
+
+trait OrAbort<T> {
+    fn or_abort(self) -> TxResult<T>;
+}
+
+impl<T> OrAbort<T> for Result<T, StoreError> {
+    fn or_abort(self) -> TxResult<T> {
+        self.map_err(ConflictableTransactionError::Abort)
+    }
+}
+
+/// The store of one daemon: a sled database in a directory of its own.
+///
+/// Every write is one sled transaction, acknowledged only once durable (group commit, see
+/// `durable.rs`). sled transactions take a process-wide lock: keep them short.
+pub struct SledStore {
+    dir: PathBuf,
+    db: sled::Db,
+    t: Trees,
+    commit: GroupCommit,
+}
+
+impl std::fmt::Debug for SledStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SledStore")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn damaged(dir: &Path, reason: impl Into<String>) -> StoreError {
+    StoreError::Damaged {
+        path: dir.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Runs `f`, turning a panic of the storage engine into `Err(message)`.
+fn no_panic<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| crate::panic_message(&*p))
+}
+
+impl SledStore {
+    /// Opens the store in `dir`, creating it (mode 0700) if it does not exist.
+    pub fn open(dir: &Path, opts: StoreOptions) -> Result<SledStore, StoreError> {
+        files::create_dir(dir)?;
+        let listing = files::names(dir)?;
+        let foreign: Vec<String> = listing
+            .iter()
+            .map(|n| n.to_string_lossy().into_owned())
+            .filter(|n| !files::is_ours(n))
+            .collect();
+        if !foreign.is_empty() {
+            return Err(StoreError::NotAStore {
+                path: dir.to_path_buf(),
+                found: format!("it holds other files ({})", foreign.join(", ")),
+            });
+        }
+        let watermark = Watermark::read(dir)?;
+        let db_path = dir.join("db");
+
+        let config = sled::Config::new()
+            .path(dir)
+            .cache_capacity(opts.cache_capacity_bytes);
+        let db = match no_panic(|| config.open()) {
+            Ok(Ok(db)) => db,
+            Ok(Err(sled::Error::Io(e))) if e.to_string().contains("could not acquire lock") => {
+                return Err(StoreError::Locked {
+                    path: dir.to_path_buf(),
+                })
+            }
+            Ok(Err(e)) => return Err(damaged(dir, format!("sled cannot open it: {e}"))),
+            Err(msg) => {
+                return Err(damaged(
+                    dir,
+                    format!("sled panicked while recovering it: {msg}"),
+                ))
+            }
+        };
+
+        let has_meta = db.tree_names().iter().any(|n| n.as_ref() == b"meta");
+        if !has_meta {
+            if watermark.is_some() {
+                return Err(damaged(
+                    dir,
+                    "it was initialised (bftp-watermark exists) but the database holds no bftp data: \
+                     the db file was truncated or overwritten",
+                ));
+            }
+            let foreign_trees = db.tree_names().len() > 1 || !db.is_empty();
+            if foreign_trees {
+                return Err(StoreError::NotAStore {
+                    path: dir.to_path_buf(),
+                    found: "it holds a sled database of another program".into(),
+                });
+            }
+            // No watermark and no meta: nothing was ever acknowledged from this directory
+            // (the watermark is written before `open` returns), so an interrupted first start
+            // is simply started again.
+        }
+        let t = Self::open_trees(&db, dir)?;
+        if !has_meta {
+            initialise(&t)?;
+        }
+        let seq = check_meta(&t.meta, dir)?;
+        if let Some(w) = watermark {
+            if seq < w {
+                return Err(damaged(
+                    dir,
+                    format!(
+                        "the database ends at commit {seq} but commit {w} was durable before: \
+                         the db file lost data (truncated, overwritten, or replaced by an older copy). \
+                         If an older copy was restored on purpose, remove {} to accept it",
+                        dir.join(files::WATERMARK).display()
+                    ),
+                ));
+            }
+        }
+
+        // sled fsyncs neither `conf` nor the directory entries it created.
+        db.flush().map_err(backend("open"))?;
+        let db_file = std::fs::File::open(&db_path).map_err(|source| StoreError::Io {
+            op: "open",
+            path: db_path.clone(),
+            source,
+        })?;
+        db_file.sync_all().map_err(|source| StoreError::Io {
+            op: "fsync",
+            path: db_path.clone(),
+            source,
+        })?;
+        files::sync_file(&dir.join("conf"))?;
+        files::sync_dir(&dir.join("blobs"))?;
+        files::sync_dir(dir)?;
+        let watermark = Watermark::establish(dir, seq)?;
+
+        let flusher = SledFlush {
+            db: db.clone(),
+            meta: t.meta.clone(),
+            dir: dir.to_path_buf(),
+            db_file,
+            watermark,
+            watermark_interval: opts.watermark_interval,
+            dir_names: files::names(dir)?,
+            blob_names: files::names(&dir.join("blobs"))?,
+            durable_seq: seq,
+            recorded_seq: seq,
+            last_record: Instant::now(),
+        };
+        let commit = GroupCommit::start(flusher).map_err(|source| StoreError::Io {
+            op: "start the flush thread for",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let store = SledStore {
+            dir: dir.to_path_buf(),
+            db,
+            t,
+            commit,
+        };
+        if opts.verify_on_open {
+            let report = store.verify()?;
+            tracing::info!(dir = %dir.display(), jobs = report.jobs, members = report.members, "store verified");
+        }
+        Ok(store)
+    }
+
+    fn open_trees(db: &sled::Db, dir: &Path) -> Result<Trees, StoreError> {
+        let open = |name: &str| -> Result<sled::Tree, StoreError> {
+            match no_panic(|| db.open_tree(name)) {
+                Ok(r) => r.map_err(backend("open")),
+                Err(msg) => Err(damaged(
+                    dir,
+                    format!("sled panicked opening tree {name}: {msg}"),
+                )),
+            }
+        };
+        let [meta, jobs, members, history, requests, owners, keywords, states, due] = TREES;
+        Ok(Trees {
+            meta: open(meta)?,
+            jobs: open(jobs)?,
+            members: open(members)?,
+            history: open(history)?,
+            requests: open(requests)?,
+            owners: open(owners)?,
+            keywords: open(keywords)?,
+            states: open(states)?,
+            due: open(due)?,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Number of group-commit flushes (flush + fsync) done since open.
+    pub fn flush_count(&self) -> u64 {
+        self.commit.flushes()
+    }
+
+    /// Size of the database on disk, as sled counts it.
+    pub fn size_on_disk(&self) -> Result<u64, StoreError> {
+        self.guarded("size_on_disk", || {
+            self.db.size_on_disk().map_err(backend("size_on_disk"))
+        })
+    }
+
+    /// Reads and decodes every record and index key. Damage is `Corrupt`, `Backend` or
+    /// `Panicked`, never a panic.
+    pub fn verify(&self) -> Result<VerifyReport, StoreError> {
+        self.guarded("verify", || {
+            let mut r = VerifyReport::default();
+            for kv in self.t.jobs.iter() {
+                let (k, v) = kv.map_err(backend("verify"))?;
+                let id = keys::trailing_id("job", &k, 8)?;
+                job_to_api(id, &decode::<JobV1>("job", &k, &v)?)?;
+                r.jobs += 1;
+                r.bytes += (k.len() + v.len()) as u64;
+            }
+            for kv in self.t.members.iter() {
+                let (k, v) = kv.map_err(backend("verify"))?;
+                member_index(&k)?;
+                decode::<MemberV1>("member", &k, &v)?;
+                r.members += 1;
+                r.bytes += (k.len() + v.len()) as u64;
+            }
+            for kv in self.t.history.iter() {
+                let (k, v) = kv.map_err(backend("verify"))?;
+                decode::<HistoryV1>("history", &k, &v)?;
+                r.history += 1;
+                r.bytes += (k.len() + v.len()) as u64;
+            }
+            for kv in self.t.requests.iter() {
+                let (k, v) = kv.map_err(backend("verify"))?;
+                decode::<RequestV1>("request", &k, &v)?.fingerprint(&k)?;
+                r.requests += 1;
+                r.bytes += (k.len() + v.len()) as u64;
+            }
+            let indexes: [(&'static str, &sled::Tree, usize); 4] = [
+                ("owners index", &self.t.owners, 12),
+                ("keywords index", &self.t.keywords, 40),
+                ("states index", &self.t.states, 9),
+                ("due index", &self.t.due, 16),
+            ];
+            for (what, tree, len) in indexes {
+                for k in tree.iter().keys() {
+                    let k = k.map_err(backend("verify"))?;
+                    keys::trailing_id(what, &k, len)?;
+                    r.index_entries += 1;
+                    r.bytes += k.len() as u64;
+                }
+            }
+            Ok(r)
+        })
+    }
+
+    /// Runs `f`; a panic inside sled becomes `Panicked` and poisons the store for writes.
+    fn guarded<R>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce() -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        match no_panic(f) {
+            Ok(r) => r,
+            Err(message) => {
+                tracing::error!(op, %message, "storage engine panicked; refusing further writes");
+                self.commit.poison(format!("{op} panicked: {message}"));
+                Err(StoreError::Panicked { op, message })
+            }
+        }
+    }
+
+    /// One transaction over all trees, with the commit counter bumped, then waits until it is
+    /// durable. A refusal (`f` aborts) wrote nothing and returns at once.
+    fn write<R>(
+        &self,
+        op: &'static str,
+        f: impl Fn(&Tx<'_>) -> TxResult<R>,
+    ) -> Result<R, StoreError> {
+        self.guarded(op, || {
+            self.commit.check(op)?;
+            let t = &self.t;
+            let trees = (
+                &t.meta,
+                &t.jobs,
+                &t.members,
+                &t.history,
+                &t.requests,
+                &t.owners,
+                &t.keywords,
+                &t.states,
+                &t.due,
+            );
+            let r = trees.transaction(
+                |(meta, jobs, members, history, requests, owners, keywords, states, due)| {
+                    let tx = Tx {
+                        meta,
+                        jobs,
+                        members,
+                        history,
+                        requests,
+                        owners,
+                        keywords,
+                        states,
+                        due,
+                    };
+                    let seq = match tx.meta.get(keys::META_SEQ)? {
+                        Some(v) => keys::u64_value("meta", keys::META_SEQ, &v).or_abort()?,
+                        None => return abort(keys::corrupt_key("meta", keys::META_SEQ, "missing")),
+                    };
+                    tx.meta
+                        .insert(keys::META_SEQ, &(seq + 1).to_be_bytes()[..])?;
+                    f(&tx)
+                },
+            );
+            let value = match r {
+                Ok(v) => v,
+                Err(TransactionError::Abort(e)) => return Err(e),
+                Err(TransactionError::Storage(e)) => return Err(backend(op)(e)),
+            };
+            self.commit.wait_durable(op)?;
+            Ok(value)
+        })
+    }
+
+    fn read_job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        let k = keys::job(id);
+        match self.t.jobs.get(k).map_err(backend("get"))? {
+            Some(v) => Ok(Some(job_to_api(id, &decode("job", &k, &v)?)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The ids in an index under `prefix`, ascending, those after `after` only.
+    fn index_ids(
+        &self,
+        what: &'static str,
+        tree: &sled::Tree,
+        prefix: &[u8],
+        key_len: usize,
+        after: Option<JobId>,
+    ) -> Box<dyn Iterator<Item = Result<JobId, StoreError>>> {
+        let Some(start) = first_after(after) else {
+            return Box::new(std::iter::empty());
+        };
+        let prefix = prefix.to_vec();
+        let from = [&prefix[..], &start.0.to_be_bytes()].concat();
+        Box::new(
+            tree.range(from..)
+                .keys()
+                .take_while(move |k| k.as_ref().map_or(true, |k| k.starts_with(&prefix)))
+                .map(move |k| {
+                    let k = k.map_err(backend("list"))?;
+                    keys::trailing_id(what, &k, key_len)
+                }),
+        )
+    }
+
+    fn require_job(&self, id: JobId) -> Result<(), StoreError> {
+        if self
+            .t
+            .jobs
+            .contains_key(keys::job(id))
+            .map_err(backend("get"))?
+        {
+            Ok(())
+        } else {
+            Err(StoreError::NotFound(id))
+        }
+    }
+}
+
+impl Drop for SledStore {
+    fn drop(&mut self) {
+        // Last flush and the final watermark, before sled itself closes.
+        self.commit.shutdown();
+    }
+}
+
+fn initialise(t: &Trees) -> Result<(), StoreError> {
+    t.meta
+        .transaction(|meta| {
+            meta.insert(keys::META_MAGIC, keys::MAGIC_VALUE)?;
+            meta.insert(keys::META_SCHEMA, &SCHEMA_VERSION.to_be_bytes()[..])?;
+            meta.insert(keys::META_NEXT_ID, &1u64.to_be_bytes()[..])?;
+            meta.insert(keys::META_SEQ, &1u64.to_be_bytes()[..])?;
+            Ok::<_, ConflictableTransactionError<()>>(())
+        })
+        .map_err(|e| match e {
+            TransactionError::Abort(()) => unreachable!("the initialisation never aborts"),
+            TransactionError::Storage(e) => backend("initialise")(e),
+        })
+}
+
+/// Checks the magic and the schema version; returns the commit counter.
+fn check_meta(meta: &sled::Tree, dir: &Path) -> Result<u64, StoreError> {
+    let get = |k: &[u8]| meta.get(k).map_err(backend("open"));
+    if get(keys::META_MAGIC)?.as_deref() != Some(keys::MAGIC_VALUE) {
+        return Err(StoreError::NotAStore {
+            path: dir.to_path_buf(),
+            found: "its database has no bftp-store mark".into(),
+        });
+    }
+    let missing = |k: &[u8]| {
+        damaged(
+            dir,
+            format!("the meta tree has no {:?}", String::from_utf8_lossy(k)),
+        )
+    };
+    let schema = get(keys::META_SCHEMA)?.ok_or_else(|| missing(keys::META_SCHEMA))?;
+    let schema = keys::u32_value("meta", keys::META_SCHEMA, &schema)?;
+    if schema > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            found: schema,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if schema < SCHEMA_VERSION {
+        // No older schema exists yet; an upgrade step goes here when one does.
+        return Err(damaged(dir, format!("unknown schema version {schema}")));
+    }
+    let next = get(keys::META_NEXT_ID)?.ok_or_else(|| missing(keys::META_NEXT_ID))?;
+    keys::u64_value("meta", keys::META_NEXT_ID, &next)?;
+    let seq = get(keys::META_SEQ)?.ok_or_else(|| missing(keys::META_SEQ))?;
+    keys::u64_value("meta", keys::META_SEQ, &seq)
+}
+
+// ---- pieces of transactions ----
+
+fn tx_job(tx: &Tx<'_>, id: JobId) -> TxResult<JobV1> {
+    let k = keys::job(id);
+    match tx.jobs.get(k)? {
+        Some(v) => decode("job", &k, &v).or_abort(),
+        None => abort(StoreError::NotFound(id)),
+    }
+}
+
+fn tx_put_job(tx: &Tx<'_>, id: JobId, rec: &JobV1) -> TxResult<()> {
+    tx.jobs.insert(&keys::job(id)[..], encode(rec))?;
+    Ok(())
+}
+
+fn tx_history(
+    tx: &Tx<'_>,
+    id: JobId,
+    rec: &mut JobV1,
+    at: Timestamp,
+    kind: &str,
+    detail: Option<&str>,
+) -> TxResult<()> {
+    tx.history.insert(
+        &keys::history(id, rec.hist)[..],
+        encode(&HistoryV1::new(at, kind, detail)),
+    )?;
+    rec.hist += 1;
+    Ok(())
+}
+
+fn tx_member(tx: &Tx<'_>, id: JobId, index: u32) -> TxResult<Option<MemberV1>> {
+    let k = keys::member(id, index);
+    match tx.members.get(k)? {
+        Some(v) => decode("member", &k, &v).map(Some).or_abort(),
+        None => Ok(None),
+    }
+}
+
+/// Moves the indexes of job `id` from state `old` (None: new job) to `new`.
+fn tx_reindex(tx: &Tx<'_>, id: JobId, old: Option<&JobState>, new: &JobState) -> TxResult<()> {
+    if let Some(old) = old {
+        tx.states.remove(&keys::state(old, id))?;
+        if let JobState::Queued { next_attempt_at } = old {
+            tx.due.remove(&keys::due(*next_attempt_at, id))?;
+        }
+    }
+    tx.states.insert(&keys::state(new, id)[..], EMPTY)?;
+    if let JobState::Queued { next_attempt_at } = new {
+        tx.due.insert(&keys::due(*next_attempt_at, id)[..], EMPTY)?;
+    }
+    Ok(())
+}
+
+/// Every pending member of the job becomes `to`; returns the states of all members after.
+fn tx_settle_pending(
+    tx: &Tx<'_>,
+    id: JobId,
+    count: u32,
+    to: MemberState,
+    detail: Option<&str>,
+    now: Timestamp,
+) -> TxResult<Vec<MemberState>> {
+    let mut all = Vec::with_capacity(count as usize);
+    for index in 0..count {
+        let Some(mut m) = tx_member(tx, id, index)? else {
+            return abort(keys::corrupt_key(
+                "member",
+                &keys::member(id, index),
+                format!("missing: the job has {count} members"),
+            ));
+        };
+        if m.state == MemberStateV1::Pending && to != MemberState::Pending {
+            m.state = MemberStateV1::from_api(to);
+            m.updated = now.0;
+            if let Some(d) = detail {
+                m.detail = Some(d.to_string());
+            }
+            tx.members
+                .insert(&keys::member(id, index)[..], encode(&m))?;
+        }
+        all.push(m.state.to_api());
+    }
+    Ok(all)
+}
+
+fn check_member_count(n: usize) -> Result<u32, StoreError> {
+    if n > MAX_MEMBERS {
+        return Err(StoreError::TooManyMembers {
+            count: n,
+            max: MAX_MEMBERS,
+        });
+    }
+    Ok(n as u32)
+}
+
+impl JobStore for SledStore {
+    fn submit(&self, job: NewJob) -> Result<Submitted, StoreError> {
+        let count = check_member_count(job.members.len())?;
+        self.write("submit", |tx| {
+            if let Some(rk) = &job.request {
+                if let Some(v) = tx.requests.get(rk.key_hash.0)? {
+                    let rec: RequestV1 = decode("request", &rk.key_hash.0, &v).or_abort()?;
+                    let existing = JobId(rec.job);
+                    if rec.fingerprint(&rk.key_hash.0).or_abort()? != rk.fingerprint {
+                        return abort(StoreError::RequestKeyConflict { job: existing });
+                    }
+                    let k = keys::job(existing);
+                    let Some(v) = tx.jobs.get(k)? else {
+                        return abort(keys::corrupt_key(
+                            "request",
+                            &rk.key_hash.0,
+                            format!("names job {existing}, which does not exist"),
+                        ));
+                    };
+                    let rec: JobV1 = decode("job", &k, &v).or_abort()?;
+                    return Ok(Submitted::Existing(job_to_api(existing, &rec).or_abort()?));
+                }
+            }
+            let id = match tx.meta.get(keys::META_NEXT_ID)? {
+                Some(v) => JobId(keys::u64_value("meta", keys::META_NEXT_ID, &v).or_abort()?),
+                None => return abort(keys::corrupt_key("meta", keys::META_NEXT_ID, "missing")),
+            };
+            tx.meta
+                .insert(keys::META_NEXT_ID, &(id.0 + 1).to_be_bytes()[..])?;
+
+            let state = JobState::Queued {
+                next_attempt_at: job.spec.start_at,
+            };
+            let mut rec = JobV1::new(
+                job.owner_uid,
+                &job.spec,
+                job.keyword_hash.as_ref(),
+                &state,
+                job.created_at,
+                count,
+            );
+            for (i, m) in job.members.iter().enumerate() {
+                tx.members.insert(
+                    &keys::member(id, i as u32)[..],
+                    encode(&MemberV1::new(m, job.created_at)),
+                )?;
+            }
+            tx.owners
+                .insert(&keys::owner(job.owner_uid, id)[..], EMPTY)?;
+            if let Some(h) = &job.keyword_hash {
+                tx.keywords.insert(&keys::keyword(h, id)[..], EMPTY)?;
+            }
+            tx_reindex(tx, id, None, &state)?;
+            if let Some(rk) = &job.request {
+                tx.requests.insert(
+                    &rk.key_hash.0[..],
+                    encode(&RequestV1::new(&rk.fingerprint, id)),
+                )?;
+            }
+            tx_history(tx, id, &mut rec, job.created_at, "submitted", None)?;
+            tx_put_job(tx, id, &rec)?;
+            Ok(Submitted::Created(job_to_api(id, &rec).or_abort()?))
+        })
+    }
+
+    fn get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        self.guarded("get", || self.read_job(id))
+    }
+
+    fn list_after(&self, filter: &JobFilter, after: Option<JobId>) -> Result<Vec<Job>, StoreError> {
+        self.guarded("list", || {
+            let limit = filter.limit.unwrap_or(usize::MAX);
+            let mut out = Vec::new();
+            if limit == 0 {
+                return Ok(out);
+            }
+            let keep = |j: &Job| {
+                filter.owner.is_none_or(|o| j.owner_uid == o)
+                    && filter
+                        .keyword_hash
+                        .is_none_or(|h| j.keyword_hash == Some(h))
+                    && filter.state.is_none_or(|s| StateFilter::of(&j.state) == s)
+            };
+            // The most selective index first: a keyword names few jobs, an owner more.
+            let ids: Box<dyn Iterator<Item = Result<JobId, StoreError>>> =
+                if let Some(h) = &filter.keyword_hash {
+                    Box::new(self.index_ids("keywords index", &self.t.keywords, &h.0, 40, after))
+                } else if let Some(uid) = filter.owner {
+                    Box::new(self.index_ids(
+                        "owners index",
+                        &self.t.owners,
+                        &uid.to_be_bytes(),
+                        12,
+                        after,
+                    ))
+                } else if let Some(s) = filter.state {
+                    Box::new(self.index_ids(
+                        "states index",
+                        &self.t.states,
+                        &[keys::state_code(s)],
+                        9,
+                        after,
+                    ))
+                } else {
+                    let Some(start) = first_after(after) else {
+                        return Ok(out);
+                    };
+                    for kv in self.t.jobs.range(keys::job(start)..) {
+                        let (k, v) = kv.map_err(backend("list"))?;
+                        let id = keys::trailing_id("job", &k, 8)?;
+                        out.push(job_to_api(id, &decode("job", &k, &v)?)?);
+                        if out.len() >= limit {
+                            break;
+                        }
+                    }
+                    return Ok(out);
+                };
+            for id in ids {
+                let id = id?;
+                let job = self.read_job(id)?.ok_or_else(|| StoreError::Corrupt {
+                    what: "index",
+                    key: id.to_string(),
+                    reason: "an index names a job that does not exist".into(),
+                })?;
+                if keep(&job) {
+                    out.push(job);
+                    if out.len() >= limit {
+                        break;
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn history(&self, id: JobId) -> Result<Vec<HistoryEvent>, StoreError> {
+        self.guarded("history", || {
+            self.require_job(id)?;
+            self.t
+                .history
+                .scan_prefix(keys::job(id))
+                .map(|kv| {
+                    let (k, v) = kv.map_err(backend("history"))?;
+                    Ok(decode::<HistoryV1>("history", &k, &v)?.to_api())
+                })
+                .collect()
+        })
+    }
+
+    fn members(&self, id: JobId) -> Result<Vec<Member>, StoreError> {
+        self.guarded("members", || {
+            self.require_job(id)?;
+            self.t
+                .members
+                .scan_prefix(keys::job(id))
+                .map(|kv| {
+                    let (k, v) = kv.map_err(backend("members"))?;
+                    let index = member_index(&k)?;
+                    Ok(decode::<MemberV1>("member", &k, &v)?.to_api(index))
+                })
+                .collect()
+        })
+    }
+
+    fn apply(
+        &self,
+        id: JobId,
+        event: JobEvent,
+        now: Timestamp,
+        detail: Option<String>,
+    ) -> Result<Job, StoreError> {
+        self.write("apply", |tx| {
+            let mut rec = tx_job(tx, id)?;
+            let old = rec.state.to_api();
+            let new = match transition(old, event, now) {
+                Ok(s) => s,
+                Err(source) => return abort(StoreError::InvalidTransition { job: id, source }),
+            };
+            if let JobEvent::Start { attempt } = event {
+                rec.attempts = attempt;
+            }
+            if event == JobEvent::Cancel {
+                tx_settle_pending(tx, id, rec.members, MemberState::Cancelled, None, now)?;
+            }
+            rec.state = StateV1::from_api(&new);
+            rec.updated = now.0;
+            tx_reindex(tx, id, Some(&old), &new)?;
+            tx_history(tx, id, &mut rec, now, event.name(), detail.as_deref())?;
+            tx_put_job(tx, id, &rec)?;
+            job_to_api(id, &rec).or_abort()
+        })
+    }
+
+    fn settle_and_finish(
+        &self,
+        id: JobId,
+        pending_become: MemberState,
+        now: Timestamp,
+        detail: Option<String>,
+    ) -> Result<Job, StoreError> {
+        self.write("settle_and_finish", |tx| {
+            let mut rec = tx_job(tx, id)?;
+            let old = rec.state.to_api();
+            let states =
+                tx_settle_pending(tx, id, rec.members, pending_become, detail.as_deref(), now)?;
+            let event = JobEvent::Finish {
+                outcome: JobOutcome::from_members(&states),
+            };
+            let new = match transition(old, event, now) {
+                Ok(s) => s,
+                Err(source) => return abort(StoreError::InvalidTransition { job: id, source }),
+            };
+            rec.state = StateV1::from_api(&new);
+            rec.updated = now.0;
+            tx_reindex(tx, id, Some(&old), &new)?;
+            tx_history(tx, id, &mut rec, now, event.name(), detail.as_deref())?;
+            tx_put_job(tx, id, &rec)?;
+            job_to_api(id, &rec).or_abort()
+        })
+    }
+
+    fn freeze_members(
+        &self,
+        id: JobId,
+        members: Vec<NewMember>,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let count = check_member_count(members.len())?;
+        self.write("freeze_members", |tx| {
+            let mut rec = tx_job(tx, id)?;
+            if rec.frozen {
+                return abort(StoreError::MembersAlreadyFrozen { job: id });
+            }
+            let state = rec.state.to_api();
+            if state.is_final() {
+                return abort(StoreError::JobIsFinal {
+                    job: id,
+                    state: state.name(),
+                });
+            }
+            for (i, m) in members.iter().enumerate() {
+                tx.members.insert(
+                    &keys::member(id, i as u32)[..],
+                    encode(&MemberV1::new(m, now)),
+                )?;
+            }
+            rec.members = count;
+            rec.frozen = true;
+            let detail = format!("{count} member{} frozen", if count == 1 { "" } else { "s" });
+            tx_history(tx, id, &mut rec, now, "members", Some(&detail))?;
+            tx_put_job(tx, id, &rec)
+        })
+    }
+
+    fn update_member(
+        &self,
+        id: JobId,
+        index: u32,
+        update: MemberUpdate,
+        now: Timestamp,
+    ) -> Result<Member, StoreError> {
+        self.write("update_member", |tx| {
+            let Some(mut m) = tx_member(tx, id, index)? else {
+                if tx.jobs.get(keys::job(id))?.is_none() {
+                    return abort(StoreError::NotFound(id));
+                }
+                return abort(StoreError::MemberNotFound { job: id, index });
+            };
+            if let Some(s) = update.state {
+                let cur = m.state.to_api();
+                if cur.is_terminal() && s != cur {
+                    return abort(StoreError::MemberIsTerminal {
+                        job: id,
+                        index,
+                        state: cur.as_str(),
+                    });
+                }
+                m.state = MemberStateV1::from_api(s);
+            }
+            let u = &update;
+            if let Some(a) = u.attempts {
+                m.attempts = a;
+            }
+            if let Some(b) = u.bytes {
+                m.bytes = Some(b);
+            }
+            if let Some(s) = u.size {
+                m.size = Some(s);
+            }
+            if let Some(r) = &u.source_reply {
+                m.src_reply = Some(ReplyV1::from_api(r));
+            }
+            if let Some(r) = &u.dest_reply {
+                m.dst_reply = Some(ReplyV1::from_api(r));
+            }
+            if let Some(d) = &u.detail {
+                m.detail = Some(d.clone());
+            }
+            if let Some(i) = &u.intent {
+                m.intent = i.clone();
+            }
+            m.updated = now.0;
+            tx.members
+                .insert(&keys::member(id, index)[..], encode(&m))?;
+            Ok(m.to_api(index))
+        })
+    }
+
+    fn append_history(&self, id: JobId, event: HistoryEvent) -> Result<(), StoreError> {
+        self.write("append_history", |tx| {
+            let mut rec = tx_job(tx, id)?;
+            tx_history(
+                tx,
+                id,
+                &mut rec,
+                event.at,
+                &event.kind,
+                event.detail.as_deref(),
+            )?;
+            tx_put_job(tx, id, &rec)
+        })
+    }
+
+    fn due(&self, until: Timestamp, limit: usize) -> Result<Vec<(Timestamp, JobId)>, StoreError> {
+        self.guarded("due", || {
+            self.t
+                .due
+                .range(..=keys::due(until, JobId(u64::MAX)))
+                .keys()
+                .take(limit)
+                .map(|k| due_entry(&k.map_err(backend("due"))?))
+                .collect()
+        })
+    }
+
+    fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.guarded("next_due", || {
+            match self.t.due.first().map_err(backend("next_due"))? {
+                Some((k, _)) => Ok(Some(due_entry(&k)?.0)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        self.guarded("count_by_state", || {
+            let count = |f: StateFilter| -> Result<u64, StoreError> {
+                let mut n = 0;
+                for k in self.t.states.scan_prefix([keys::state_code(f)]).keys() {
+                    k.map_err(backend("count_by_state"))?;
+                    n += 1;
+                }
+                Ok(n)
+            };
+            Ok(StateCounts {
+                queued: count(StateFilter::Queued)?,
+                running: count(StateFilter::Running)?,
+                finished: count(StateFilter::Finished)?,
+                cancelled: count(StateFilter::Cancelled)?,
+            })
+        })
+    }
+
+    fn running_jobs(&self) -> Result<Vec<JobId>, StoreError> {
+        self.guarded("running_jobs", || {
+            self.index_ids(
+                "states index",
+                &self.t.states,
+                &[keys::state_code(StateFilter::Running)],
+                9,
+                None,
+            )
+            .collect()
+        })
+    }
+}
+
+/// The smallest id greater than `after`; `None` when there is none.
+fn first_after(after: Option<JobId>) -> Option<JobId> {
+    match after {
+        None => Some(JobId(0)),
+        Some(a) => a.0.checked_add(1).map(JobId),
+    }
+}
+
+fn due_entry(k: &IVec) -> Result<(Timestamp, JobId), StoreError> {
+    let id = keys::trailing_id("due index", k, 16)?;
+    let at = keys::u64_value("due index", k, &k[..8])?;
+    Ok((Timestamp(at), id))
+}
+
+fn member_index(k: &IVec) -> Result<u32, StoreError> {
+    if k.len() != 12 {
+        return Err(keys::corrupt_key(
+            "member",
+            k,
+            format!("key is {} bytes, expected 12", k.len()),
+        ));
+    }
+    keys::u32_value("member", k, &k[8..])
+}

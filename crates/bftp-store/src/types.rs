@@ -1,0 +1,234 @@
+//! The store's own view of a job: what goes in, what comes out. These are API types of the
+//! store, not its disk format (that is `record.rs`), so either can change alone.
+
+use std::fmt;
+use std::str::FromStr;
+
+use bftp_core::{
+    DestCommand, Disposition, FtpParams, JobState, MemberState, RetryPolicy, Timestamp,
+};
+
+/// A job's number, from the store's own counter: never reused, also after a crash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(pub u64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl FromStr for JobId {
+    type Err = std::num::ParseIntError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(JobId)
+    }
+}
+
+/// A keyed hash computed by the daemon (of a keyword, a request key, a request's parameters).
+/// The clear value never reaches the store.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KeyHash(pub [u8; 32]);
+
+impl fmt::Debug for KeyHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyHash({}…)", crate::record::hex(&self.0[..6]))
+    }
+}
+
+/// An encrypted secret (FTP password, ACCT), opaque to the store, stored byte for byte.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Sealed(pub Vec<u8>);
+
+impl fmt::Debug for Sealed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Sealed({} bytes)", self.0.len())
+    }
+}
+
+/// `bftp_core::Endpoint` with its secrets sealed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SealedEndpoint {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: Option<Sealed>,
+    pub acct: Option<Sealed>,
+    pub path: String,
+}
+
+/// `bftp_core::JobSpec` with sealed secrets and without the keyword (only its hash is kept,
+/// in [`NewJob::keyword_hash`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SealedSpec {
+    pub source: SealedEndpoint,
+    pub destination: Option<SealedEndpoint>,
+    pub disposition: Disposition,
+    pub dest_command: DestCommand,
+    pub params: FtpParams,
+    pub start_at: Timestamp,
+    /// Durations are kept to the millisecond.
+    pub retry: RetryPolicy,
+    pub notify: Vec<String>,
+    pub keyword_present: bool,
+}
+
+/// The idempotency key of a submission (SPEC §4.5), both parts hashed by the daemon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestKey {
+    pub key_hash: KeyHash,
+    /// Hash of the request's parameters: the same key with another fingerprint is refused.
+    pub fingerprint: KeyHash,
+}
+
+/// A job to create.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewJob {
+    pub owner_uid: u32,
+    pub spec: SealedSpec,
+    pub keyword_hash: Option<KeyHash>,
+    pub request: Option<RequestKey>,
+    pub created_at: Timestamp,
+    /// The members of a single-file job, known at submit. Empty for a wildcard job, whose
+    /// membership is frozen later by [`crate::JobStore::freeze_members`].
+    pub members: Vec<NewMember>,
+}
+
+/// A stored job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    pub id: JobId,
+    pub owner_uid: u32,
+    pub spec: SealedSpec,
+    pub state: JobState,
+    /// The number of the last attempt started (0 before the first).
+    pub attempts: u32,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub keyword_hash: Option<KeyHash>,
+    pub member_count: u32,
+    /// True once the membership is fixed: at submit when members were given, else after
+    /// `freeze_members` (SPEC §4.4: later attempts never list again).
+    pub members_frozen: bool,
+}
+
+/// One file of a job, as listed (name, and size and modify time where MLSD/SIZE/MDTM gave them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewMember {
+    pub name: String,
+    pub size: Option<u64>,
+    pub modified: Option<String>,
+}
+
+/// The last reply of one server for one member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LastReply {
+    /// `None` for a reply that had no numeric code.
+    pub code: Option<u16>,
+    pub text: String,
+}
+
+/// One file of a job and its ledger entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// 0-based, in the order of the frozen membership.
+    pub index: u32,
+    pub name: String,
+    pub size: Option<u64>,
+    pub modified: Option<String>,
+    pub state: MemberState,
+    pub attempts: u32,
+    pub bytes: Option<u64>,
+    pub source_reply: Option<LastReply>,
+    pub dest_reply: Option<LastReply>,
+    pub detail: Option<String>,
+    /// An unrepeatable effect about to be attempted and the evidence to resolve it after a
+    /// crash (SPEC §4.3), in the daemon's own encoding. Opaque to the store.
+    pub intent: Option<String>,
+    pub updated_at: Timestamp,
+}
+
+/// The fields of a member to change; `None` leaves a field as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberUpdate {
+    /// A terminal state is final: moving a terminal member to any other state is refused.
+    pub state: Option<MemberState>,
+    pub attempts: Option<u32>,
+    pub bytes: Option<u64>,
+    pub size: Option<u64>,
+    pub source_reply: Option<LastReply>,
+    pub dest_reply: Option<LastReply>,
+    pub detail: Option<String>,
+    /// `Some(None)` clears the intent once it is resolved.
+    pub intent: Option<Option<String>>,
+}
+
+/// One line of a job's history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryEvent {
+    pub at: Timestamp,
+    /// `submitted`, `start`, `requeue`, `finish`, `cancel`, `members`, or a kind the daemon
+    /// appends itself (`recovered`, ...).
+    pub kind: String,
+    pub detail: Option<String>,
+}
+
+/// The state part of a [`JobFilter`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StateFilter {
+    Queued,
+    Running,
+    Finished,
+    Cancelled,
+}
+
+impl StateFilter {
+    pub fn of(state: &JobState) -> StateFilter {
+        match state {
+            JobState::Queued { .. } => StateFilter::Queued,
+            JobState::Running { .. } => StateFilter::Running,
+            JobState::Finished { .. } => StateFilter::Finished,
+            JobState::Cancelled { .. } => StateFilter::Cancelled,
+        }
+    }
+}
+
+/// Which jobs [`crate::JobStore::list`] returns, in id order. All conditions must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobFilter {
+    /// `None`: every owner's jobs (admin).
+    pub owner: Option<u32>,
+    pub keyword_hash: Option<KeyHash>,
+    pub state: Option<StateFilter>,
+    pub limit: Option<usize>,
+}
+
+/// The outcome of a submission.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Submitted {
+    Created(Job),
+    /// The request key was seen before with the same parameters: this is that job.
+    Existing(Job),
+}
+
+impl Submitted {
+    pub fn job(&self) -> &Job {
+        match self {
+            Submitted::Created(j) | Submitted::Existing(j) => j,
+        }
+    }
+    pub fn into_job(self) -> Job {
+        match self {
+            Submitted::Created(j) | Submitted::Existing(j) => j,
+        }
+    }
+}
+
+/// Number of jobs in each state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateCounts {
+    pub queued: u64,
+    pub running: u64,
+    pub finished: u64,
+    pub cancelled: u64,
+}

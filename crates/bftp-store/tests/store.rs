@@ -1,0 +1,905 @@
+//! Behaviour of the store through the `JobStore` trait.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+
+use bftp_core::{InvalidTransition, JobEvent, JobOutcome, JobState, MemberState, Timestamp};
+use bftp_store::{
+    HistoryEvent, JobFilter, JobId, JobStore, LastReply, MemberUpdate, NewMember, StateCounts,
+    StateFilter, StoreError, Submitted,
+};
+use common::*;
+
+fn kinds(store: &dyn JobStore, id: JobId) -> Vec<String> {
+    store
+        .history(id)
+        .unwrap()
+        .into_iter()
+        .map(|h| h.kind)
+        .collect()
+}
+
+fn member_states(store: &dyn JobStore, id: JobId) -> Vec<MemberState> {
+    store
+        .members(id)
+        .unwrap()
+        .into_iter()
+        .map(|m| m.state)
+        .collect()
+}
+
+#[test]
+fn submit_then_get_preserves_every_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut new = with_members(job(1000), &["a.csv"]);
+    new.keyword_hash = Some(kh(9));
+    let created = match store.submit(new.clone()).unwrap() {
+        Submitted::Created(j) => j,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(created.id, JobId(1));
+    assert_eq!(
+        created.spec, new.spec,
+        "spec, sealed bytes included, must come back as given"
+    );
+    assert_eq!(created.owner_uid, 1000);
+    assert_eq!(
+        created.state,
+        JobState::Queued {
+            next_attempt_at: new.spec.start_at
+        }
+    );
+    assert_eq!(
+        (created.attempts, created.created_at, created.updated_at),
+        (0, T0, T0)
+    );
+    assert_eq!(created.keyword_hash, Some(kh(9)));
+    assert_eq!((created.member_count, created.members_frozen), (1, true));
+    assert_eq!(store.get(created.id).unwrap(), Some(created.clone()));
+    assert_eq!(store.get(JobId(99)).unwrap(), None);
+
+    let members = store.members(created.id).unwrap();
+    assert_eq!(members.len(), 1);
+    let m = &members[0];
+    assert_eq!(
+        (m.index, m.name.as_str(), m.size, m.state),
+        (0, "a.csv", Some(5), MemberState::Pending)
+    );
+    assert_eq!(
+        store.history(created.id).unwrap(),
+        vec![HistoryEvent {
+            at: T0,
+            kind: "submitted".into(),
+            detail: None
+        }]
+    );
+}
+
+#[test]
+fn ids_count_up_and_are_not_reused_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = open(dir.path());
+        for want in 1..=3 {
+            assert_eq!(store.submit(job(1)).unwrap().job().id, JobId(want));
+        }
+    }
+    let store = open(dir.path());
+    assert_eq!(store.submit(job(1)).unwrap().job().id, JobId(4));
+}
+
+#[test]
+fn request_key_same_fingerprint_is_the_same_job_other_fingerprint_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let first = store.submit(with_request(job(1), 1, 10)).unwrap();
+    assert!(matches!(first, Submitted::Created(_)));
+    let again = store.submit(with_request(job(1), 1, 10)).unwrap();
+    assert_eq!(again, Submitted::Existing(first.job().clone()));
+
+    let e = store.submit(with_request(job(1), 1, 11)).unwrap_err();
+    assert!(
+        matches!(e, StoreError::RequestKeyConflict { job: JobId(1) }),
+        "{e:?}"
+    );
+    assert!(e.is_refusal());
+
+    let other_key = store.submit(with_request(job(1), 2, 10)).unwrap();
+    assert_eq!(other_key.job().id, JobId(2));
+    assert_eq!(store.list(&JobFilter::default()).unwrap().len(), 2);
+    assert_eq!(
+        kinds(&store, JobId(1)),
+        ["submitted"],
+        "a replay adds no history"
+    );
+}
+
+#[test]
+fn sixteen_concurrent_submits_with_one_key_make_one_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(open(dir.path()));
+    let barrier = Arc::new(Barrier::new(16));
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            let (store, barrier) = (Arc::clone(&store), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                store.submit(with_request(job(7), 42, 43)).unwrap()
+            })
+        })
+        .collect();
+    let results: Vec<Submitted> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let created = results
+        .iter()
+        .filter(|r| matches!(r, Submitted::Created(_)))
+        .count();
+    assert_eq!(created, 1);
+    assert!(results.iter().all(|r| r.job().id == JobId(1)));
+    assert_eq!(store.list(&JobFilter::default()).unwrap().len(), 1);
+}
+
+#[test]
+fn concurrent_submits_without_keys_get_distinct_ids_and_share_flushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(open(dir.path()));
+    let before = store.flush_count();
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                (0..10)
+                    .map(|_| store.submit(job(1)).unwrap().job().id)
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut ids: Vec<JobId> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids, (1..=160).map(JobId).collect::<Vec<_>>());
+    let flushes = store.flush_count() - before;
+    assert!(
+        flushes <= 160,
+        "at most one flush per submit, got {flushes}"
+    );
+}
+
+#[test]
+fn keyword_index_finds_jobs_and_the_keyword_is_never_stored_in_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    // The daemon hashes the keyword; the store must never see or write the clear text.
+    let keyword = "zebra-keyword-5f0c1d";
+    {
+        let store = open(dir.path());
+        let tagged = |owner, h| {
+            let mut j = job(owner);
+            j.keyword_hash = Some(kh(h));
+            j
+        };
+        store.submit(tagged(1, 0xaa)).unwrap();
+        store.submit(tagged(2, 0xaa)).unwrap();
+        store.submit(tagged(1, 0xbb)).unwrap();
+        store.submit(job(1)).unwrap();
+
+        let ids = |f: JobFilter| {
+            store
+                .list(&f)
+                .unwrap()
+                .into_iter()
+                .map(|j| j.id.0)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            ids(JobFilter {
+                keyword_hash: Some(kh(0xaa)),
+                ..Default::default()
+            }),
+            [1, 2]
+        );
+        assert_eq!(
+            ids(JobFilter {
+                keyword_hash: Some(kh(0xaa)),
+                owner: Some(2),
+                ..Default::default()
+            }),
+            [2]
+        );
+        let aa = JobFilter {
+            keyword_hash: Some(kh(0xaa)),
+            ..Default::default()
+        };
+        let page: Vec<u64> = store
+            .list_after(&aa, Some(JobId(1)))
+            .unwrap()
+            .iter()
+            .map(|j| j.id.0)
+            .collect();
+        assert_eq!(page, [2]);
+        assert_eq!(
+            ids(JobFilter {
+                keyword_hash: Some(kh(0xbb)),
+                ..Default::default()
+            }),
+            [3]
+        );
+        assert!(ids(JobFilter {
+            keyword_hash: Some(kh(0xcc)),
+            ..Default::default()
+        })
+        .is_empty());
+    }
+    let raw = all_bytes(dir.path());
+    assert!(!contains(&raw, keyword.as_bytes()));
+    // The hash itself is what the index holds.
+    assert!(contains(&raw, &[0xaa; 32]));
+}
+
+#[test]
+fn list_filters_by_owner_and_state_with_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    for owner in [1, 2, 1, 1, 2] {
+        store.submit(job(owner)).unwrap();
+    }
+    store
+        .apply(JobId(3), JobEvent::Start { attempt: 1 }, at(100), None)
+        .unwrap();
+    store
+        .apply(JobId(2), JobEvent::Cancel, at(100), None)
+        .unwrap();
+    let ids = |f: JobFilter| {
+        store
+            .list(&f)
+            .unwrap()
+            .into_iter()
+            .map(|j| j.id.0)
+            .collect::<Vec<_>>()
+    };
+    let cases: &[(JobFilter, &[u64])] = &[
+        (JobFilter::default(), &[1, 2, 3, 4, 5]),
+        (
+            JobFilter {
+                owner: Some(1),
+                ..Default::default()
+            },
+            &[1, 3, 4],
+        ),
+        (
+            JobFilter {
+                owner: Some(2),
+                ..Default::default()
+            },
+            &[2, 5],
+        ),
+        (
+            JobFilter {
+                owner: Some(3),
+                ..Default::default()
+            },
+            &[],
+        ),
+        (
+            JobFilter {
+                owner: Some(1),
+                limit: Some(2),
+                ..Default::default()
+            },
+            &[1, 3],
+        ),
+        (
+            JobFilter {
+                limit: Some(0),
+                ..Default::default()
+            },
+            &[],
+        ),
+        (
+            JobFilter {
+                limit: Some(4),
+                ..Default::default()
+            },
+            &[1, 2, 3, 4],
+        ),
+        (
+            JobFilter {
+                state: Some(StateFilter::Queued),
+                ..Default::default()
+            },
+            &[1, 4, 5],
+        ),
+        (
+            JobFilter {
+                state: Some(StateFilter::Running),
+                ..Default::default()
+            },
+            &[3],
+        ),
+        (
+            JobFilter {
+                state: Some(StateFilter::Cancelled),
+                ..Default::default()
+            },
+            &[2],
+        ),
+        (
+            JobFilter {
+                state: Some(StateFilter::Finished),
+                ..Default::default()
+            },
+            &[],
+        ),
+        (
+            JobFilter {
+                owner: Some(1),
+                state: Some(StateFilter::Queued),
+                ..Default::default()
+            },
+            &[1, 4],
+        ),
+        (
+            JobFilter {
+                owner: Some(2),
+                state: Some(StateFilter::Queued),
+                limit: Some(1),
+                ..Default::default()
+            },
+            &[5],
+        ),
+    ];
+    for (f, want) in cases {
+        assert_eq!(ids(f.clone()), *want, "{f:?}");
+    }
+    assert_eq!(
+        store.count_by_state().unwrap(),
+        StateCounts {
+            queued: 3,
+            running: 1,
+            finished: 0,
+            cancelled: 1
+        }
+    );
+}
+
+#[test]
+fn transitions_move_the_due_index_and_write_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let id = store.submit(job(1)).unwrap().job().id;
+    let start = at(60);
+    assert_eq!(store.due(Timestamp(start.0 - 1), 10).unwrap(), []);
+    assert_eq!(store.due(start, 10).unwrap(), [(start, id)]);
+    assert_eq!(store.next_due().unwrap(), Some(start));
+
+    let j = store
+        .apply(id, JobEvent::Start { attempt: 1 }, at(61), None)
+        .unwrap();
+    assert_eq!(
+        j.state,
+        JobState::Running {
+            attempt: 1,
+            started_at: at(61)
+        }
+    );
+    assert_eq!((j.attempts, j.updated_at), (1, at(61)));
+    assert_eq!(store.due(at(10_000), 10).unwrap(), []);
+    assert_eq!(store.next_due().unwrap(), None);
+    assert_eq!(store.running_jobs().unwrap(), [id]);
+
+    let retry_at = at(700);
+    store
+        .apply(
+            id,
+            JobEvent::Requeue {
+                next_attempt_at: retry_at,
+            },
+            at(70),
+            Some("421 from source".into()),
+        )
+        .unwrap();
+    assert_eq!(store.due(at(10_000), 10).unwrap(), [(retry_at, id)]);
+    assert_eq!(store.running_jobs().unwrap(), []);
+
+    let j = store
+        .apply(id, JobEvent::Start { attempt: 2 }, at(701), None)
+        .unwrap();
+    assert_eq!(j.attempts, 2);
+    let j = store
+        .apply(
+            id,
+            JobEvent::Finish {
+                outcome: JobOutcome::Succeeded,
+            },
+            at(750),
+            None,
+        )
+        .unwrap();
+    assert_eq!(
+        j.state,
+        JobState::Finished {
+            outcome: JobOutcome::Succeeded,
+            at: at(750)
+        }
+    );
+    assert_eq!(store.due(Timestamp(u64::MAX), 10).unwrap(), []);
+    assert_eq!(store.running_jobs().unwrap(), []);
+    assert_eq!(
+        store.count_by_state().unwrap(),
+        StateCounts {
+            finished: 1,
+            ..Default::default()
+        }
+    );
+
+    let h = store.history(id).unwrap();
+    let got: Vec<(&str, Timestamp, Option<&str>)> = h
+        .iter()
+        .map(|e| (e.kind.as_str(), e.at, e.detail.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("submitted", T0, None),
+            ("start", at(61), None),
+            ("requeue", at(70), Some("421 from source")),
+            ("start", at(701), None),
+            ("finish", at(750), None),
+        ]
+    );
+}
+
+#[test]
+fn due_is_ordered_by_time_then_id_and_limited() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    for secs in [300, 100, 200, 100] {
+        let mut j = job(1);
+        j.spec.start_at = at(secs);
+        store.submit(j).unwrap();
+    }
+    assert_eq!(
+        store.due(at(250), 10).unwrap(),
+        [
+            (at(100), JobId(2)),
+            (at(100), JobId(4)),
+            (at(200), JobId(3))
+        ]
+    );
+    assert_eq!(
+        store.due(at(1000), 2).unwrap(),
+        [(at(100), JobId(2)), (at(100), JobId(4))]
+    );
+    assert_eq!(store.next_due().unwrap(), Some(at(100)));
+}
+
+#[test]
+fn an_invalid_transition_is_a_refusal_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let id = store.submit(job(1)).unwrap().job().id;
+    store.apply(id, JobEvent::Cancel, at(5), None).unwrap();
+    let before = (store.get(id).unwrap(), store.history(id).unwrap());
+    let cases = [
+        (JobEvent::Start { attempt: 1 }, "start"),
+        (JobEvent::Cancel, "cancel"),
+        (
+            JobEvent::Requeue {
+                next_attempt_at: at(9),
+            },
+            "requeue",
+        ),
+        (
+            JobEvent::Finish {
+                outcome: JobOutcome::Failed,
+            },
+            "finish",
+        ),
+    ];
+    for (event, name) in cases {
+        match store.apply(id, event, at(6), None) {
+            Err(StoreError::InvalidTransition {
+                job,
+                source: InvalidTransition { from, event },
+            }) => {
+                assert_eq!((job, from, event), (id, "cancelled", name));
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    assert_eq!((store.get(id).unwrap(), store.history(id).unwrap()), before);
+    assert!(store.due(Timestamp(u64::MAX), 10).unwrap().is_empty());
+
+    let e = store
+        .apply(JobId(77), JobEvent::Cancel, at(6), None)
+        .unwrap_err();
+    assert!(matches!(e, StoreError::NotFound(JobId(77))), "{e:?}");
+}
+
+#[test]
+fn cancel_marks_pending_members_cancelled_in_the_same_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let id = store
+        .submit(with_members(job(1), &["a", "b", "c"]))
+        .unwrap()
+        .job()
+        .id;
+    store
+        .apply(id, JobEvent::Start { attempt: 1 }, at(61), None)
+        .unwrap();
+    let done = MemberUpdate {
+        state: Some(MemberState::Succeeded),
+        bytes: Some(10),
+        ..Default::default()
+    };
+    store.update_member(id, 0, done, at(62)).unwrap();
+    let j = store
+        .apply(id, JobEvent::Cancel, at(63), Some("by uid 1".into()))
+        .unwrap();
+    assert_eq!(j.state, JobState::Cancelled { at: at(63) });
+    assert_eq!(
+        member_states(&store, id),
+        [
+            MemberState::Succeeded,
+            MemberState::Cancelled,
+            MemberState::Cancelled
+        ]
+    );
+    assert_eq!(store.members(id).unwrap()[1].updated_at, at(63));
+    assert_eq!(kinds(&store, id), ["submitted", "start", "cancel"]);
+    assert_eq!(store.running_jobs().unwrap(), []);
+}
+
+#[test]
+fn settle_and_finish_fails_the_pending_members_and_derives_the_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let id = store
+        .submit(with_members(job(1), &["a", "b", "c"]))
+        .unwrap()
+        .job()
+        .id;
+    store
+        .apply(id, JobEvent::Start { attempt: 1 }, at(61), None)
+        .unwrap();
+    store
+        .update_member(
+            id,
+            1,
+            MemberUpdate {
+                state: Some(MemberState::Succeeded),
+                ..Default::default()
+            },
+            at(62),
+        )
+        .unwrap();
+    let j = store
+        .settle_and_finish(
+            id,
+            MemberState::FailedRetriesExhausted,
+            at(63),
+            Some("20 attempts".into()),
+        )
+        .unwrap();
+    assert_eq!(
+        j.state,
+        JobState::Finished {
+            outcome: JobOutcome::Partial,
+            at: at(63)
+        }
+    );
+    let ms = store.members(id).unwrap();
+    assert_eq!(
+        ms.iter().map(|m| m.state).collect::<Vec<_>>(),
+        [
+            MemberState::FailedRetriesExhausted,
+            MemberState::Succeeded,
+            MemberState::FailedRetriesExhausted
+        ]
+    );
+    assert_eq!(ms[0].detail.as_deref(), Some("20 attempts"));
+    assert_eq!(ms[1].detail, None);
+
+    // A job-level failure with no member succeeded (login refused).
+    let id2 = store.submit(with_members(job(1), &["x"])).unwrap().job().id;
+    let j = store
+        .settle_and_finish(
+            id2,
+            MemberState::FailedPermanent,
+            at(64),
+            Some("530 Login incorrect.".into()),
+        )
+        .unwrap();
+    assert_eq!(
+        j.state,
+        JobState::Finished {
+            outcome: JobOutcome::Failed,
+            at: at(64)
+        }
+    );
+    // Finished is final.
+    let e = store
+        .settle_and_finish(id2, MemberState::FailedPermanent, at(65), None)
+        .unwrap_err();
+    assert!(matches!(e, StoreError::InvalidTransition { .. }), "{e:?}");
+}
+
+#[test]
+fn membership_is_frozen_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let id = store.submit(job(1)).unwrap().job().id;
+    let j = store.get(id).unwrap().unwrap();
+    assert_eq!((j.member_count, j.members_frozen), (0, false));
+    let listed = vec![
+        NewMember {
+            name: "a.csv".into(),
+            size: Some(1),
+            modified: Some("20261130120000".into()),
+        },
+        NewMember {
+            name: "b.csv".into(),
+            size: None,
+            modified: None,
+        },
+    ];
+    store.freeze_members(id, listed.clone(), at(61)).unwrap();
+    let j = store.get(id).unwrap().unwrap();
+    assert_eq!((j.member_count, j.members_frozen), (2, true));
+    let ms = store.members(id).unwrap();
+    assert_eq!(
+        ms.iter()
+            .map(|m| (m.index, m.name.as_str(), m.size, m.modified.as_deref()))
+            .collect::<Vec<_>>(),
+        [
+            (0, "a.csv", Some(1), Some("20261130120000")),
+            (1, "b.csv", None, None)
+        ]
+    );
+    let e = store
+        .freeze_members(id, listed.clone(), at(62))
+        .unwrap_err();
+    assert!(
+        matches!(e, StoreError::MembersAlreadyFrozen { job } if job == id),
+        "{e:?}"
+    );
+    assert_eq!(store.members(id).unwrap().len(), 2);
+    assert_eq!(
+        store.history(id).unwrap().last().unwrap().detail.as_deref(),
+        Some("2 members frozen")
+    );
+
+    // An empty listing is a frozen membership too.
+    let empty = store.submit(job(1)).unwrap().job().id;
+    store.freeze_members(empty, vec![], at(61)).unwrap();
+    assert!(matches!(
+        store.freeze_members(empty, listed.clone(), at(62)),
+        Err(StoreError::MembersAlreadyFrozen { .. })
+    ));
+
+    // Given at submit: frozen from the start.
+    let single = store.submit(with_members(job(1), &["x"])).unwrap().job().id;
+    assert!(matches!(
+        store.freeze_members(single, listed.clone(), at(62)),
+        Err(StoreError::MembersAlreadyFrozen { .. })
+    ));
+
+    let cancelled = store.submit(job(1)).unwrap().job().id;
+    store
+        .apply(cancelled, JobEvent::Cancel, at(61), None)
+        .unwrap();
+    let e = store.freeze_members(cancelled, listed, at(62)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            StoreError::JobIsFinal {
+                state: "cancelled",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn member_updates_set_fields_and_terminal_states_are_final() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let id = store
+        .submit(with_members(job(1), &["a", "b"]))
+        .unwrap()
+        .job()
+        .id;
+    let u = MemberUpdate {
+        attempts: Some(1),
+        bytes: Some(4096),
+        source_reply: Some(LastReply {
+            code: Some(226),
+            text: "Transfer complete.".into(),
+        }),
+        dest_reply: Some(LastReply {
+            code: None,
+            text: "garbled".into(),
+        }),
+        detail: Some("sizes match".into()),
+        intent: Some(Some("APPE dest_size=100".into())),
+        ..Default::default()
+    };
+    let m = store.update_member(id, 0, u, at(70)).unwrap();
+    assert_eq!(
+        (m.attempts, m.bytes, m.updated_at, m.state),
+        (1, Some(4096), at(70), MemberState::Pending)
+    );
+    assert_eq!(m.intent.as_deref(), Some("APPE dest_size=100"));
+    assert_eq!(store.members(id).unwrap()[0], m);
+
+    let m = store
+        .update_member(
+            id,
+            0,
+            MemberUpdate {
+                state: Some(MemberState::Succeeded),
+                intent: Some(None),
+                ..Default::default()
+            },
+            at(71),
+        )
+        .unwrap();
+    assert_eq!(
+        (m.state, m.intent, m.bytes),
+        (MemberState::Succeeded, None, Some(4096))
+    );
+
+    for back in [MemberState::Pending, MemberState::Uncertain] {
+        let e = store
+            .update_member(
+                id,
+                0,
+                MemberUpdate {
+                    state: Some(back),
+                    ..Default::default()
+                },
+                at(72),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                StoreError::MemberIsTerminal {
+                    index: 0,
+                    state: "succeeded",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+    // Same state again and other fields are fine on a terminal member.
+    store
+        .update_member(
+            id,
+            0,
+            MemberUpdate {
+                state: Some(MemberState::Succeeded),
+                detail: Some("x".into()),
+                ..Default::default()
+            },
+            at(73),
+        )
+        .unwrap();
+
+    let e = store
+        .update_member(id, 2, MemberUpdate::default(), at(72))
+        .unwrap_err();
+    assert!(
+        matches!(e, StoreError::MemberNotFound { index: 2, .. }),
+        "{e:?}"
+    );
+    let e = store
+        .update_member(JobId(9), 0, MemberUpdate::default(), at(72))
+        .unwrap_err();
+    assert!(matches!(e, StoreError::NotFound(JobId(9))), "{e:?}");
+}
+
+#[test]
+fn the_daemon_can_append_its_own_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let id = store.submit(job(1)).unwrap().job().id;
+    let ev = HistoryEvent {
+        at: at(5),
+        kind: "recovered".into(),
+        detail: Some("restart".into()),
+    };
+    store.append_history(id, ev.clone()).unwrap();
+    store
+        .apply(id, JobEvent::Start { attempt: 1 }, at(6), None)
+        .unwrap();
+    assert_eq!(kinds(&store, id), ["submitted", "recovered", "start"]);
+    assert_eq!(store.history(id).unwrap()[1], ev);
+    assert!(matches!(
+        store.append_history(JobId(5), ev),
+        Err(StoreError::NotFound(JobId(5)))
+    ));
+    assert!(matches!(
+        store.history(JobId(5)),
+        Err(StoreError::NotFound(JobId(5)))
+    ));
+    assert!(matches!(
+        store.members(JobId(5)),
+        Err(StoreError::NotFound(JobId(5)))
+    ));
+}
+
+#[test]
+fn reopening_after_drop_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = |s: &dyn JobStore| {
+        let jobs = s.list(&JobFilter::default()).unwrap();
+        let detail: Vec<_> = jobs
+            .iter()
+            .map(|j| (s.history(j.id).unwrap(), s.members(j.id).unwrap()))
+            .collect();
+        (
+            jobs,
+            detail,
+            s.due(Timestamp(u64::MAX), 100).unwrap(),
+            s.count_by_state().unwrap(),
+            s.running_jobs().unwrap(),
+        )
+    };
+    let before = {
+        let store = open(dir.path());
+        let mut kw = with_request(with_members(job(1), &["a", "b"]), 1, 2);
+        kw.keyword_hash = Some(kh(3));
+        store.submit(kw).unwrap();
+        store.submit(job(2)).unwrap();
+        store.submit(job(3)).unwrap();
+        store
+            .apply(JobId(1), JobEvent::Start { attempt: 1 }, at(61), None)
+            .unwrap();
+        store
+            .update_member(
+                JobId(1),
+                0,
+                MemberUpdate {
+                    state: Some(MemberState::Succeeded),
+                    ..Default::default()
+                },
+                at(62),
+            )
+            .unwrap();
+        store
+            .apply(JobId(2), JobEvent::Cancel, at(63), None)
+            .unwrap();
+        store
+            .freeze_members(
+                JobId(3),
+                vec![NewMember {
+                    name: "z".into(),
+                    size: None,
+                    modified: None,
+                }],
+                at(64),
+            )
+            .unwrap();
+        snapshot(&store)
+    };
+    let store = open(dir.path());
+    assert_eq!(snapshot(&store), before);
+    assert_eq!(
+        store.submit(with_request(job(1), 1, 2)).unwrap(),
+        Submitted::Existing(before.0[0].clone())
+    );
+    let kw = JobFilter {
+        keyword_hash: Some(kh(3)),
+        ..Default::default()
+    };
+    assert_eq!(store.list(&kw).unwrap().len(), 1);
+    let v = store.verify().unwrap();
+    assert_eq!((v.jobs, v.members, v.requests), (3, 3, 1));
+}

@@ -1,0 +1,206 @@
+//! `bftp`, the front end of bftpd: submit, inspect and cancel server-to-server FTP transfer
+//! jobs. It never touches the store or an FTP server; it talks HTTP/JSON to bftpd on a Unix
+//! socket (SPEC §7).
+//!
+//! Exit codes (see [`exit::Exit`]):
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success |
+//! | 1 | unexpected error (I/O failure, bftpd internal error, ...) |
+//! | 2 | usage error (bad command line) |
+//! | 3 | bftpd is not reachable (socket missing or connection refused; HTTP 503) |
+//! | 4 | the request is invalid: rejected by bftpd (HTTP 400, or 403 for a forbidden host) or by bftp's own checks |
+//! | 5 | not found (HTTP 404): no such job, or not yours |
+//! | 6 | conflict (HTTP 409): request key reused with other parameters, or the job already finished |
+//! | 7 | permission denied on the bftpd socket (EACCES) |
+
+mod cancel;
+mod client;
+mod exit;
+mod netrc;
+mod output;
+mod password;
+mod status;
+mod submit;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use bftp_api::ErrorBody;
+use bftp_core::Timestamp;
+use clap::{Parser, Subcommand};
+
+use crate::client::Client;
+use crate::exit::{exit_of, failure_of, Exit, EXIT_CODES_HELP};
+
+// No `Debug`: the arguments hold URLs, which may hold passwords.
+#[derive(Parser)]
+#[command(
+    name = "bftp",
+    version,
+    about = "Queue server-to-server FTP transfers with bftpd, and follow them",
+    after_help = EXIT_CODES_HELP,
+)]
+pub struct Cli {
+    /// bftpd's socket
+    #[arg(
+        long,
+        global = true,
+        env = "BFTP_SOCKET",
+        value_name = "PATH",
+        default_value = "/run/bftpd/bftpd.sock"
+    )]
+    pub socket: PathBuf,
+
+    /// Machine output: bftpd's JSON answer as-is (errors too, as {"kind","message"} on stdout)
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Queue a transfer: SOURCE_URL to DEST_URL, run later by bftpd with retries.
+    ///
+    /// Passwords, per side, first found wins: the URL (warned: `ps` shows it),
+    /// --source-password-file/--dest-password-file (first line), BFTP_SOURCE_PASSWORD /
+    /// BFTP_DEST_PASSWORD, ~/.netrc (or $NETRC), a prompt if stdin is a terminal and the
+    /// user is not anonymous.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Submit(Box<submit::SubmitArgs>),
+    /// Show one job with its files, or list your jobs.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Status(status::StatusArgs),
+    /// Cancel a job that has not finished.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Cancel(cancel::CancelArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // --help and --version are not errors.
+            return if e.use_stderr() {
+                ExitCode::from(Exit::Usage.code())
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            report(&cli, &err);
+            ExitCode::from(exit_of(&err).code())
+        }
+    }
+}
+
+fn run(cli: &Cli) -> anyhow::Result<()> {
+    let client = Client::new(&cli.socket);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let text = match &cli.command {
+        Command::Submit(args) => {
+            // Outside the runtime: this may prompt on the terminal.
+            let now = Timestamp::from_system(std::time::SystemTime::now());
+            let prepared = submit::prepare(args, &password::Sources::from_process(), now)?;
+            for w in &prepared.warnings {
+                eprintln!("bftp: {w}");
+            }
+            rt.block_on(submit::run(&client, &prepared, cli.json))?
+        }
+        Command::Status(args) => rt.block_on(status::run(&client, args, cli.json))?,
+        Command::Cancel(args) => rt.block_on(cancel::run(&client, args, cli.json))?,
+    };
+    output::emit(&text)
+}
+
+/// One line on stderr; under `--json` also the error as JSON on stdout.
+fn report(cli: &Cli, err: &anyhow::Error) {
+    eprintln!("bftp: {}", output::sanitize(&format!("{err:#}")));
+    if cli.json {
+        let _ = output::emit(&error_json(err));
+    }
+}
+
+/// bftpd's own error body when it sent one, else an [`ErrorBody`] made here.
+fn error_json(err: &anyhow::Error) -> String {
+    let from_daemon = failure_of(err)
+        .and_then(|f| f.body.as_deref())
+        .and_then(|b| output::pretty_json(b).ok());
+    from_daemon.unwrap_or_else(|| {
+        let body = ErrorBody {
+            kind: exit_of(err).kind().to_string(),
+            message: format!("{err:#}"),
+            job_id: None,
+        };
+        let mut s = serde_json::to_string_pretty(&body).unwrap_or_default();
+        s.push('\n');
+        s
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn help_documents_exit_codes() {
+        let help = Cli::command().render_long_help().to_string();
+        assert!(
+            help.contains("Exit codes:") && help.contains("7  permission denied"),
+            "{help}"
+        );
+        for code in 0..=7u8 {
+            assert!(
+                EXIT_CODES_HELP.contains(&format!("  {code}  ")),
+                "exit code {code} undocumented"
+            );
+        }
+        assert_eq!(Exit::PermissionDenied.code(), 7);
+    }
+
+    #[test]
+    fn json_errors() {
+        let daemon = anyhow::Error::new(exit::Failure::from_response(
+            409,
+            "Conflict",
+            br#"{"kind":"conflict","message":"m","job_id":3}"#,
+        ))
+        .context("submitting the job");
+        assert_eq!(
+            error_json(&daemon),
+            "{\n  \"kind\": \"conflict\",\n  \"message\": \"m\",\n  \"job_id\": 3\n}\n"
+        );
+        let local = anyhow::Error::new(exit::Failure::invalid("--start: bad")).context("x");
+        let v: ErrorBody = serde_json::from_str(&error_json(&local)).unwrap();
+        assert_eq!(
+            (v.kind.as_str(), v.message.as_str()),
+            ("invalid_request", "x: --start: bad")
+        );
+        let v: ErrorBody = serde_json::from_str(&error_json(&anyhow::anyhow!("boom"))).unwrap();
+        assert_eq!(v.kind, "internal");
+    }
+
+    #[test]
+    fn global_options_anywhere() {
+        let cli = Cli::try_parse_from(["bftp", "status", "--json", "--socket", "/tmp/s"]).unwrap();
+        assert!(cli.json);
+        assert_eq!(cli.socket, PathBuf::from("/tmp/s"));
+    }
+}

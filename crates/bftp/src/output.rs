@@ -1,0 +1,378 @@
+//! What `bftp` prints: bftpd's JSON as-is (pretty) under `--json`, tables for people.
+
+use std::io::{self, Write};
+
+use bftp_api::{EndpointView, JobView, MemberView, ReplyView};
+
+/// Writes to stdout; a closed pipe (`bftp status | head`) is not an error.
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
+/// The JSON document re-indented, every field kept in its order, unknown ones included.
+pub fn pretty_json(raw: &[u8]) -> anyhow::Result<String> {
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::pretty(&mut out);
+    serde_transcode::transcode(&mut de, &mut ser)?;
+    de.end()?;
+    out.push(b'\n');
+    Ok(String::from_utf8(out)?)
+}
+
+/// Text from a server or the daemon, made safe for a terminal: control characters (escape
+/// sequences, CR that overwrites a line) are shown escaped.
+pub fn sanitize(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+fn clip(s: &str, max: usize) -> String {
+    let s = sanitize(s);
+    if s.chars().count() <= max {
+        s
+    } else {
+        let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// Columns padded to their widest cell; the last column is not padded.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut l = String::new();
+        for (i, cell) in cells.enumerate() {
+            if i + 1 < widths.len() {
+                l.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            } else {
+                l.push_str(cell);
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&mut headers.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+/// `queued`, `running #3`, `finished: partial`, `cancelled`.
+pub fn state_word(job: &JobView) -> String {
+    match (job.state.as_str(), &job.outcome, job.attempt) {
+        ("running", _, Some(n)) => format!("running #{n}"),
+        ("cancelled", _, _) => "cancelled".to_string(),
+        (state, Some(outcome), _) => format!("{state}: {outcome}"),
+        (state, None, _) => state.to_string(),
+    }
+    .chars()
+    .map(|c| if c.is_control() { '?' } else { c })
+    .collect()
+}
+
+fn transfer(job: &JobView) -> String {
+    match &job.destination {
+        Some(d) => format!("{} → {}", sanitize(&job.source.url), sanitize(&d.url)),
+        None => format!(
+            "{} ({})",
+            sanitize(&job.source.url),
+            sanitize(&job.disposition)
+        ),
+    }
+}
+
+pub fn job_list(jobs: &[JobView]) -> String {
+    if jobs.is_empty() {
+        return "no jobs\n".to_string();
+    }
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            vec![
+                j.id.to_string(),
+                state_word(j),
+                j.next_attempt_at.as_deref().map_or("-".into(), sanitize),
+                j.attempts.to_string(),
+                transfer(j),
+            ]
+        })
+        .collect();
+    table(
+        &["ID", "STATE", "NEXT ATTEMPT", "ATTEMPTS", "TRANSFER"],
+        &rows,
+    )
+}
+
+fn endpoint(e: &EndpointView) -> String {
+    let mut s = sanitize(&e.url);
+    let mut notes = Vec::new();
+    if e.has_password {
+        notes.push("password set");
+    }
+    if e.has_acct {
+        notes.push("ACCT set");
+    }
+    if !notes.is_empty() {
+        s.push_str(&format!(" ({})", notes.join(", ")));
+    }
+    s
+}
+
+fn reply(r: &Option<ReplyView>) -> String {
+    match r {
+        None => "-".to_string(),
+        Some(r) => {
+            let code = r.code.map_or("???".to_string(), |c| c.to_string());
+            clip(&format!("{code} {}", r.text.trim()), 48)
+        }
+    }
+}
+
+fn bytes(m: &MemberView) -> String {
+    match (m.bytes, m.size) {
+        (Some(b), Some(s)) if b != s => format!("{b}/{s}"),
+        (Some(b), _) => b.to_string(),
+        (None, Some(s)) => format!("-/{s}"),
+        (None, None) => "-".to_string(),
+    }
+}
+
+/// One job: its parameters, the per-file ledger and the history.
+pub fn job_detail(job: &JobView) -> String {
+    let opt = |o: &Option<String>| o.as_deref().map_or("-".to_string(), sanitize);
+    let mut fields: Vec<(&str, String)> = vec![
+        ("state", state_word(job)),
+        ("source", endpoint(&job.source)),
+    ];
+    if let Some(d) = &job.destination {
+        fields.push(("destination", endpoint(d)));
+    }
+    fields.extend([
+        (
+            "transfer",
+            sanitize(&format!(
+                "{}, {}, TYPE {}, MODE {}, STRU {}",
+                job.disposition, job.dest_command, job.transfer_type, job.mode, job.structure
+            )),
+        ),
+        ("start", sanitize(&job.start_at)),
+        ("next attempt", opt(&job.next_attempt_at)),
+        ("attempts", job.attempts.to_string()),
+        (
+            "retry",
+            sanitize(&format!(
+                "first {}, factor {}, cap {}, at most {} attempts, deadline {}",
+                job.retry.first_interval,
+                job.retry.factor,
+                job.retry.cap,
+                job.retry.max_attempts,
+                job.retry.deadline
+            )),
+        ),
+        (
+            "notify",
+            if job.notify.is_empty() {
+                "-".to_string()
+            } else {
+                sanitize(&job.notify.join(", "))
+            },
+        ),
+        (
+            "keyword",
+            if job.has_keyword { "yes" } else { "no" }.to_string(),
+        ),
+        ("owner uid", job.owner_uid.to_string()),
+        ("created", sanitize(&job.created_at)),
+        ("updated", sanitize(&job.updated_at)),
+        ("finished", opt(&job.finished_at)),
+    ]);
+    let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = format!("job {}\n", job.id);
+    for (k, v) in &fields {
+        out.push_str(&format!("  {k:<width$}  {v}\n"));
+    }
+
+    out.push_str(&format!("\nfiles ({}):\n", job.members.len()));
+    if !job.members.is_empty() {
+        let rows: Vec<Vec<String>> = job
+            .members
+            .iter()
+            .map(|m| {
+                vec![
+                    m.index.to_string(),
+                    clip(&m.name, 40),
+                    sanitize(&m.state),
+                    m.attempts.to_string(),
+                    bytes(m),
+                    reply(&m.source_reply),
+                    reply(&m.dest_reply),
+                    m.detail.as_deref().map_or(String::new(), |d| clip(d, 60)),
+                ]
+            })
+            .collect();
+        let t = table(
+            &[
+                "#",
+                "NAME",
+                "STATE",
+                "ATTEMPTS",
+                "BYTES",
+                "SOURCE REPLY",
+                "DESTINATION REPLY",
+                "DETAIL",
+            ],
+            &rows,
+        );
+        for l in t.lines() {
+            out.push_str(&format!("  {l}\n"));
+        }
+    }
+
+    if !job.history.is_empty() {
+        out.push_str("\nhistory:\n");
+        for e in &job.history {
+            let detail = e
+                .detail
+                .as_deref()
+                .map_or(String::new(), |d| format!("  {}", sanitize(d)));
+            out.push_str(&format!(
+                "  {}  {}{detail}\n",
+                sanitize(&e.at),
+                sanitize(&e.event)
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use bftp_api::{EventView, RetryView};
+
+    pub(crate) fn job(id: u64) -> JobView {
+        let ep = |host: &str, path: &str| EndpointView {
+            host: host.into(),
+            port: 21,
+            user: "alice".into(),
+            path: path.into(),
+            has_password: true,
+            has_acct: false,
+            url: format!("ftp://alice@{host}:21/{path}"),
+        };
+        JobView {
+            id,
+            owner_uid: 1000,
+            state: "queued".into(),
+            outcome: None,
+            next_attempt_at: Some("2026-12-01T08:00:00Z".into()),
+            attempt: None,
+            attempts: 1,
+            created_at: "2026-12-01T07:00:00Z".into(),
+            updated_at: "2026-12-01T07:10:00Z".into(),
+            finished_at: None,
+            source: ep("src", "pub/*.csv"),
+            destination: Some(ep("dst", "in")),
+            disposition: "copy".into(),
+            dest_command: "replace".into(),
+            transfer_type: "I".into(),
+            mode: "S".into(),
+            structure: "F".into(),
+            start_at: "2026-12-01T07:00:00Z".into(),
+            retry: RetryView {
+                first_interval: "10m".into(),
+                factor: 2.0,
+                cap: "4h".into(),
+                max_attempts: 20,
+                deadline: "3days".into(),
+            },
+            notify: vec!["alice@example.org".into()],
+            has_keyword: true,
+            members: vec![MemberView {
+                index: 0,
+                name: "a.csv".into(),
+                state: "pending".into(),
+                attempts: 1,
+                size: Some(10),
+                bytes: Some(4),
+                source_reply: Some(ReplyView {
+                    code: Some(426),
+                    text: "Connection closed\r\n\x1b[31m".into(),
+                }),
+                dest_reply: None,
+                detail: None,
+                updated_at: "2026-12-01T07:10:00Z".into(),
+            }],
+            history: vec![EventView {
+                at: "2026-12-01T07:00:00Z".into(),
+                event: "submitted".into(),
+                detail: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn pretty_json_keeps_order_and_unknown_fields() {
+        let raw = br#"{"z":1,"a":{"new_field":[true,null]},"m":"x"}"#;
+        let p = pretty_json(raw).unwrap();
+        assert_eq!(p, "{\n  \"z\": 1,\n  \"a\": {\n    \"new_field\": [\n      true,\n      null\n    ]\n  },\n  \"m\": \"x\"\n}\n");
+        assert!(pretty_json(b"{} trailing").is_err());
+    }
+
+    #[test]
+    fn list_table() {
+        let mut running = job(8);
+        running.state = "running".into();
+        running.attempt = Some(2);
+        running.next_attempt_at = None;
+        let mut finished = job(9);
+        finished.state = "finished".into();
+        finished.outcome = Some("partial".into());
+        finished.destination = None;
+        finished.disposition = "delete".into();
+        let t = job_list(&[job(7), running, finished]);
+        let want = "\
+ID  STATE              NEXT ATTEMPT          ATTEMPTS  TRANSFER
+7   queued             2026-12-01T08:00:00Z  1         ftp://alice@src:21/pub/*.csv → ftp://alice@dst:21/in
+8   running #2         -                     1         ftp://alice@src:21/pub/*.csv → ftp://alice@dst:21/in
+9   finished: partial  2026-12-01T08:00:00Z  1         ftp://alice@src:21/pub/*.csv (delete)
+";
+        assert_eq!(t, want);
+        assert_eq!(job_list(&[]), "no jobs\n");
+    }
+
+    #[test]
+    fn detail_shows_ledger_and_escapes_server_text() {
+        let d = job_detail(&job(7));
+        assert!(d.contains("files (1):"), "{d}");
+        assert!(d.contains("a.csv"), "{d}");
+        assert!(d.contains("4/10"), "{d}");
+        assert!(d.contains("426 Connection closed"), "{d}");
+        assert!(!d.contains('\x1b') && !d.contains('\r'), "{d}");
+        assert!(d.contains("history:") && d.contains("submitted"), "{d}");
+        assert!(d.contains("(password set)"), "{d}");
+    }
+}

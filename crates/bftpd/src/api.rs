@@ -1,0 +1,353 @@
+//! The HTTP/JSON API on the Unix socket (routes in `bftp_api`'s crate docs).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use bftp_api::{
+    ErrorBody, Health, JobList, JobView, ListQuery, SubmitRequest, SubmitResponse,
+    IDEMPOTENCY_KEY_HEADER,
+};
+use bftp_core::{JobEvent, JobSpec, RetryBounds, RetryPolicy, Timestamp};
+use bftp_store::{
+    Job, JobFilter, JobId, JobStore, KeyHash, NewJob, NewMember, RequestKey, Sealed,
+    SealedEndpoint, SealedSpec, StateFilter, StoreError, Submitted,
+};
+
+use crate::identity::Caller;
+use crate::policy::HostPolicy;
+use crate::secrets::Secrets;
+use crate::submit::build_spec;
+use crate::views::job_view;
+
+/// What every handler shares.
+pub struct AppState {
+    pub store: Arc<dyn JobStore>,
+    pub secrets: Secrets,
+    pub policy: HostPolicy,
+    pub retry_defaults: RetryPolicy,
+    pub retry_bounds: RetryBounds,
+}
+
+pub type Shared = Arc<AppState>;
+
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/jobs", post(submit).get(list))
+        .route("/v1/jobs/{id}", get(get_job))
+        .route("/v1/jobs/{id}/cancel", post(cancel))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such API route; see `bftp --help`",
+            )
+        })
+        .with_state(state)
+}
+
+/// An error response: an HTTP status and an [`ErrorBody`].
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    body: ErrorBody,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            body: ErrorBody {
+                kind: kind.into(),
+                message: message.into(),
+                job_id: None,
+            },
+        }
+    }
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+    fn not_found(id: u64) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no job {id} of yours"),
+        )
+    }
+    fn internal(e: impl std::fmt::Display) -> ApiError {
+        tracing::error!(error = %e, "request failed");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("internal error: {e}"),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        match e {
+            StoreError::RequestKeyConflict { job } => ApiError {
+                status: StatusCode::CONFLICT,
+                body: ErrorBody {
+                    kind: "conflict".into(),
+                    message: format!("this request key already made job {job} with other parameters; use a new key for a new request"),
+                    job_id: Some(job.0),
+                },
+            },
+            e @ StoreError::InvalidTransition { .. } => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
+            e @ StoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string()),
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+fn now() -> Timestamp {
+    Timestamp::from_system(SystemTime::now())
+}
+
+/// Store calls are short but may wait for an fsync: keep them off the runtime's workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::from)
+}
+
+async fn health() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    })
+}
+
+fn seal_endpoint(secrets: &Secrets, e: &bftp_core::Endpoint) -> SealedEndpoint {
+    SealedEndpoint {
+        host: e.host.clone(),
+        port: e.port,
+        user: e.user.clone(),
+        password: e
+            .password
+            .as_ref()
+            .map(|p| Sealed(secrets.seal(p.expose()))),
+        acct: e.acct.as_ref().map(|p| Sealed(secrets.seal(p.expose()))),
+        path: e.path.clone(),
+    }
+}
+
+fn seal_spec(secrets: &Secrets, spec: &JobSpec) -> SealedSpec {
+    SealedSpec {
+        source: seal_endpoint(secrets, &spec.source),
+        destination: spec.destination.as_ref().map(|d| seal_endpoint(secrets, d)),
+        disposition: spec.disposition,
+        dest_command: spec.dest_command,
+        params: spec.params,
+        start_at: spec.start_at,
+        retry: spec.retry,
+        notify: spec.notify.clone(),
+        keyword_present: spec.keyword.is_some(),
+    }
+}
+
+/// Resolves every host of the job and applies the host policy to each address (SPEC §8).
+async fn check_hosts(policy: &HostPolicy, spec: &JobSpec) -> Result<(), ApiError> {
+    for ep in std::iter::once(&spec.source).chain(spec.destination.as_ref()) {
+        let addrs: Vec<IpAddr> = match ep.host.parse::<IpAddr>() {
+            Ok(a) => vec![a],
+            Err(_) => tokio::net::lookup_host((ep.host.as_str(), ep.port))
+                .await
+                .map_err(|e| {
+                    ApiError::bad_request(format!("cannot resolve host {:?}: {e}", ep.host))
+                })?
+                .map(|sa| sa.ip())
+                .collect(),
+        };
+        policy
+            .check_all(&ep.host, &addrs)
+            .map_err(|e| ApiError::new(StatusCode::FORBIDDEN, "forbidden_host", e.to_string()))?;
+    }
+    Ok(())
+}
+
+async fn submit(
+    State(app): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let req: SubmitRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("request body: {e}")))?;
+    let key = match headers.get(IDEMPOTENCY_KEY_HEADER) {
+        None => None,
+        Some(v) => {
+            let k = v
+                .to_str()
+                .map_err(|_| ApiError::bad_request("Idempotency-Key must be printable ASCII"))?;
+            if k.is_empty() || k.len() > 256 {
+                return Err(ApiError::bad_request(
+                    "Idempotency-Key must be 1 to 256 characters",
+                ));
+            }
+            Some(k.to_string())
+        }
+    };
+    let now = now();
+    let spec = build_spec(&req, app.retry_defaults, &app.retry_bounds, now)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    check_hosts(&app.policy, &spec).await?;
+    // The fingerprint covers the request exactly as sent (its passwords included, hence keyed).
+    let canonical = serde_json::to_vec(&req).map_err(ApiError::internal)?;
+    let request = key.map(|k| RequestKey {
+        key_hash: KeyHash(app.secrets.request_key_hash(caller.uid, &k)),
+        fingerprint: KeyHash(app.secrets.fingerprint(&canonical)),
+    });
+    // A single-file job's one member is known now; a wildcard job's are frozen at its first listing.
+    let members = if spec.is_multi_file() {
+        Vec::new()
+    } else {
+        vec![NewMember {
+            name: spec.source.file_name().to_string(),
+            size: None,
+            modified: None,
+        }]
+    };
+    let new = NewJob {
+        owner_uid: caller.uid,
+        spec: seal_spec(&app.secrets, &spec),
+        keyword_hash: spec
+            .keyword
+            .as_deref()
+            .map(|k| KeyHash(app.secrets.keyword_hash(k))),
+        request,
+        created_at: now,
+        members,
+    };
+    let store = app.store.clone();
+    let (created, job) = match blocking(move || store.submit(new)).await? {
+        Submitted::Created(job) => (true, job),
+        Submitted::Existing(job) => (false, job),
+    };
+    if created {
+        tracing::info!(job = job.id.0, uid = caller.uid, "job submitted");
+    }
+    let view = load_view(&app, job).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(SubmitResponse { created, job: view })).into_response())
+}
+
+async fn load_view(app: &Shared, job: Job) -> Result<JobView, ApiError> {
+    let store = app.store.clone();
+    let id = job.id;
+    let (members, history) = blocking(move || Ok((store.members(id)?, store.history(id)?))).await?;
+    Ok(job_view(&job, &members, &history))
+}
+
+/// The job, if it exists and the caller may see it; another user's job is "not found" so
+/// that ids reveal nothing.
+async fn visible_job(app: &Shared, caller: Caller, id: u64) -> Result<Job, ApiError> {
+    let store = app.store.clone();
+    match blocking(move || store.get(JobId(id))).await? {
+        Some(job) if caller.may_access(job.owner_uid) => Ok(job),
+        _ => Err(ApiError::not_found(id)),
+    }
+}
+
+fn job_id(path: Result<Path<u64>, PathRejection>) -> Result<u64, ApiError> {
+    path.map(|Path(id)| id)
+        .map_err(|_| ApiError::bad_request("a job id is a positive number"))
+}
+
+async fn get_job(
+    State(app): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    path: Result<Path<u64>, PathRejection>,
+) -> Result<Json<JobView>, ApiError> {
+    let job = visible_job(&app, caller, job_id(path)?).await?;
+    Ok(Json(load_view(&app, job).await?))
+}
+
+async fn list(
+    State(app): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<JobList>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(format!("query: {}", e.body_text())))?;
+    let all = q.all.unwrap_or(false);
+    if all && !caller.admin {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "only root and the admin group may list every user's jobs",
+        ));
+    }
+    let state = match q.state.as_deref() {
+        None => None,
+        Some("queued") => Some(StateFilter::Queued),
+        Some("running") => Some(StateFilter::Running),
+        Some("finished") => Some(StateFilter::Finished),
+        Some("cancelled") => Some(StateFilter::Cancelled),
+        Some(s) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown state {s:?}; expected queued, running, finished or cancelled"
+            )))
+        }
+    };
+    let filter = JobFilter {
+        owner: if all { None } else { Some(caller.uid) },
+        keyword_hash: q
+            .keyword
+            .as_deref()
+            .map(|k| KeyHash(app.secrets.keyword_hash(k))),
+        state,
+        limit: Some(q.limit.unwrap_or(1000).min(10_000)),
+    };
+    let store = app.store.clone();
+    let jobs = blocking(move || store.list(&filter)).await?;
+    let mut views = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        views.push(load_view(&app, job).await?);
+    }
+    Ok(Json(JobList { jobs: views }))
+}
+
+async fn cancel(
+    State(app): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    path: Result<Path<u64>, PathRejection>,
+) -> Result<Json<JobView>, ApiError> {
+    let id = job_id(path)?;
+    let job = visible_job(&app, caller, id).await?;
+    if job.state.is_final() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!("job {id} is already {}", job.state),
+        ));
+    }
+    let store = app.store.clone();
+    let detail = format!("cancelled by uid {}", caller.uid);
+    let job =
+        blocking(move || store.apply(JobId(id), JobEvent::Cancel, now(), Some(detail))).await?;
+    tracing::info!(job = id, uid = caller.uid, "job cancelled");
+    Ok(Json(load_view(&app, job).await?))
+}

@@ -1,0 +1,370 @@
+//! `bftpd.toml`: the daemon's configuration. Durations in humantime syntax; unknown keys are
+//! an error, so a typo never silently falls back to a default.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use bftp_core::{RetryBounds, RetryPolicy};
+use ipnet::IpNet;
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where the store and the secret key live.
+    pub state_dir: PathBuf,
+    /// The API's Unix socket.
+    pub socket: PathBuf,
+    /// Octal permission bits of the socket, e.g. "0660".
+    #[serde(default = "default_socket_mode")]
+    pub socket_mode: String,
+    /// Group that owns the socket (its members may use bftp); none keeps the daemon's group.
+    #[serde(default)]
+    pub socket_group: Option<String>,
+    /// Members of this group see and cancel every user's jobs, as root does.
+    #[serde(default)]
+    pub admin_group: Option<String>,
+    #[serde(default)]
+    pub log: LogConfig,
+    #[serde(default)]
+    pub store: StoreConfig,
+    #[serde(default)]
+    pub retry: RetryDefaults,
+    #[serde(default)]
+    pub retry_bounds: RetryBoundsConfig,
+    #[serde(default)]
+    pub policy: HostPolicyConfig,
+}
+
+fn default_socket_mode() -> String {
+    "0660".into()
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// `plain` (default) or `json`.
+    #[serde(default)]
+    pub format: LogFormat,
+    /// A tracing filter such as `info` or `bftpd=debug`; `RUST_LOG` overrides it.
+    #[serde(default)]
+    pub level: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Plain,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The store's page cache, in MiB. Queued jobs need no cache to stay queued.
+    #[serde(default = "default_cache_mib")]
+    pub cache_mib: u64,
+}
+
+fn default_cache_mib() -> u64 {
+    32
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            cache_mib: default_cache_mib(),
+        }
+    }
+}
+
+/// The policy a job gets when its submitter says nothing.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryDefaults {
+    #[serde(default = "d_10m", with = "humantime_serde_compat")]
+    pub first_interval: Duration,
+    #[serde(default = "d_factor")]
+    pub factor: f64,
+    #[serde(default = "d_4h", with = "humantime_serde_compat")]
+    pub cap: Duration,
+    #[serde(default = "d_attempts")]
+    pub max_attempts: u32,
+    #[serde(default = "d_3days", with = "humantime_serde_compat")]
+    pub deadline: Duration,
+}
+
+fn d_10m() -> Duration {
+    RetryPolicy::default().first_interval
+}
+fn d_factor() -> f64 {
+    RetryPolicy::default().factor
+}
+fn d_4h() -> Duration {
+    RetryPolicy::default().cap
+}
+fn d_attempts() -> u32 {
+    RetryPolicy::default().max_attempts
+}
+fn d_3days() -> Duration {
+    RetryPolicy::default().deadline
+}
+
+impl Default for RetryDefaults {
+    fn default() -> Self {
+        let p = RetryPolicy::default();
+        RetryDefaults {
+            first_interval: p.first_interval,
+            factor: p.factor,
+            cap: p.cap,
+            max_attempts: p.max_attempts,
+            deadline: p.deadline,
+        }
+    }
+}
+
+impl RetryDefaults {
+    pub fn policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            first_interval: self.first_interval,
+            factor: self.factor,
+            cap: self.cap,
+            max_attempts: self.max_attempts,
+            deadline: self.deadline,
+        }
+    }
+}
+
+/// What users may ask for; their values are clamped into these.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryBoundsConfig {
+    #[serde(default = "b_min_first", with = "humantime_serde_compat")]
+    pub min_first_interval: Duration,
+    #[serde(default = "b_max_first", with = "humantime_serde_compat")]
+    pub max_first_interval: Duration,
+    #[serde(default = "b_min_factor")]
+    pub min_factor: f64,
+    #[serde(default = "b_max_factor")]
+    pub max_factor: f64,
+    #[serde(default = "b_min_cap", with = "humantime_serde_compat")]
+    pub min_cap: Duration,
+    #[serde(default = "b_max_cap", with = "humantime_serde_compat")]
+    pub max_cap: Duration,
+    #[serde(default = "b_max_attempts")]
+    pub max_attempts: u32,
+    #[serde(default = "b_max_deadline", with = "humantime_serde_compat")]
+    pub max_deadline: Duration,
+}
+
+fn b_min_first() -> Duration {
+    RetryBounds::default().min_first_interval
+}
+fn b_max_first() -> Duration {
+    RetryBounds::default().max_first_interval
+}
+fn b_min_factor() -> f64 {
+    RetryBounds::default().min_factor
+}
+fn b_max_factor() -> f64 {
+    RetryBounds::default().max_factor
+}
+fn b_min_cap() -> Duration {
+    RetryBounds::default().min_cap
+}
+fn b_max_cap() -> Duration {
+    RetryBounds::default().max_cap
+}
+fn b_max_attempts() -> u32 {
+    RetryBounds::default().max_attempts
+}
+fn b_max_deadline() -> Duration {
+    RetryBounds::default().max_deadline
+}
+
+impl Default for RetryBoundsConfig {
+    fn default() -> Self {
+        let b = RetryBounds::default();
+        RetryBoundsConfig {
+            min_first_interval: b.min_first_interval,
+            max_first_interval: b.max_first_interval,
+            min_factor: b.min_factor,
+            max_factor: b.max_factor,
+            min_cap: b.min_cap,
+            max_cap: b.max_cap,
+            max_attempts: b.max_attempts,
+            max_deadline: b.max_deadline,
+        }
+    }
+}
+
+impl RetryBoundsConfig {
+    pub fn bounds(&self) -> RetryBounds {
+        RetryBounds {
+            min_first_interval: self.min_first_interval,
+            max_first_interval: self.max_first_interval,
+            min_factor: self.min_factor,
+            max_factor: self.max_factor,
+            min_cap: self.min_cap,
+            max_cap: self.max_cap,
+            max_attempts: self.max_attempts,
+            max_deadline: self.max_deadline,
+        }
+    }
+}
+
+/// Which addresses jobs may name (SPEC §8), checked on every address a host resolves to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostPolicyConfig {
+    /// Address ranges jobs may reach. Default: all public unicast space.
+    #[serde(default = "default_allow")]
+    pub allow: Vec<IpNet>,
+    /// Ranges refused even inside `allow`. The defaults (link-local, which holds the cloud
+    /// metadata addresses, and unspecified/multicast) are always added.
+    #[serde(default)]
+    pub deny: Vec<IpNet>,
+    /// Loopback is refused unless this is true (a daemon on a shared host is no tool for
+    /// reaching its local services).
+    #[serde(default)]
+    pub allow_loopback: bool,
+}
+
+fn default_allow() -> Vec<IpNet> {
+    vec![
+        "0.0.0.0/0".parse().expect("literal"),
+        "::/0".parse().expect("literal"),
+    ]
+}
+
+impl Default for HostPolicyConfig {
+    fn default() -> Self {
+        HostPolicyConfig {
+            allow: default_allow(),
+            deny: Vec::new(),
+            allow_loopback: false,
+        }
+    }
+}
+
+/// `Duration` fields in humantime syntax ("10m", "4h", "2days").
+mod humantime_serde_compat {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "{s:?} is not a duration ({e}); write e.g. \"10m\" or \"4h\""
+            ))
+        })
+    }
+}
+
+impl Config {
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config {}", path.display()))?;
+        // Relative paths stay relative to the working directory, as for any command-line tool.
+        Config::parse(&text).with_context(|| format!("invalid config {}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> anyhow::Result<Config> {
+        let cfg: Config = toml::from_str(text)?;
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    pub fn socket_mode(&self) -> anyhow::Result<u32> {
+        let s = self.socket_mode.trim_start_matches("0o");
+        let mode = u32::from_str_radix(s, 8)
+            .with_context(|| format!("socket_mode {:?} is not octal", self.socket_mode))?;
+        if mode > 0o777 {
+            bail!("socket_mode {:?} is out of range", self.socket_mode);
+        }
+        Ok(mode)
+    }
+
+    fn check(&self) -> anyhow::Result<()> {
+        if self.state_dir.as_os_str().is_empty() {
+            bail!("state_dir is empty");
+        }
+        if self.socket.as_os_str().is_empty() {
+            bail!("socket is empty");
+        }
+        self.socket_mode()?;
+        let p = self.retry.policy();
+        p.validate().context("[retry]")?;
+        let b = self.retry_bounds.bounds();
+        if b.min_first_interval > b.max_first_interval
+            || b.min_cap > b.max_cap
+            || b.min_factor > b.max_factor
+            || b.min_factor < 1.0
+        {
+            bail!("[retry_bounds]: every minimum must be at most its maximum, and min_factor at least 1");
+        }
+        if b.max_attempts == 0 {
+            bail!("[retry_bounds]: max_attempts must be at least 1");
+        }
+        if self.store.cache_mib == 0 {
+            bail!("[store]: cache_mib must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_configs_parse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Config::load(&path).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 1, "no config found in {}", dir.display());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_durations_are_errors() {
+        let base = "state_dir = \"s\"\nsocket = \"s.sock\"\n";
+        Config::parse(base).unwrap();
+        let e = format!(
+            "{:#}",
+            Config::parse(&format!("{base}bogus = 1\n")).unwrap_err()
+        );
+        assert!(e.contains("bogus"), "{e}");
+        let e = format!(
+            "{:#}",
+            Config::parse(&format!("{base}[retry]\nfirst_interval = \"soon\"\n")).unwrap_err()
+        );
+        assert!(e.contains("not a duration"), "{e}");
+        let e = format!(
+            "{:#}",
+            Config::parse(&format!("{base}socket_mode = \"0999\"\n")).unwrap_err()
+        );
+        assert!(e.contains("octal"), "{e}");
+        let e = format!(
+            "{:#}",
+            Config::parse(&format!("{base}[retry]\nfactor = 0.5\n")).unwrap_err()
+        );
+        assert!(e.contains("factor"), "{e}");
+    }
+
+    #[test]
+    fn durations_in_humantime() {
+        let c = Config::parse("state_dir = \"s\"\nsocket = \"x\"\n[retry]\nfirst_interval = \"2s\"\ncap = \"1h 30m\"\n").unwrap();
+        assert_eq!(c.retry.first_interval, Duration::from_secs(2));
+        assert_eq!(c.retry.cap, Duration::from_secs(5400));
+    }
+}

@@ -1,0 +1,91 @@
+//! bftpd, the file transfer controller: the daemon library.
+//!
+//! [`run`] opens the store, serves the API on the Unix socket and returns when `shutdown`
+//! completes. The binary (`main.rs`) only parses arguments, sets up logging and signals.
+
+pub mod api;
+pub mod config;
+pub mod identity;
+pub mod policy;
+pub mod secrets;
+pub mod server;
+pub mod submit;
+pub mod views;
+
+use std::future::Future;
+use std::os::unix::fs::DirBuilderExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use bftp_store::{JobStore, SledStore, StoreOptions};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+
+/// How long open API connections may take to finish after shutdown begins.
+const API_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs the daemon until `shutdown` completes.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&config.state_dir)
+        .with_context(|| {
+            format!(
+                "cannot create state directory {}",
+                config.state_dir.display()
+            )
+        })?;
+    let secrets = secrets::Secrets::load_or_create(&config.state_dir.join("secret.key"))?;
+    let store_dir = config.state_dir.join("store");
+    let opts = StoreOptions {
+        cache_capacity_bytes: config.store.cache_mib * 1024 * 1024,
+        ..StoreOptions::default()
+    };
+    let store: Arc<dyn JobStore> = Arc::new(
+        tokio::task::spawn_blocking(move || SledStore::open(&store_dir, opts))
+            .await
+            .context("store opening task failed")?
+            .with_context(|| {
+                format!(
+                    "cannot open the job store in {}",
+                    config.state_dir.join("store").display()
+                )
+            })?,
+    );
+    let admins = identity::AdminPolicy::new(config.admin_group.as_deref())?;
+    let state = Arc::new(api::AppState {
+        store: store.clone(),
+        secrets,
+        policy: policy::HostPolicy::new(&config.policy),
+        retry_defaults: config.retry.policy(),
+        retry_bounds: config.retry_bounds.bounds(),
+    });
+    let listener = server::bind(
+        &config.socket,
+        config.socket_mode()?,
+        config.socket_group.as_deref(),
+    )
+    .await?;
+    tracing::info!(socket = %config.socket.display(), state_dir = %config.state_dir.display(), "bftpd ready");
+
+    let token = CancellationToken::new();
+    let serving = tokio::spawn(server::serve(
+        listener,
+        api::router(state),
+        admins,
+        token.clone(),
+        API_GRACE,
+    ));
+    shutdown.await;
+    tracing::info!("shutting down");
+    token.cancel();
+    serving.await.context("API server task failed")?;
+    let _ = std::fs::remove_file(&config.socket);
+    // Every write was durable when acknowledged: nothing is left to flush.
+    drop(store);
+    tracing::info!("stopped");
+    Ok(())
+}

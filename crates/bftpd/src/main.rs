@@ -1,0 +1,70 @@
+//! `bftpd --config FILE`: the daemon's entry point.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use bftpd::config::{Config, LogFormat};
+use clap::Parser;
+use tokio::signal::unix::{signal, SignalKind};
+use tracing_subscriber::EnvFilter;
+
+/// bftpd: the background file transfer daemon (RFC 1068's file transfer controller).
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// The TOML configuration file.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: PathBuf,
+}
+
+fn init_logging(cfg: &Config) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(cfg.log.level.as_deref().unwrap_or("info")));
+    // suppaftp logs `PASS <password>` at trace level: whatever the filter says, never let it through.
+    let filter = filter.add_directive("suppaftp=info".parse().expect("literal directive"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cfg.log.format {
+        LogFormat::Plain => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let cfg = match Config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("bftpd: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&cfg);
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bftpd: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+                _ = int.recv() => tracing::info!("SIGINT received"),
+            }
+        };
+        bftpd::run(cfg, shutdown).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("bftpd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

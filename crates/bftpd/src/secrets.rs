@@ -1,0 +1,195 @@
+//! The daemon's secret key: sealing FTP passwords at rest, and the keyed hashes that stand in
+//! for keywords and request keys (SPEC §8: the keyword is never stored in clear).
+
+use std::fs::OpenOptions;
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use anyhow::{bail, Context};
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use rand::RngCore;
+
+const KEY_LEN: usize = 32;
+const NONCE_LEN: usize = 24;
+const SEAL_AAD: &[u8] = b"bftp sealed secret v1";
+
+/// Keys derived from the one key file, each for a single purpose.
+pub struct Secrets {
+    cipher: XChaCha20Poly1305,
+    keyword_key: [u8; 32],
+    request_key: [u8; 32],
+    fingerprint_key: [u8; 32],
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secrets(****)")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("a sealed secret does not open with this daemon's key (was the key file replaced?)")]
+pub struct UnsealError;
+
+impl Secrets {
+    /// Loads the key file, creating it (mode 0600, random) on first start. A key file that
+    /// others can read, or of the wrong length, is refused.
+    pub fn load_or_create(path: &Path) -> anyhow::Result<Secrets> {
+        let master = match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+        {
+            Ok(mut f) => {
+                let mut key = [0u8; KEY_LEN];
+                rand::rngs::OsRng.fill_bytes(&mut key);
+                f.write_all(&key)
+                    .and_then(|_| f.sync_all())
+                    .with_context(|| format!("cannot write key file {}", path.display()))?;
+                if let Some(dir) = path.parent() {
+                    std::fs::File::open(dir).and_then(|d| d.sync_all()).ok();
+                }
+                tracing::info!(path = %path.display(), "created a new secret key file");
+                key
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let meta = std::fs::metadata(path)
+                    .with_context(|| format!("cannot stat key file {}", path.display()))?;
+                if meta.permissions().mode() & 0o077 != 0 {
+                    bail!(
+                        "key file {} is readable by others (mode {:o}); chmod 600 it",
+                        path.display(),
+                        meta.permissions().mode() & 0o777
+                    );
+                }
+                let mut buf = Vec::new();
+                std::fs::File::open(path)
+                    .and_then(|mut f| f.read_to_end(&mut buf))
+                    .with_context(|| format!("cannot read key file {}", path.display()))?;
+                let key: [u8; KEY_LEN] = buf.as_slice().try_into().map_err(|_| {
+                    anyhow::anyhow!("key file {} holds {} bytes, not {KEY_LEN}: it is damaged or not a bftpd key", path.display(), buf.len())
+                })?;
+                key
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot create key file {}", path.display()))
+            }
+        };
+        Ok(Secrets::from_master(&master))
+    }
+
+    pub fn from_master(master: &[u8; KEY_LEN]) -> Secrets {
+        let cipher_key = blake3::derive_key("bftpd 2026 sealing FTP secrets", master);
+        Secrets {
+            cipher: XChaCha20Poly1305::new(&cipher_key.into()),
+            keyword_key: blake3::derive_key("bftpd 2026 keyword index", master),
+            request_key: blake3::derive_key("bftpd 2026 request key index", master),
+            fingerprint_key: blake3::derive_key("bftpd 2026 request fingerprint", master),
+        }
+    }
+
+    /// nonce || ciphertext+tag; a fresh random nonce each time.
+    pub fn seal(&self, clear: &str) -> Vec<u8> {
+        let mut nonce = [0u8; NONCE_LEN];
+        rand::rngs::OsRng.fill_bytes(&mut nonce);
+        let ct = self
+            .cipher
+            .encrypt(
+                XNonce::from_slice(&nonce),
+                Payload {
+                    msg: clear.as_bytes(),
+                    aad: SEAL_AAD,
+                },
+            )
+            .expect("XChaCha20-Poly1305 encryption of an in-memory buffer cannot fail");
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&ct);
+        out
+    }
+
+    pub fn unseal(&self, sealed: &[u8]) -> Result<String, UnsealError> {
+        if sealed.len() < NONCE_LEN {
+            return Err(UnsealError);
+        }
+        let (nonce, ct) = sealed.split_at(NONCE_LEN);
+        let clear = self
+            .cipher
+            .decrypt(
+                XNonce::from_slice(nonce),
+                Payload {
+                    msg: ct,
+                    aad: SEAL_AAD,
+                },
+            )
+            .map_err(|_| UnsealError)?;
+        String::from_utf8(clear).map_err(|_| UnsealError)
+    }
+
+    /// The index key of a keyword. Independent of the owner, so an admin can search all jobs.
+    pub fn keyword_hash(&self, keyword: &str) -> [u8; 32] {
+        *blake3::keyed_hash(&self.keyword_key, keyword.as_bytes()).as_bytes()
+    }
+
+    /// The index key of a request key: per user, so two users' keys never collide.
+    pub fn request_key_hash(&self, uid: u32, key: &str) -> [u8; 32] {
+        let mut h = blake3::Hasher::new_keyed(&self.request_key);
+        h.update(&uid.to_be_bytes());
+        h.update(key.as_bytes());
+        *h.finalize().as_bytes()
+    }
+
+    /// A keyed digest of a request's parameters (which include passwords: hence keyed).
+    pub fn fingerprint(&self, canonical: &[u8]) -> [u8; 32] {
+        *blake3::keyed_hash(&self.fingerprint_key, canonical).as_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_file_is_created_0600_and_reloaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("key");
+        let a = Secrets::load_or_create(&p).unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let sealed = a.seal("hunter2");
+        assert!(!sealed.windows(7).any(|w| w == b"hunter2"));
+        let b = Secrets::load_or_create(&p).unwrap();
+        assert_eq!(b.unseal(&sealed).unwrap(), "hunter2");
+        assert_eq!(a.keyword_hash("k"), b.keyword_hash("k"));
+        assert_ne!(a.request_key_hash(1, "k"), a.request_key_hash(2, "k"));
+    }
+
+    #[test]
+    fn bad_key_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("key");
+        std::fs::write(&p, b"short").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(format!("{:#}", Secrets::load_or_create(&p).unwrap_err()).contains("5 bytes"));
+        std::fs::write(&p, [0u8; 32]).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(format!("{:#}", Secrets::load_or_create(&p).unwrap_err())
+            .contains("readable by others"));
+    }
+
+    #[test]
+    fn tampered_or_foreign_seals_do_not_open() {
+        let a = Secrets::from_master(&[1; 32]);
+        let b = Secrets::from_master(&[2; 32]);
+        let mut s = a.seal("pw");
+        assert!(b.unseal(&s).is_err());
+        let last = s.len() - 1;
+        s[last] ^= 1;
+        assert!(a.unseal(&s).is_err());
+        assert!(a.unseal(b"").is_err());
+    }
+}

@@ -1,0 +1,105 @@
+//! Store records to API views. Passwords never leave as anything but `has_password`.
+
+use bftp_api::{EndpointView, EventView, JobView, MemberView, ReplyView, RetryView};
+use bftp_core::{Endpoint, JobState, Timestamp};
+use bftp_store::{HistoryEvent, Job, LastReply, Member, SealedEndpoint};
+
+fn endpoint_view(e: &SealedEndpoint) -> EndpointView {
+    // Reuse the core's URL rendering, which never includes a password.
+    let shown = Endpoint {
+        host: e.host.clone(),
+        port: e.port,
+        user: e.user.clone(),
+        password: None,
+        acct: None,
+        path: e.path.clone(),
+    };
+    EndpointView {
+        host: e.host.clone(),
+        port: e.port,
+        user: e.user.clone(),
+        path: e.path.clone(),
+        has_password: e.password.is_some(),
+        has_acct: e.acct.is_some(),
+        url: shown.display_url(),
+    }
+}
+
+fn reply_view(r: &LastReply) -> ReplyView {
+    ReplyView {
+        code: r.code,
+        text: r.text.clone(),
+    }
+}
+
+fn ts(t: Timestamp) -> String {
+    t.to_rfc3339()
+}
+
+fn dur(d: std::time::Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobView {
+    let spec = &job.spec;
+    let (outcome, next_attempt_at, attempt, finished_at) = match job.state {
+        JobState::Queued { next_attempt_at } => (None, Some(ts(next_attempt_at)), None, None),
+        JobState::Running { attempt, .. } => (None, None, Some(attempt), None),
+        JobState::Finished { outcome, at } => {
+            (Some(outcome.as_str().to_string()), None, None, Some(ts(at)))
+        }
+        JobState::Cancelled { at } => (Some("cancelled".to_string()), None, None, Some(ts(at))),
+    };
+    JobView {
+        id: job.id.0,
+        owner_uid: job.owner_uid,
+        state: job.state.name().to_string(),
+        outcome,
+        next_attempt_at,
+        attempt,
+        attempts: job.attempts,
+        created_at: ts(job.created_at),
+        updated_at: ts(job.updated_at),
+        finished_at,
+        source: endpoint_view(&spec.source),
+        destination: spec.destination.as_ref().map(endpoint_view),
+        disposition: spec.disposition.as_str().to_string(),
+        dest_command: spec.dest_command.as_str().to_string(),
+        transfer_type: spec.params.transfer_type.ftp_arg(),
+        mode: spec.params.mode.ftp_arg().to_string(),
+        structure: spec.params.structure.ftp_arg().to_string(),
+        start_at: ts(spec.start_at),
+        retry: RetryView {
+            first_interval: dur(spec.retry.first_interval),
+            factor: spec.retry.factor,
+            cap: dur(spec.retry.cap),
+            max_attempts: spec.retry.max_attempts,
+            deadline: dur(spec.retry.deadline),
+        },
+        notify: spec.notify.clone(),
+        has_keyword: job.keyword_hash.is_some(),
+        members: members
+            .iter()
+            .map(|m| MemberView {
+                index: m.index,
+                name: m.name.clone(),
+                state: m.state.as_str().to_string(),
+                attempts: m.attempts,
+                size: m.size,
+                bytes: m.bytes,
+                source_reply: m.source_reply.as_ref().map(reply_view),
+                dest_reply: m.dest_reply.as_ref().map(reply_view),
+                detail: m.detail.clone(),
+                updated_at: ts(m.updated_at),
+            })
+            .collect(),
+        history: history
+            .iter()
+            .map(|h| EventView {
+                at: ts(h.at),
+                event: h.kind.clone(),
+                detail: h.detail.clone(),
+            })
+            .collect(),
+    }
+}

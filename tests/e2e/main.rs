@@ -1,0 +1,3 @@
+mod foundation;
+mod infra;
+mod slow;

@@ -1,0 +1,668 @@
+//! Real FTP servers for tests: vsftpd, proFTPD and Pure-FTPd, unpacked by `tests/install-deps`
+//! under [`testdeps_prefix`](crate::testdeps_prefix), each started in the foreground as a
+//! child process with a generated configuration in a temporary directory, and SIGKILLed with
+//! every session process it forked on drop.
+//!
+//! Every server logs in [`FTP_USER`] with [`FTP_PASSWORD`], is chrooted to [`FtpServer::root`]
+//! (so `/name` on the server is `root()/name`), listens on a free port of
+//! [`FtpOptions::host`], offers its own range of passive ports, and writes a transfer log in
+//! the standard xferlog format.
+//!
+//! How each logs in (see also `tests/install-deps`):
+//! - vsftpd: the system account `bftp-ftp` through PAM service `bftp-test-vsftpd` (pam_unix);
+//!   vsftpd has no other way to check a local password.
+//! - proFTPD: `AuthOrder mod_auth_file.c` with a private AuthUserFile (no PAM), mapped to the
+//!   uid/gid of `bftp-ftp`.
+//! - Pure-FTPd: a private PureDB (`-l puredb:`) built with `pure-pw mkdb`, same uid/gid.
+
+use std::fs::{self, OpenOptions};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::ops::RangeInclusive;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{bail, ensure, Context, Result};
+
+use crate::rawftp::RawFtp;
+
+/// The account every test server logs in (a real system account: vsftpd needs one).
+pub const FTP_USER: &str = "bftp-ftp";
+/// Its password, set by `tests/install-deps`.
+pub const FTP_PASSWORD: &str = "bftp-test-pw";
+/// crypt(3) of [`FTP_PASSWORD`] for the proFTPD and Pure-FTPd password files, made with
+/// `openssl passwd -6 -salt bftptestsalt bftp-test-pw` (SHA-512 crypt: fast to check, unlike
+/// the argon2 hash `pure-pw useradd` would make).
+const FTP_PASSWORD_CRYPT: &str = "$6$bftptestsalt$1eMLw4PdsN3WqTc2lLCqQWm0t4ybuAPPxOWsAdUHbR8puJ8Df2nrKj3utxqHBtCJh2JQFQZad9IAWz9FddOVC1";
+/// Written by `tests/install-deps` (PAM reads services only from /etc/pam.d).
+const VSFTPD_PAM_SERVICE: &str = "bftp-test-vsftpd";
+/// Passive ports per server: enough for several parallel transfers plus TIME_WAIT leftovers.
+const PASSIVE_PORTS: u16 = 32;
+/// Attempts at a free control port when another process takes the probed one first.
+const START_ATTEMPTS: usize = 5;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ServerKind {
+    Vsftpd,
+    Proftpd,
+    PureFtpd,
+}
+
+impl ServerKind {
+    pub const ALL: [ServerKind; 3] = [
+        ServerKind::Vsftpd,
+        ServerKind::Proftpd,
+        ServerKind::PureFtpd,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ServerKind::Vsftpd => "vsftpd",
+            ServerKind::Proftpd => "proftpd",
+            ServerKind::PureFtpd => "pure-ftpd",
+        }
+    }
+
+    fn binary(self) -> PathBuf {
+        let prefix = crate::testdeps_prefix();
+        match self {
+            ServerKind::Vsftpd => prefix.join("vsftpd/usr/sbin/vsftpd"),
+            ServerKind::Proftpd => prefix.join("proftpd/usr/sbin/proftpd"),
+            ServerKind::PureFtpd => prefix.join("pure-ftpd/usr/sbin/pure-ftpd"),
+        }
+    }
+}
+
+impl std::fmt::Display for ServerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct FtpOptions {
+    /// Allow third-party transfers: a PORT naming another host than the client, and a passive
+    /// data connection from another host than the client (vsftpd `port_promiscuous` and
+    /// `pasv_promiscuous`, proFTPD `AllowForeignAddress on`, Pure-FTPd `-w`). When false, the
+    /// server keeps its stock refusal of both.
+    pub fxp: bool,
+    /// Loopback address to listen on. The default, 127.0.0.2, differs from the address a local
+    /// client connects from (127.0.0.1), so a server-to-server data connection is really
+    /// "foreign" to both servers and their FXP checks take effect, as between real hosts.
+    pub host: Ipv4Addr,
+}
+
+impl Default for FtpOptions {
+    fn default() -> Self {
+        FtpOptions {
+            fxp: true,
+            host: Ipv4Addr::new(127, 0, 0, 2),
+        }
+    }
+}
+
+/// Whether an xferlog line records an upload, a download or a deletion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// `i`: a file came in (STOR, APPE, STOU).
+    Incoming,
+    /// `o`: a file went out (RETR).
+    Outgoing,
+    /// `d`: a file was deleted.
+    Deleted,
+}
+
+/// One line of a server's transfer log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XferEntry {
+    /// Path relative to the server root, with a leading `/` (`/dir/name`).
+    pub path: String,
+    pub bytes: u64,
+    pub direction: Direction,
+    /// `c` (complete) rather than `i` (incomplete).
+    pub complete: bool,
+    /// The line as the server wrote it.
+    pub raw: String,
+}
+
+/// A running (or killed, see [`FtpServer::kill`]) FTP server.
+pub struct FtpServer {
+    kind: ServerKind,
+    opts: FtpOptions,
+    port: u16,
+    passive: RangeInclusive<u16>,
+    dir: tempfile::TempDir,
+    root: PathBuf,
+    uid: u32,
+    gid: u32,
+    child: Option<Child>,
+}
+
+impl FtpServer {
+    /// Starts a server and returns once it has greeted a client with 220.
+    pub fn start(kind: ServerKind, opts: FtpOptions) -> Result<FtpServer> {
+        ensure!(
+            crate::is_root(),
+            "FTP test servers need root (they switch to {FTP_USER} after login)"
+        );
+        let binary = kind.binary();
+        ensure!(
+            binary.exists(),
+            "{} missing: run tests/install-deps as root",
+            binary.display()
+        );
+        if kind == ServerKind::Vsftpd {
+            let pam = Path::new("/etc/pam.d").join(VSFTPD_PAM_SERVICE);
+            ensure!(
+                pam.exists(),
+                "{} missing: run tests/install-deps as root",
+                pam.display()
+            );
+        }
+        let (uid, gid) = lookup_account(FTP_USER)?;
+        let host = IpAddr::V4(opts.host);
+
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("bftp-{}-", kind.name()))
+            .tempdir()?;
+        // The session runs as FTP_USER and must reach root/ through this directory.
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))?;
+        let root = dir.path().join("root");
+        fs::create_dir(&root)?;
+        std::os::unix::fs::chown(&root, Some(uid), Some(gid))?;
+        // vsftpd's unprivileged helper chroots here: must be empty and not writable by others.
+        fs::create_dir(dir.path().join("empty"))?;
+
+        let passive = crate::reserve_port_range(host, PASSIVE_PORTS)?;
+        let mut server = FtpServer {
+            kind,
+            opts,
+            port: 0,
+            passive,
+            dir,
+            root,
+            uid,
+            gid,
+            child: None,
+        };
+
+        let mut errors = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            server.port = crate::reserve_free_port(host)?;
+            match server.spawn_and_wait() {
+                Ok(()) => return Ok(server),
+                Err(e) => {
+                    server.kill();
+                    crate::release_ports([server.port]);
+                    errors.push(format!("port {}: {e:#}", server.port));
+                }
+            }
+        }
+        server.port = 0;
+        bail!(
+            "{kind} did not start: {}\n{}",
+            errors.join("; "),
+            server.diagnostics()
+        )
+    }
+
+    pub fn kind(&self) -> ServerKind {
+        self.kind
+    }
+
+    pub fn options(&self) -> &FtpOptions {
+        &self.opts
+    }
+
+    pub fn host(&self) -> Ipv4Addr {
+        self.opts.host
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(self.opts.host), self.port)
+    }
+
+    pub fn user(&self) -> &str {
+        FTP_USER
+    }
+
+    pub fn password(&self) -> &str {
+        FTP_PASSWORD
+    }
+
+    /// `ftp://user@host:port/path` (no password), for a path relative to the root.
+    pub fn url(&self, path: &str) -> String {
+        format!(
+            "ftp://{}@{}:{}/{}",
+            FTP_USER,
+            self.opts.host,
+            self.port,
+            path.trim_start_matches('/')
+        )
+    }
+
+    /// The directory the server serves as `/`.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The local path of `rel` (a server path like `/dir/name` or `dir/name`).
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel.trim_start_matches('/'))
+    }
+
+    /// Writes a file into the root, owned by the FTP account so the server may replace or
+    /// delete it; creates missing parent directories the same way.
+    pub fn put_file(&self, rel: &str, contents: &[u8]) -> Result<PathBuf> {
+        let path = self.path(rel);
+        if let Some(parent) = path.parent() {
+            self.mkdir_all(parent)?;
+        }
+        fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
+        std::os::unix::fs::chown(&path, Some(self.uid), Some(self.gid))?;
+        Ok(path)
+    }
+
+    /// Creates a directory (and its parents) in the root, owned by the FTP account.
+    pub fn mkdir(&self, rel: &str) -> Result<PathBuf> {
+        let path = self.path(rel);
+        self.mkdir_all(&path)?;
+        Ok(path)
+    }
+
+    fn mkdir_all(&self, path: &Path) -> Result<()> {
+        if path.is_dir() {
+            return Ok(());
+        }
+        if let Some(parent) = path.parent() {
+            self.mkdir_all(parent)?;
+        }
+        fs::create_dir(path).with_context(|| format!("creating {}", path.display()))?;
+        std::os::unix::fs::chown(path, Some(self.uid), Some(self.gid))?;
+        Ok(())
+    }
+
+    /// Reads a file from the root.
+    pub fn read_file(&self, rel: &str) -> Result<Vec<u8>> {
+        let path = self.path(rel);
+        fs::read(&path).with_context(|| format!("reading {}", path.display()))
+    }
+
+    /// The passive port range this server offers.
+    pub fn passive_ports(&self) -> RangeInclusive<u16> {
+        self.passive.clone()
+    }
+
+    /// The transfer log (standard xferlog format), kept across [`FtpServer::restart`].
+    pub fn xferlog(&self) -> PathBuf {
+        self.dir.path().join("xferlog")
+    }
+
+    /// The parsed transfer log. A server writes a line when a transfer ends, before it
+    /// answers the next command on that session: after any reply that follows the final 226
+    /// (a NOOP will do), the line is there.
+    pub fn xferlog_entries(&self) -> Result<Vec<XferEntry>> {
+        let text = match fs::read_to_string(self.xferlog()) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).context("reading the xferlog"),
+        };
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| parse_xferlog_line(l, &self.root))
+            .collect()
+    }
+
+    /// The server's own log of the session: vsftpd's protocol log (commands and replies),
+    /// proFTPD's ExtendedLog (commands and reply codes; its system log is in
+    /// [`FtpServer::output_file`]), or for Pure-FTPd, which logs only to syslog, the captured
+    /// stdout/stderr.
+    pub fn log_file(&self) -> PathBuf {
+        match self.kind {
+            ServerKind::Vsftpd | ServerKind::Proftpd => self.dir.path().join("server.log"),
+            ServerKind::PureFtpd => self.output_file(),
+        }
+    }
+
+    /// Captured stdout and stderr of the server process.
+    pub fn output_file(&self) -> PathBuf {
+        self.dir.path().join("output.log")
+    }
+
+    /// Connects and logs in.
+    pub fn login(&self) -> Result<RawFtp> {
+        let (mut ftp, greeting) = RawFtp::connect(self.addr())?;
+        ensure!(greeting.code == 220, "{} greeted {greeting:?}", self.kind);
+        ftp.login(FTP_USER, FTP_PASSWORD)?;
+        Ok(ftp)
+    }
+
+    /// Whether the server process is still alive.
+    pub fn is_running(&self) -> bool {
+        self.child.as_ref().is_some_and(|c| !crate::has_exited(c))
+    }
+
+    /// Simulates a crash: SIGKILL to the server and every session it forked. Open control
+    /// and data connections see a reset or EOF. Idempotent.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            crate::kill_tree(&mut child);
+        }
+    }
+
+    /// Starts the server again on the same port with the same root, users and logs (killing
+    /// it first if it still runs).
+    pub fn restart(&mut self) -> Result<()> {
+        self.kill();
+        self.spawn_and_wait()
+            .with_context(|| format!("restarting {} on port {}", self.kind, self.port))
+    }
+
+    /// Recent output of the server's logs, for error messages.
+    pub fn diagnostics(&self) -> String {
+        let mut out = String::new();
+        for path in [self.output_file(), self.dir.path().join("server.log")] {
+            if let Ok(text) = fs::read_to_string(&path) {
+                let tail: Vec<&str> = text.lines().rev().take(20).collect();
+                out.push_str(&format!("--- {}\n", path.display()));
+                for line in tail.into_iter().rev() {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<()> {
+        let token = crate::unique_token(self.kind.name());
+        let mut cmd = self.command(&token)?;
+        let output = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.output_file())?;
+        cmd.current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(output.try_clone()?)
+            .stderr(output);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("spawning {:?}", cmd.get_program()))?;
+        let addr = self.addr();
+        let child = self.child.insert(child);
+        crate::wait_for_greeting(child, addr, &token)
+            .with_context(|| format!("{} on {}\n{}", self.kind, self.addr(), self.diagnostics()))
+    }
+
+    /// Writes the configuration for the current port and returns the command that runs it.
+    fn command(&self, token: &str) -> Result<Command> {
+        let d = self.dir.path();
+        let (lo, hi) = (*self.passive.start(), *self.passive.end());
+        match self.kind {
+            ServerKind::Vsftpd => {
+                let promiscuous = if self.opts.fxp { "YES" } else { "NO" };
+                let conf = d.join("vsftpd.conf");
+                fs::write(
+                    &conf,
+                    format!(
+                        "\
+# Foreground, one listener, no syslog.
+listen=YES
+listen_ipv6=NO
+listen_address={host}
+listen_port={port}
+background=NO
+ftpd_banner={token}
+# Local logins only, through the PAM service written by tests/install-deps.
+anonymous_enable=NO
+local_enable=YES
+pam_service_name={VSFTPD_PAM_SERVICE}
+userlist_enable=NO
+tcp_wrappers=NO
+ssl_enable=NO
+write_enable=YES
+local_umask=022
+chroot_local_user=YES
+allow_writeable_chroot=YES
+local_root={root}
+secure_chroot_dir={empty}
+nopriv_user=nobody
+# seccomp and namespaces fail in containers; isolate_network would also forbid FXP.
+seccomp_sandbox=NO
+isolate=NO
+isolate_network=NO
+pasv_enable=YES
+pasv_min_port={lo}
+pasv_max_port={hi}
+port_enable=YES
+# Port 20 would be shared by every test server on the host.
+connect_from_port_20=NO
+port_promiscuous={promiscuous}
+pasv_promiscuous={promiscuous}
+delay_failed_login=0
+xferlog_enable=YES
+xferlog_std_format=YES
+xferlog_file={xferlog}
+dual_log_enable=YES
+vsftpd_log_file={log}
+log_ftp_protocol=YES
+syslog_enable=NO
+",
+                        host = self.opts.host,
+                        port = self.port,
+                        root = self.root.display(),
+                        empty = d.join("empty").display(),
+                        xferlog = self.xferlog().display(),
+                        log = d.join("server.log").display(),
+                    ),
+                )?;
+                let mut cmd = Command::new(self.kind.binary());
+                cmd.arg(conf);
+                Ok(cmd)
+            }
+            ServerKind::Proftpd => {
+                let passwd = d.join("passwd");
+                fs::write(
+                    &passwd,
+                    format!(
+                        "{FTP_USER}:{FTP_PASSWORD_CRYPT}:{}:{}::{}:/usr/sbin/nologin\n",
+                        self.uid,
+                        self.gid,
+                        self.root.display()
+                    ),
+                )?;
+                fs::set_permissions(&passwd, fs::Permissions::from_mode(0o600))?;
+                let group = d.join("group");
+                fs::write(&group, format!("{FTP_USER}:x:{}:\n", self.gid))?;
+                let foreign = if self.opts.fxp { "on" } else { "off" };
+                let conf = d.join("proftpd.conf");
+                fs::write(
+                    &conf,
+                    format!(
+                        "\
+ServerType standalone
+ServerIdent on \"{token}\"
+UseIPv6 off
+DefaultAddress {host}
+SocketBindTight on
+Port {port}
+PassivePorts {lo} {hi}
+AllowForeignAddress {foreign}
+User nobody
+Group nogroup
+Umask 022
+MaxInstances 100
+UseReverseDNS off
+WtmpLog off
+DelayEngine off
+ScoreboardFile {d}/scoreboard
+PidFile {d}/proftpd.pid
+# With -n, proFTPD's own log goes to stderr (output.log); this one has every command.
+ExtendedLog {d}/server.log ALL
+TransferLog {xferlog}
+# Virtual login from a private file, no PAM.
+AuthOrder mod_auth_file.c
+AuthUserFile {passwd}
+AuthGroupFile {group}
+RequireValidShell off
+DefaultRoot ~
+AllowOverwrite on
+",
+                        host = self.opts.host,
+                        port = self.port,
+                        d = d.display(),
+                        xferlog = self.xferlog().display(),
+                        passwd = passwd.display(),
+                        group = group.display(),
+                    ),
+                )?;
+                let mut cmd = Command::new(self.kind.binary());
+                cmd.arg("-n").arg("-c").arg(conf);
+                Ok(cmd)
+            }
+            ServerKind::PureFtpd => {
+                let passwd = d.join("pureftpd.passwd");
+                fs::write(
+                    &passwd,
+                    format!(
+                        "{FTP_USER}:{FTP_PASSWORD_CRYPT}:{}:{}::{}/./::::::::::::\n",
+                        self.uid,
+                        self.gid,
+                        self.root.display()
+                    ),
+                )?;
+                let pdb = d.join("pureftpd.pdb");
+                let pure_pw = crate::testdeps_prefix().join("pure-ftpd/usr/bin/pure-pw");
+                let out = Command::new(&pure_pw)
+                    .arg("mkdb")
+                    .arg(&pdb)
+                    .arg("-f")
+                    .arg(&passwd)
+                    .output()
+                    .with_context(|| format!("running {}", pure_pw.display()))?;
+                ensure!(
+                    out.status.success(),
+                    "pure-pw mkdb failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                // The greeting shows this "fortune" file: the only way to put a token in it.
+                let fortune = d.join("fortune");
+                fs::write(&fortune, format!("{token}\n"))?;
+                let mut cmd = Command::new(self.kind.binary());
+                cmd.arg("-S")
+                    .arg(format!("{},{}", self.opts.host, self.port))
+                    .arg("-4")
+                    .arg("-l")
+                    .arg(format!("puredb:{}", pdb.display()))
+                    .arg("-p")
+                    .arg(format!("{lo}:{hi}"))
+                    .args(["-E", "-A", "-H", "-c", "100", "-C", "100"])
+                    .arg("-O")
+                    .arg(format!("xferlog:{}", self.xferlog().display()))
+                    .arg("-g")
+                    .arg(d.join("pure-ftpd.pid"))
+                    .arg("-F")
+                    .arg(fortune);
+                if self.opts.fxp {
+                    cmd.arg("-w");
+                }
+                Ok(cmd)
+            }
+        }
+    }
+}
+
+impl Drop for FtpServer {
+    fn drop(&mut self) {
+        self.kill();
+        crate::release_ports(self.passive.clone());
+        if self.port != 0 {
+            crate::release_ports([self.port]);
+        }
+    }
+}
+
+impl std::fmt::Debug for FtpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FtpServer")
+            .field("kind", &self.kind)
+            .field("addr", &self.addr())
+            .field("root", &self.root)
+            .field("fxp", &self.opts.fxp)
+            .finish()
+    }
+}
+
+/// uid and gid of a system account, from /etc/passwd.
+fn lookup_account(name: &str) -> Result<(u32, u32)> {
+    let passwd = fs::read_to_string("/etc/passwd")?;
+    for line in passwd.lines() {
+        let fields: Vec<&str> = line.split(':').collect();
+        if fields.len() >= 4 && fields[0] == name {
+            return Ok((fields[2].parse()?, fields[3].parse()?));
+        }
+    }
+    bail!("account {name} missing: run tests/install-deps as root")
+}
+
+/// One xferlog line: `Mon Nov 30 11:41:29 2026 1 127.0.0.1 12 /hello.txt b _ i r bftp-ftp ftp
+/// 0 * c`, i.e. a 5-field date, seconds, host, bytes, file name (which may contain spaces),
+/// then 9 fields: type, action, direction, access mode, user, service, auth method,
+/// auth user, completion. vsftpd logs the path inside its chroot, proFTPD and Pure-FTPd the
+/// real path: both are made relative to `root`.
+fn parse_xferlog_line(line: &str, root: &Path) -> Result<XferEntry> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    ensure!(fields.len() >= 18, "short xferlog line {line:?}");
+    let tail = &fields[fields.len() - 9..];
+    let bytes = fields[7]
+        .parse()
+        .with_context(|| format!("xferlog size in {line:?}"))?;
+    let name = fields[8..fields.len() - 9].join(" ");
+    let root = root.to_string_lossy();
+    let path = match name.strip_prefix(root.as_ref()) {
+        Some(rest) if rest.starts_with('/') => rest.to_string(),
+        _ => name,
+    };
+    let direction = match tail[2] {
+        "i" => Direction::Incoming,
+        "o" => Direction::Outgoing,
+        "d" => Direction::Deleted,
+        other => bail!("xferlog direction {other:?} in {line:?}"),
+    };
+    Ok(XferEntry {
+        path,
+        bytes,
+        direction,
+        complete: tail[8] == "c",
+        raw: line.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_xferlog_lines_of_each_server() {
+        let root = Path::new("/tmp/bftp-proftpd-x/root");
+        let vsftpd =
+            "Mon Nov 30 11:41:29 2026 1 127.0.0.1 12 /hello.txt b _ i r bftp-ftp ftp 0 * c";
+        let e = parse_xferlog_line(vsftpd, root).unwrap();
+        assert_eq!(e.path, "/hello.txt");
+        assert_eq!(e.bytes, 12);
+        assert_eq!(e.direction, Direction::Incoming);
+        assert!(e.complete);
+
+        let proftpd = "Mon Nov 30 11:41:37 2026 0 127.0.0.1 12 /tmp/bftp-proftpd-x/root/a b.txt b _ o r bftp-ftp ftp 0 * i";
+        let e = parse_xferlog_line(proftpd, root).unwrap();
+        assert_eq!(e.path, "/a b.txt");
+        assert_eq!(e.direction, Direction::Outgoing);
+        assert!(!e.complete);
+
+        assert!(parse_xferlog_line("Mon Nov 30 11:41:37 2026 0", root).is_err());
+    }
+}
