@@ -17,6 +17,8 @@ fn twenty_kill9s_after_acknowledged_submits_lose_nothing() {
                 "submit",
                 "ftp://127.0.0.1/pub/f",
                 "ftp://127.0.0.1:2121/in/",
+                "--start",
+                "in 1h",
                 "--keyword",
                 &format!("round-{round}"),
             ],

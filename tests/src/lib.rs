@@ -7,6 +7,7 @@
 
 pub mod daemon;
 pub mod ftpserver;
+pub mod hostile;
 pub mod rawftp;
 pub mod smtp;
 

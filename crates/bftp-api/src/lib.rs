@@ -11,6 +11,11 @@
 //! - `GET /v1/jobs?keyword=K&state=S&all=true` → [`JobList`] (the caller's jobs; `all` for admins).
 //! - `GET /v1/jobs/{id}` → [`JobView`]; 404 also for another user's job.
 //! - `POST /v1/jobs/{id}/cancel` → [`JobView`]; 409 if it already finished.
+//! - `POST /v1/verify` with [`SubmitRequest`] → [`VerifyResponse`]: the daemon logs in to both
+//!   servers and checks the job without transferring (SPEC §7).
+//! - `POST /v1/transfer` with [`SubmitRequest`] → a stream of [`TransferEvent`]s, one JSON
+//!   object per line (`application/x-ndjson`): a foreground copy without the queue. Closing
+//!   the connection aborts it.
 //! - `GET /v1/health` → [`Health`].
 
 use serde::{Deserialize, Serialize};
@@ -208,6 +213,68 @@ pub struct ListQuery {
     pub all: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
+}
+
+/// One check of `bftp verify`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckView {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VerifyResponse {
+    /// True when every check passed.
+    pub ok: bool,
+    pub checks: Vec<CheckView>,
+    /// Commands and replies of both control connections, PASS masked.
+    pub transcript: Vec<String>,
+}
+
+/// One line of the `POST /v1/transfer` stream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum TransferEvent {
+    /// The files the job covers (for a wildcard: what the listing matched), and the names a
+    /// server listed that were refused (CR/LF/NUL, `..`, foreign paths).
+    Listed { files: Vec<String>, rejected: Vec<String> },
+    /// A file's phase changed: `preparing`, `transferring`, `checking`.
+    Progress { name: String, phase: String },
+    /// A file is done, one way or the other.
+    File(FileResult),
+    /// The last line.
+    Summary(TransferSummary),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FileResult {
+    pub name: String,
+    /// `succeeded`, `failed_permanent` or `failed_transient`.
+    pub state: String,
+    pub bytes: Option<u64>,
+    /// How the copy was proven: `sizes equal (N bytes)`, or why SIZE could not be compared.
+    pub evidence: Option<String>,
+    /// The name the destination chose, for `unique` (STOU).
+    pub stored_as: Option<String>,
+    pub source_reply: Option<ReplyView>,
+    pub dest_reply: Option<ReplyView>,
+    pub fallbacks: Vec<String>,
+    pub detail: Option<String>,
+    pub seconds: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TransferSummary {
+    pub files: u32,
+    pub succeeded: u32,
+    pub failed: u32,
+    pub bytes: u64,
+    pub seconds: f64,
+    /// A failure of the whole transfer (login refused, FXP refused by both servers...).
+    pub error: Option<String>,
+    /// The transcript of a failed login or listing, PASS masked.
+    pub transcript: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

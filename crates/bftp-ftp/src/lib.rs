@@ -1,9 +1,23 @@
-//! The FTP side of bftp: parsing what servers say ([`parse`], pure). The session layer and
-//! the third-party transfer engine come next.
+//! The FTP side of bftp: parsing what servers say ([`parse`], pure), one control
+//! connection ([`session`], the only module that touches suppaftp), and the
+//! third-party transfer engine ([`engine`]): a [`Pair`] of sessions that copies files
+//! server to server, lists the source, and verifies a job before it runs.
 
+pub mod engine;
+pub mod limits;
 pub mod parse;
+pub mod session;
+pub mod transcript;
 
+pub use engine::{
+    verify, ActionError, AttemptReport, Check, CopyOutcome, CopyRequest, Failure, Fallback,
+    JobFailure, LastReply, ListError, ListMethod, Listed, Listing, Pair, PairError, Progress,
+    RejectedName, SizeCheck, Skipped, VerifyReport, VerifyRequest,
+};
+pub use limits::{AddressCheck, AllowAll, Limits, ServerLogin};
 pub use parse::{AddressError, FactError, MlsdError, NameError, ReplyError};
+pub use session::{ConnectError, Session, SessionError};
+pub use transcript::{Entry, EntryKind, Side, Transcript, TranscriptLimits};
 
 /// Everything that can fail in the parsers. They return their own, narrower enums;
 /// this one gathers them for callers that do not care which parser failed.

@@ -5,11 +5,13 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Bytes;
-use hyper::{header, Method, Request};
+use hyper::body::{Bytes, Incoming};
+use hyper::client::conn::http1::SendRequest;
+use hyper::{header, Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use tokio::net::UnixStream;
+use tokio::task::JoinHandle;
 
 use crate::exit::{Exit, Failure};
 
@@ -18,6 +20,50 @@ const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
 pub struct Client {
     socket: PathBuf,
+}
+
+const JSON: &str = "application/json";
+const NDJSON: &str = "application/x-ndjson";
+
+/// One HTTP/1.1 connection; dropping it closes the socket.
+struct Connection {
+    /// Kept with the task: hyper shuts a connection down when its sender is gone.
+    sender: SendRequest<Full<Bytes>>,
+    task: JoinHandle<Result<(), hyper::Error>>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A 2xx answer still arriving. Dropping it closes the connection, which tells bftpd that
+/// nobody listens any more.
+pub struct Streaming {
+    body: Incoming,
+    _conn: Connection,
+}
+
+impl Streaming {
+    /// The next piece of the body as the connection delivered it; `None` at its end.
+    pub async fn next_chunk(&mut self) -> anyhow::Result<Option<Bytes>> {
+        while let Some(frame) = self.body.frame().await {
+            let frame = frame.context("reading the answer")?;
+            if let Ok(data) = frame.into_data() {
+                return Ok(Some(data));
+            }
+        }
+        Ok(None)
+    }
+}
+
+async fn read_all(body: Incoming) -> anyhow::Result<Bytes> {
+    Ok(Limited::new(body, MAX_RESPONSE_BYTES)
+        .collect()
+        .await
+        .map_err(|e| anyhow::anyhow!("reading the response: {e}"))?
+        .to_bytes())
 }
 
 /// A successful (2xx) answer: the body as received, for `--json`, and its typed reading.
@@ -72,25 +118,71 @@ impl Client {
         headers: &[(&str, &str)],
         body: Option<Vec<u8>>,
     ) -> Result<(u16, &'static str, Bytes), TransportError> {
+        let (resp, conn) = self.open(method, path, JSON, headers, body).await?;
+        let status = resp.status();
+        let body = read_all(resp.into_body())
+            .await
+            .map_err(TransportError::Exchange)?;
+        drop(conn);
+        Ok((
+            status.as_u16(),
+            status.canonical_reason().unwrap_or(""),
+            body,
+        ))
+    }
+
+    /// A POST whose 2xx answer is read as it arrives (`application/x-ndjson`); an error
+    /// answer is read whole and becomes a [`Failure`]. No timeout: the answer lasts as long
+    /// as the work it reports.
+    pub async fn post_streaming(&self, path: &str, body: Vec<u8>) -> anyhow::Result<Streaming> {
+        let (resp, conn) = self
+            .open(Method::POST, path, NDJSON, &[], Some(body))
+            .await
+            .map_err(|e| self.transport_failure(e))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = read_all(resp.into_body())
+                .await
+                .map_err(|e| self.transport_failure(TransportError::Exchange(e)))?;
+            let reason = status.canonical_reason().unwrap_or("");
+            return Err(Failure::from_response(status.as_u16(), reason, &body).into());
+        }
+        Ok(Streaming {
+            body: resp.into_body(),
+            _conn: conn,
+        })
+    }
+
+    /// Connects, sends the request and reads the response head.
+    async fn open(
+        &self,
+        method: Method,
+        path: &str,
+        accept: &str,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Result<(Response<Incoming>, Connection), TransportError> {
         let stream = UnixStream::connect(&self.socket)
             .await
             .map_err(TransportError::Connect)?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| TransportError::Exchange(e.into()))?;
-        // The connection task ends when the response is read and `sender` is dropped.
-        let conn = tokio::spawn(conn);
+        let mut conn = Connection {
+            sender,
+            task: tokio::spawn(conn),
+        };
         let mut req = Request::builder()
             .method(method)
             .uri(path)
             .header(header::HOST, "localhost")
-            .header(header::ACCEPT, "application/json")
+            .header(header::ACCEPT, accept)
             .header(
                 header::USER_AGENT,
                 concat!("bftp/", env!("CARGO_PKG_VERSION")),
             );
         if body.is_some() {
-            req = req.header(header::CONTENT_TYPE, "application/json");
+            req = req.header(header::CONTENT_TYPE, JSON);
         }
         for (name, value) in headers {
             req = req.header(*name, *value);
@@ -99,27 +191,13 @@ impl Client {
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .context("building the HTTP request")
             .map_err(TransportError::Exchange)?;
-        let exchange = async {
-            let resp = sender
-                .send_request(req)
-                .await
-                .context("sending the request")?;
-            let status = resp.status();
-            let body = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES)
-                .collect()
-                .await
-                .map_err(|e| anyhow::anyhow!("reading the response: {e}"))?
-                .to_bytes();
-            anyhow::Ok((
-                status.as_u16(),
-                status.canonical_reason().unwrap_or(""),
-                body,
-            ))
-        };
-        let result = exchange.await.map_err(TransportError::Exchange);
-        drop(sender);
-        conn.abort();
-        result
+        let resp = conn
+            .sender
+            .send_request(req)
+            .await
+            .context("sending the request")
+            .map_err(TransportError::Exchange)?;
+        Ok((resp, conn))
     }
 
     /// The user-facing error for a request that got no answer.
@@ -208,19 +286,33 @@ pub(crate) mod testserver {
         pub requests: Arc<Mutex<Vec<Recorded>>>,
     }
 
+    /// What the server sends back on one connection.
+    pub enum Answer {
+        /// With a content-length.
+        Whole(u16, String),
+        /// A 200 in chunked encoding, one write per chunk.
+        Chunked(Vec<String>),
+    }
+
     /// Serves each `(status, body)` in turn, one per connection.
     pub fn start(answers: Vec<(u16, &str)>) -> TestServer {
-        let answers: Vec<(u16, String)> = answers
-            .into_iter()
-            .map(|(s, b)| (s, b.to_string()))
-            .collect();
+        serve(
+            answers
+                .into_iter()
+                .map(|(s, b)| Answer::Whole(s, b.to_string()))
+                .collect(),
+        )
+    }
+
+    /// Serves each answer in turn, one per connection.
+    pub fn serve(answers: Vec<Answer>) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("bftpd.sock");
         let listener = UnixListener::bind(&socket).unwrap();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let rec = requests.clone();
         tokio::spawn(async move {
-            for (status, body) in answers {
+            for answer in answers {
                 let (mut s, _) = listener.accept().await.unwrap();
                 let mut buf = Vec::new();
                 let head_end = loop {
@@ -251,11 +343,26 @@ pub(crate) mod testserver {
                     head,
                     body: buf[head_end..].to_vec(),
                 });
-                let resp = format!(
-                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                s.write_all(resp.as_bytes()).await.unwrap();
+                match answer {
+                    Answer::Whole(status, body) => {
+                        let resp = format!(
+                            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        s.write_all(resp.as_bytes()).await.unwrap();
+                    }
+                    Answer::Chunked(chunks) => {
+                        s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+                            .await
+                            .unwrap();
+                        for c in chunks {
+                            let c = format!("{:x}\r\n{c}\r\n", c.len());
+                            s.write_all(c.as_bytes()).await.unwrap();
+                            s.flush().await.unwrap();
+                        }
+                        s.write_all(b"0\r\n\r\n").await.unwrap();
+                    }
+                }
                 s.shutdown().await.unwrap();
             }
         });
@@ -321,6 +428,47 @@ mod tests {
             let err = client.get::<Health>("/v1/jobs/7").await.unwrap_err();
             assert_eq!(crate::exit::exit_of(&err), want, "{err:#}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_streamed_answer_is_read_piece_by_piece() {
+        let pieces = ["{\"a\":", "1}\n{\"b\"", ":2}\n"];
+        let srv = testserver::serve(vec![testserver::Answer::Chunked(
+            pieces.iter().map(|p| p.to_string()).collect(),
+        )]);
+        let mut stream = Client::new(&srv.socket)
+            .post_streaming("/v1/transfer", b"{}".to_vec())
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        while let Some(piece) = stream.next_chunk().await.unwrap() {
+            assert!(!piece.is_empty());
+            got.extend_from_slice(&piece);
+        }
+        assert_eq!(got, pieces.concat().as_bytes());
+        let req = srv.requests.lock().unwrap()[0].clone();
+        assert_eq!(req.request_line(), "POST /v1/transfer HTTP/1.1");
+        assert_eq!(
+            req.header("accept").as_deref(),
+            Some("application/x-ndjson")
+        );
+        assert_eq!(req.body, b"{}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_stream_is_a_failure_with_its_exit_code() {
+        let body = r#"{"kind":"unavailable","message":"shutting down"}"#;
+        let srv = testserver::start(vec![(503, body)]);
+        let err = Client::new(&srv.socket)
+            .post_streaming("/v1/transfer", b"{}".to_vec())
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(crate::exit::exit_of(&err), Exit::Unreachable);
+        assert_eq!(
+            format!("{err:#}"),
+            "shutting down [HTTP 503 Service Unavailable]"
+        );
     }
 
     #[test]

@@ -26,21 +26,30 @@ pub enum Exit {
     Conflict = 6,
     /// Permission denied on the socket (EACCES): the caller may not talk to bftpd.
     PermissionDenied = 7,
+    /// bftpd answered, and what it found is a problem: a `verify` check failed, or a
+    /// `transfer` left a file not copied (or failed as a whole).
+    Problem = 8,
+    /// Interrupted (SIGINT, Ctrl-C): `transfer` closed its connection, which aborts the copy
+    /// in bftpd. 128 + SIGINT, as a shell reports a command killed by it.
+    Interrupted = 130,
 }
 
 /// The exit codes as `--help` shows them.
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
-  0  success
-  1  unexpected error (I/O failure, bftpd internal error, ...)
-  2  usage error (bad command line)
-  3  bftpd is not reachable (socket missing or connection refused; bftpd unavailable)
-  4  the request is invalid: rejected by bftpd (HTTP 400, or 403 for a forbidden host)
-     or by bftp's own checks before sending
-  5  not found (HTTP 404): no such job, or not yours
-  6  conflict (HTTP 409): request key reused with other parameters, or the job has
-     already finished
-  7  permission denied on the bftpd socket";
+    0  success
+    1  unexpected error (I/O failure, bftpd internal error, ...)
+    2  usage error (bad command line)
+    3  bftpd is not reachable (socket missing or connection refused; bftpd unavailable)
+    4  the request is invalid: rejected by bftpd (HTTP 400, or 403 for a forbidden host)
+       or by bftp's own checks before sending
+    5  not found (HTTP 404): no such job, or not yours
+    6  conflict (HTTP 409): request key reused with other parameters, or the job has
+       already finished
+    7  permission denied on the bftpd socket
+    8  verification or transfer found a problem: a `verify` check failed, or a
+       `transfer` did not copy every file
+  130  interrupted (Ctrl-C): `transfer` drops its connection, which aborts the copy";
 
 impl Exit {
     pub fn code(self) -> u8 {
@@ -57,6 +66,8 @@ impl Exit {
             Exit::NotFound => "not_found",
             Exit::Conflict => "conflict",
             Exit::PermissionDenied => "permission_denied",
+            Exit::Problem => "problem",
+            Exit::Interrupted => "interrupted",
         }
     }
 

@@ -1,6 +1,6 @@
 //! `bftp`, the front end of bftpd: submit, inspect and cancel server-to-server FTP transfer
-//! jobs. It never touches the store or an FTP server; it talks HTTP/JSON to bftpd on a Unix
-//! socket (SPEC §7).
+//! jobs, verify one, or run one in the foreground. It never touches the store or an FTP
+//! server; it talks HTTP/JSON to bftpd on a Unix socket (SPEC §7).
 //!
 //! Exit codes (see [`exit::Exit`]):
 //!
@@ -14,6 +14,8 @@
 //! | 5 | not found (HTTP 404): no such job, or not yours |
 //! | 6 | conflict (HTTP 409): request key reused with other parameters, or the job already finished |
 //! | 7 | permission denied on the bftpd socket (EACCES) |
+//! | 8 | verification or transfer found a problem: a `verify` check failed, or a `transfer` did not copy every file |
+//! | 130 | interrupted (Ctrl-C); `transfer` drops its connection, which aborts the copy in bftpd |
 
 mod cancel;
 mod client;
@@ -21,8 +23,11 @@ mod exit;
 mod netrc;
 mod output;
 mod password;
+mod request;
 mod status;
 mod submit;
+mod transfer;
+mod verify;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,7 +45,7 @@ use crate::exit::{exit_of, failure_of, Exit, EXIT_CODES_HELP};
 #[command(
     name = "bftp",
     version,
-    about = "Queue server-to-server FTP transfers with bftpd, and follow them",
+    about = "Queue server-to-server FTP transfers with bftpd and follow them, or verify or run one now",
     after_help = EXIT_CODES_HELP,
 )]
 pub struct Cli {
@@ -78,6 +83,21 @@ pub enum Command {
     /// Cancel a job that has not finished.
     #[command(after_help = EXIT_CODES_HELP)]
     Cancel(cancel::CancelArgs),
+    /// Check a transfer without making it: bftpd logs in to both servers, checks
+    /// TYPE/MODE/STRU, the source (what a wildcard matches now), the destination directory,
+    /// and that one side accepts PASV and the other a PORT to it.
+    ///
+    /// Prints a line per check. It can take several seconds: a server may wait before it
+    /// refuses a wrong password. Options and passwords as for `submit`.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Verify(Box<verify::VerifyArgs>),
+    /// Copy now, in the foreground, without the queue: bftpd runs the transfer while bftp
+    /// shows its progress, a line per file and a summary. No retries.
+    ///
+    /// Ctrl-C closes the connection, which aborts the transfer in bftpd. Options and
+    /// passwords as for `submit`.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Transfer(Box<transfer::TransferArgs>),
 }
 
 fn main() -> ExitCode {
@@ -94,7 +114,7 @@ fn main() -> ExitCode {
         }
     };
     match run(&cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(exit) => ExitCode::from(exit.code()),
         Err(err) => {
             report(&cli, &err);
             ExitCode::from(exit_of(&err).code())
@@ -102,26 +122,64 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: &Cli) -> anyhow::Result<()> {
+/// The request of `verify` and `transfer`, made outside the runtime: it may prompt on the
+/// terminal.
+fn prepare_now(args: &request::RequestArgs) -> anyhow::Result<request::Prepared> {
+    let prepared = request::prepare(
+        args,
+        request::Schedule::immediate(now()),
+        &password::Sources::from_process(),
+    )?;
+    warn(&prepared.warnings);
+    Ok(prepared)
+}
+
+fn now() -> Timestamp {
+    Timestamp::from_system(std::time::SystemTime::now())
+}
+
+fn warn(warnings: &[String]) {
+    for w in warnings {
+        eprintln!("bftp: {w}");
+    }
+}
+
+/// Runs the command; a command that printed its answer may still exit non-zero
+/// ([`Exit::Problem`], [`Exit::Interrupted`]) without an error to report.
+fn run(cli: &Cli) -> anyhow::Result<Exit> {
     let client = Client::new(&cli.socket);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let text = match &cli.command {
+    let (text, exit) = match &cli.command {
         Command::Submit(args) => {
             // Outside the runtime: this may prompt on the terminal.
-            let now = Timestamp::from_system(std::time::SystemTime::now());
-            let prepared = submit::prepare(args, &password::Sources::from_process(), now)?;
-            for w in &prepared.warnings {
-                eprintln!("bftp: {w}");
-            }
-            rt.block_on(submit::run(&client, &prepared, cli.json))?
+            let submission = submit::prepare(args, &password::Sources::from_process(), now())?;
+            warn(&submission.prepared.warnings);
+            let text = rt.block_on(submit::run(&client, &submission, cli.json))?;
+            (text, Exit::Success)
         }
-        Command::Status(args) => rt.block_on(status::run(&client, args, cli.json))?,
-        Command::Cancel(args) => rt.block_on(cancel::run(&client, args, cli.json))?,
+        Command::Status(args) => (
+            rt.block_on(status::run(&client, args, cli.json))?,
+            Exit::Success,
+        ),
+        Command::Cancel(args) => (
+            rt.block_on(cancel::run(&client, args, cli.json))?,
+            Exit::Success,
+        ),
+        Command::Verify(args) => {
+            let prepared = prepare_now(&args.request)?;
+            rt.block_on(verify::run(&client, &prepared, args.transcript, cli.json))?
+        }
+        // Prints as the events come.
+        Command::Transfer(args) => {
+            let prepared = prepare_now(&args.request)?;
+            return rt.block_on(transfer::run(&client, &prepared, cli.json));
+        }
     };
-    output::emit(&text)
+    output::emit(&text)?;
+    Ok(exit)
 }
 
 /// One line on stderr; under `--json` also the error as JSON on stdout.
@@ -166,13 +224,26 @@ mod tests {
             help.contains("Exit codes:") && help.contains("7  permission denied"),
             "{help}"
         );
-        for code in 0..=7u8 {
+        for code in (0..=8u8).chain([130]) {
             assert!(
                 EXIT_CODES_HELP.contains(&format!("  {code}  ")),
                 "exit code {code} undocumented"
             );
         }
         assert_eq!(Exit::PermissionDenied.code(), 7);
+        assert_eq!(Exit::Problem.code(), 8);
+        assert_eq!(Exit::Interrupted.code(), 130);
+        for sub in ["verify", "transfer"] {
+            let help = Cli::command()
+                .find_subcommand_mut(sub)
+                .unwrap()
+                .render_long_help()
+                .to_string();
+            assert!(
+                help.contains("8  verification or transfer found a problem"),
+                "{help}"
+            );
+        }
     }
 
     #[test]

@@ -41,7 +41,8 @@ pub fn sanitize(s: &str) -> String {
         .collect()
 }
 
-fn clip(s: &str, max: usize) -> String {
+/// [`sanitize`]d, and cut to `max` characters with an ellipsis.
+pub fn clip(s: &str, max: usize) -> String {
     let s = sanitize(s);
     if s.chars().count() <= max {
         s

@@ -1,81 +1,11 @@
 //! The `bftp` binary as a user runs it: exit codes, stderr, `--json`, against a scripted
 //! bftpd on a Unix socket.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::thread;
+mod common;
 
-struct Env {
-    dir: tempfile::TempDir,
-}
+use std::path::Path;
 
-impl Env {
-    fn new() -> Env {
-        Env {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("bftpd.sock")
-    }
-
-    fn bftp(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bftp"));
-        cmd.args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", self.dir.path())
-            .env("BFTP_SOCKET", self.socket())
-            .stdin(Stdio::null());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        cmd.output().unwrap()
-    }
-
-    /// Answers one request with `status` and `body`; returns what it received.
-    fn serve_once(&self, status: u16, body: &'static str) -> thread::JoinHandle<(String, String)> {
-        let listener = UnixListener::bind(self.socket()).unwrap();
-        thread::spawn(move || {
-            let (stream, _) = listener.accept().unwrap();
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut head = String::new();
-            let mut len = 0usize;
-            loop {
-                let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap();
-                }
-                head.push_str(&line);
-                if line == "\r\n" {
-                    break;
-                }
-            }
-            let mut req_body = vec![0u8; len];
-            reader.read_exact(&mut req_body).unwrap();
-            let mut w = stream;
-            write!(
-                w,
-                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            )
-            .unwrap();
-            (head, String::from_utf8(req_body).unwrap())
-        })
-    }
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().expect("exited, not killed")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use common::{code, text, Env};
 
 #[test]
 fn no_daemon_is_exit_3_naming_the_socket() {
@@ -108,6 +38,7 @@ fn usage_error_is_exit_2_and_help_lists_exit_codes() {
     let help = env.bftp(&["--help"], &[]);
     assert_eq!(code(&help), 0);
     assert!(text(&help.stdout).contains("7  permission denied on the bftpd socket"));
+    assert!(text(&help.stdout).contains("8  verification or transfer found a problem"));
 }
 
 #[test]

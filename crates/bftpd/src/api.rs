@@ -30,8 +30,13 @@ use crate::views::job_view;
 /// What every handler shares.
 pub struct AppState {
     pub store: Arc<dyn JobStore>,
-    pub secrets: Secrets,
+    pub secrets: Arc<Secrets>,
+    pub scheduler: Arc<crate::scheduler::Scheduler>,
     pub policy: HostPolicy,
+    /// The engine's timeouts and reply overrides (`[ftp]`).
+    pub limits: bftp_ftp::Limits,
+    /// Per-host connection slots, shared with the scheduler's attempts.
+    pub hosts: Arc<crate::ftp::HostLimits>,
     pub retry_defaults: RetryPolicy,
     pub retry_bounds: RetryBounds,
 }
@@ -44,6 +49,8 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(get_job))
         .route("/v1/jobs/{id}/cancel", post(cancel))
+        .route("/v1/verify", post(verify))
+        .route("/v1/transfer", post(transfer))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -185,14 +192,72 @@ async fn check_hosts(policy: &HostPolicy, spec: &JobSpec) -> Result<(), ApiError
     Ok(())
 }
 
+/// Parses, validates and policy-checks a request: what submit, verify and transfer share.
+async fn checked_spec(app: &Shared, body: &[u8]) -> Result<(SubmitRequest, JobSpec), ApiError> {
+    let req: SubmitRequest = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("request body: {e}")))?;
+    let spec = build_spec(&req, app.retry_defaults, &app.retry_bounds, now())
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    check_hosts(&app.policy, &spec).await?;
+    Ok((req, spec))
+}
+
+fn address_check(app: &Shared) -> Arc<dyn bftp_ftp::AddressCheck> {
+    Arc::new(crate::ftp::PolicyCheck(app.policy.clone()))
+}
+
+async fn verify(
+    State(app): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Result<Json<bftp_api::VerifyResponse>, ApiError> {
+    let (_, spec) = checked_spec(&app, &body).await?;
+    tracing::info!(uid = caller.uid, source = %spec.source.display_url(), "verify");
+    Ok(Json(crate::ftp::verify(&spec, &app.limits, address_check(&app)).await))
+}
+
+/// A foreground copy, streamed as NDJSON; the client hanging up abandons it.
+async fn transfer(
+    State(app): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let (_, spec) = checked_spec(&app, &body).await?;
+    if spec.disposition != bftp_core::Disposition::Copy {
+        return Err(ApiError::bad_request(format!(
+            "`bftp transfer` copies; a `{}` job goes through `bftp submit`",
+            spec.disposition
+        )));
+    }
+    tracing::info!(uid = caller.uid, source = %spec.source.display_url(), "foreground transfer");
+    let (tx, rx) = tokio::sync::mpsc::channel::<bftp_api::TransferEvent>(64);
+    tokio::spawn(crate::ftp::transfer(
+        spec,
+        app.limits.clone(),
+        address_check(&app),
+        app.hosts.clone(),
+        tx,
+    ));
+    let lines = futures_util::stream::unfold(rx, |mut rx| async move {
+        let event = rx.recv().await?;
+        let mut line = serde_json::to_vec(&event).unwrap_or_default();
+        line.push(b'\n');
+        Some((Ok::<_, std::convert::Infallible>(Bytes::from(line)), rx))
+    });
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(lines),
+    )
+        .into_response())
+}
+
 async fn submit(
     State(app): State<Shared>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let req: SubmitRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("request body: {e}")))?;
+    let (req, spec) = checked_spec(&app, &body).await?;
     let key = match headers.get(IDEMPOTENCY_KEY_HEADER) {
         None => None,
         Some(v) => {
@@ -208,9 +273,6 @@ async fn submit(
         }
     };
     let now = now();
-    let spec = build_spec(&req, app.retry_defaults, &app.retry_bounds, now)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    check_hosts(&app.policy, &spec).await?;
     // The fingerprint covers the request exactly as sent (its passwords included, hence keyed).
     let canonical = serde_json::to_vec(&req).map_err(ApiError::internal)?;
     let request = key.map(|k| RequestKey {
@@ -245,6 +307,7 @@ async fn submit(
     };
     if created {
         tracing::info!(job = job.id.0, uid = caller.uid, "job submitted");
+        app.scheduler.notify();
     }
     let view = load_view(&app, job).await?;
     let status = if created {
@@ -348,6 +411,7 @@ async fn cancel(
     let detail = format!("cancelled by uid {}", caller.uid);
     let job =
         blocking(move || store.apply(JobId(id), JobEvent::Cancel, now(), Some(detail))).await?;
+    app.scheduler.cancel(JobId(id));
     tracing::info!(job = id, uid = caller.uid, "job cancelled");
     Ok(Json(load_view(&app, job).await?))
 }

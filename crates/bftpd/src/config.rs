@@ -35,6 +35,36 @@ pub struct Config {
     pub retry_bounds: RetryBoundsConfig,
     #[serde(default)]
     pub policy: HostPolicyConfig,
+    #[serde(default)]
+    pub ftp: crate::ftp::FtpConfig,
+    #[serde(default)]
+    pub scheduler: SchedulerConfig,
+}
+
+/// `[scheduler]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerConfig {
+    /// Jobs running at once.
+    #[serde(default = "d_running")]
+    pub max_running_jobs: usize,
+    /// At SIGTERM, how long running transfers may go on before they are aborted (and stay
+    /// queued, to be done again after the restart).
+    #[serde(default = "d_grace", with = "humantime_duration")]
+    pub grace: Duration,
+}
+
+fn d_running() -> usize {
+    8
+}
+fn d_grace() -> Duration {
+    Duration::from_secs(30)
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig { max_running_jobs: d_running(), grace: d_grace() }
+    }
 }
 
 fn default_socket_mode() -> String {
@@ -84,15 +114,15 @@ impl Default for StoreConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryDefaults {
-    #[serde(default = "d_10m", with = "humantime_serde_compat")]
+    #[serde(default = "d_10m", with = "humantime_duration")]
     pub first_interval: Duration,
     #[serde(default = "d_factor")]
     pub factor: f64,
-    #[serde(default = "d_4h", with = "humantime_serde_compat")]
+    #[serde(default = "d_4h", with = "humantime_duration")]
     pub cap: Duration,
     #[serde(default = "d_attempts")]
     pub max_attempts: u32,
-    #[serde(default = "d_3days", with = "humantime_serde_compat")]
+    #[serde(default = "d_3days", with = "humantime_duration")]
     pub deadline: Duration,
 }
 
@@ -141,21 +171,21 @@ impl RetryDefaults {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryBoundsConfig {
-    #[serde(default = "b_min_first", with = "humantime_serde_compat")]
+    #[serde(default = "b_min_first", with = "humantime_duration")]
     pub min_first_interval: Duration,
-    #[serde(default = "b_max_first", with = "humantime_serde_compat")]
+    #[serde(default = "b_max_first", with = "humantime_duration")]
     pub max_first_interval: Duration,
     #[serde(default = "b_min_factor")]
     pub min_factor: f64,
     #[serde(default = "b_max_factor")]
     pub max_factor: f64,
-    #[serde(default = "b_min_cap", with = "humantime_serde_compat")]
+    #[serde(default = "b_min_cap", with = "humantime_duration")]
     pub min_cap: Duration,
-    #[serde(default = "b_max_cap", with = "humantime_serde_compat")]
+    #[serde(default = "b_max_cap", with = "humantime_duration")]
     pub max_cap: Duration,
     #[serde(default = "b_max_attempts")]
     pub max_attempts: u32,
-    #[serde(default = "b_max_deadline", with = "humantime_serde_compat")]
+    #[serde(default = "b_max_deadline", with = "humantime_duration")]
     pub max_deadline: Duration,
 }
 
@@ -250,7 +280,7 @@ impl Default for HostPolicyConfig {
 }
 
 /// `Duration` fields in humantime syntax ("10m", "4h", "2days").
-mod humantime_serde_compat {
+pub(crate) mod humantime_duration {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer};
@@ -309,6 +339,10 @@ impl Config {
         }
         if b.max_attempts == 0 {
             bail!("[retry_bounds]: max_attempts must be at least 1");
+        }
+        self.ftp.limits()?;
+        if self.scheduler.max_running_jobs == 0 {
+            bail!("[scheduler]: max_running_jobs must be at least 1");
         }
         if self.store.cache_mib == 0 {
             bail!("[store]: cache_mib must be at least 1");

@@ -4,9 +4,12 @@
 //! completes. The binary (`main.rs`) only parses arguments, sets up logging and signals.
 
 pub mod api;
+pub mod attempt;
 pub mod config;
+pub mod ftp;
 pub mod identity;
 pub mod policy;
+pub mod scheduler;
 pub mod secrets;
 pub mod server;
 pub mod submit;
@@ -38,7 +41,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 config.state_dir.display()
             )
         })?;
-    let secrets = secrets::Secrets::load_or_create(&config.state_dir.join("secret.key"))?;
+    let secrets = Arc::new(secrets::Secrets::load_or_create(&config.state_dir.join("secret.key"))?);
     let store_dir = config.state_dir.join("store");
     let opts = StoreOptions {
         cache_capacity_bytes: config.store.cache_mib * 1024 * 1024,
@@ -56,10 +59,35 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             })?,
     );
     let admins = identity::AdminPolicy::new(config.admin_group.as_deref())?;
+    let policy = policy::HostPolicy::new(&config.policy);
+    let limits = config.ftp.limits()?;
+    let hosts = ftp::HostLimits::new(config.ftp.parallel_pairs, config.ftp.max_connections_per_host);
+    let executor = Arc::new(attempt::FtpExecutor {
+        store: store.clone(),
+        secrets: secrets.clone(),
+        limits: limits.clone(),
+        check: Arc::new(ftp::PolicyCheck(policy.clone())),
+        hosts: hosts.clone(),
+    });
+    let scheduler = scheduler::Scheduler::new(
+        store.clone(),
+        executor,
+        scheduler::SchedulerLimits {
+            max_running_jobs: config.scheduler.max_running_jobs,
+            grace: config.scheduler.grace,
+        },
+    );
+    let recovered = scheduler.recover().await.context("recovering interrupted attempts")?;
+    if recovered > 0 {
+        tracing::info!(jobs = recovered, "requeued attempts interrupted by the last stop");
+    }
     let state = Arc::new(api::AppState {
         store: store.clone(),
         secrets,
-        policy: policy::HostPolicy::new(&config.policy),
+        scheduler: scheduler.clone(),
+        policy,
+        limits,
+        hosts: hosts.clone(),
         retry_defaults: config.retry.policy(),
         retry_bounds: config.retry_bounds.bounds(),
     });
@@ -79,10 +107,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         token.clone(),
         API_GRACE,
     ));
+    let stop_scheduling = CancellationToken::new();
+    let scheduling = tokio::spawn(scheduler.run(stop_scheduling.clone()));
     shutdown.await;
-    tracing::info!("shutting down");
+    tracing::info!("shutting down: no new work; running attempts get their grace period");
     token.cancel();
-    serving.await.context("API server task failed")?;
+    stop_scheduling.cancel();
+    let (served, scheduled) = tokio::join!(serving, scheduling);
+    served.context("API server task failed")?;
+    scheduled.context("scheduler task failed")?;
     let _ = std::fs::remove_file(&config.socket);
     // Every write was durable when acknowledged: nothing is left to flush.
     drop(store);

@@ -117,9 +117,12 @@ mod tests {
         })
     }
 
+    /// allow_loopback, extra deny ranges, address, Ok or a piece of the error.
+    type Case = (bool, &'static [&'static str], &'static str, Result<(), &'static str>);
+
     #[test]
     fn policy_table() {
-        let cases: &[(bool, &[&str], &str, Result<(), &str>)] = &[
+        let cases: &[Case] = &[
             (false, &[], "192.0.2.10", Ok(())),
             (false, &[], "127.0.0.1", Err("loopback")),
             (true, &[], "127.0.0.1", Ok(())),

@@ -190,7 +190,7 @@ impl fmt::Display for ModifyTime {
 }
 
 fn is_leap(year: u16) -> bool {
-    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
+    (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400)
 }
 
 fn days_in_month(year: u16, month: u8) -> u8 {
@@ -223,7 +223,10 @@ mod tests {
         let table: &[(&str, Option<&str>)] = &[
             ("\"/\" is the current directory", Some("/")),
             ("\"/pub/in\"", Some("/pub/in")),
-            ("\"/a \"\"quoted\"\" dir\" is current", Some("/a \"quoted\" dir")),
+            (
+                "\"/a \"\"quoted\"\" dir\" is current",
+                Some("/a \"quoted\" dir"),
+            ),
             ("MKD ok \"/x\"", Some("/x")),
             ("no quotes", None),
             ("\"unterminated", None),

@@ -1,0 +1,639 @@
+//! Listing the source directory for a wildcard job (SPEC §4.4, §8).
+//!
+//! MLSD when FEAT offers MLST (RFC 3659), else NLST; either way over a data
+//! connection from the source to the controller: listing data may flow to bftpd,
+//! file bytes never do. The pattern is matched here with [`glob_match`], never by the
+//! server (Pure-FTPd's NLST does not glob and lists `.` and `..`). Every name is
+//! checked before use (no CR/LF/NUL, no `..`, no absolute path elsewhere); refused
+//! names are returned, never dropped silently.
+//!
+//! "No match" arrives as 450, 550 or a 226 with an empty list depending on the server:
+//! a 450/550 to NLST is told apart from a missing directory with CWD.
+
+use std::net::{IpAddr, SocketAddr};
+
+use bftp_core::reply::{CommandKind, Disposition, PermanentKind, TransientKind};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+use super::outcome::Fallback;
+use super::{Pair, SizeAnswer};
+use crate::parse::{
+    check_argument, glob_match, is_privileged_port, parse_epsv, parse_mdtm_reply, parse_mlsd,
+    parse_nlst, parse_pasv, AddressError, EntryKind, ModifyTime, NameError, Reply,
+};
+use crate::session::{io_failure, SessionError};
+use crate::transcript::{Side, Transcript};
+
+/// One member of a wildcard job, as frozen at the first listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Checked, relative to the listed directory, no `/`.
+    pub name: String,
+    pub size: Option<u64>,
+    pub modified: Option<ModifyTime>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListMethod {
+    Mlsd,
+    Nlst,
+}
+
+/// A listing line refused by the checks of SPEC §8.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedName {
+    /// The line, sanitized and cut.
+    pub line: String,
+    pub reason: String,
+}
+
+/// A name that matched the pattern but is not a plain file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub name: String,
+    pub reason: String,
+}
+
+/// What [`Pair::list_source`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    /// Plain files whose name matches the pattern, in listing order.
+    pub members: Vec<Listed>,
+    /// Lines whose name failed the checks (whether or not it would have matched).
+    pub rejected: Vec<RejectedName>,
+    /// Matching names that are directories or other non-files.
+    pub skipped: Vec<Skipped>,
+    pub method: ListMethod,
+    pub fallbacks: Vec<Fallback>,
+    pub transcript: Transcript,
+}
+
+/// Why the source could not be listed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ListError {
+    #[error("source server {host}: {command} answered {reply}")]
+    Refused {
+        host: String,
+        command: String,
+        reply: Reply,
+        disposition: Disposition,
+    },
+    #[error("source server {host}: {command}: {error}")]
+    Session {
+        host: String,
+        command: String,
+        error: SessionError,
+    },
+    #[error(
+        "the source directory {dir:?} does not exist or cannot be entered: CWD answered {reply}"
+    )]
+    DirectoryMissing { dir: String, reply: Reply },
+    /// BSD servers put `ls` errors on the data connection and answer 226 (RFC 1068).
+    #[error("the listing of {dir:?} holds error messages instead of names: {}", lines.join(" | "))]
+    ErrorText { dir: String, lines: Vec<String> },
+    #[error("source server {host}: unusable {command} reply: {error}")]
+    BadPassiveReply {
+        host: String,
+        command: String,
+        error: AddressError,
+    },
+    #[error("source server {host} announced the privileged data port {port}; refused (RFC 2577)")]
+    PrivilegedPort { host: String, port: u16 },
+    #[error("source server {host}: neither PASV nor EPSV is offered: {detail}")]
+    NoPassiveMode { host: String, detail: String },
+    #[error("data connection to {addr} failed: {detail}")]
+    DataConnection { addr: SocketAddr, detail: String },
+    #[error("the listing is larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("{what} {value:?} cannot be sent in a command: {error}")]
+    BadArgument {
+        what: &'static str,
+        value: String,
+        error: NameError,
+    },
+    #[error("the connection pair was closed ({reason}); open a new one")]
+    Closed { reason: String },
+}
+
+impl ListError {
+    /// The retry decision (SPEC §5): a missing directory is a job-level permanent
+    /// failure; transport trouble and code-less listings are transient.
+    pub fn disposition(&self) -> Disposition {
+        match self {
+            ListError::Refused { disposition, .. } => *disposition,
+            ListError::Session { error, .. } => {
+                bftp_core::reply::classify(CommandKind::Nlst, error.outcome())
+            }
+            ListError::DirectoryMissing { .. } => {
+                Disposition::Permanent(PermanentKind::FileUnavailable)
+            }
+            ListError::ErrorText { .. } | ListError::BadPassiveReply { .. } => {
+                Disposition::Transient(TransientKind::Protocol)
+            }
+            ListError::DataConnection { .. } => {
+                Disposition::Transient(TransientKind::DataConnection)
+            }
+            ListError::TooLarge { .. }
+            | ListError::BadArgument { .. }
+            | ListError::PrivilegedPort { .. }
+            | ListError::NoPassiveMode { .. } => {
+                Disposition::Permanent(PermanentKind::CommandRejected)
+            }
+            ListError::Closed { .. } => super::outcome::connection_gone(),
+        }
+    }
+}
+
+/// What a listing command gave.
+enum DataReply {
+    Data(Vec<u8>),
+    /// The first or final reply was negative.
+    Negative {
+        command: String,
+        reply: Reply,
+        disposition: Disposition,
+    },
+}
+
+/// `dir/name`, with `dir` as the job wrote it (`""` is the login directory).
+pub(crate) fn join(dir: &str, name: &str) -> String {
+    match dir {
+        "" | "." => name.to_owned(),
+        d if d.ends_with('/') => format!("{d}{name}"),
+        d => format!("{d}/{name}"),
+    }
+}
+
+impl Pair {
+    /// List `dir` on the source and return the plain files whose names match
+    /// `pattern` (see the module docs). Names come without the directory.
+    pub async fn list_source(&mut self, dir: &str, pattern: &str) -> Result<Listing, ListError> {
+        if let Some(reason) = self.dead_reason() {
+            return Err(ListError::Closed { reason });
+        }
+        if let Err(error) = check_argument(dir) {
+            return Err(ListError::BadArgument {
+                what: "directory",
+                value: dir.to_owned(),
+                error,
+            });
+        }
+        let mut fallbacks = Vec::new();
+        let mlsd = self
+            .features()
+            .await
+            .iter()
+            .any(|f| f.trim_start().to_ascii_uppercase().starts_with("MLST"));
+        let mut method = ListMethod::Nlst;
+        let mut data = None;
+        if mlsd {
+            match self.data_command("MLSD", dir).await? {
+                DataReply::Data(bytes) => {
+                    method = ListMethod::Mlsd;
+                    data = Some(bytes);
+                }
+                DataReply::Negative {
+                    command,
+                    reply,
+                    disposition: Disposition::NotSupported,
+                } => {
+                    let fallback = Fallback::ListedWithNlst {
+                        reason: format!("{command} answered {reply}"),
+                    };
+                    self.note(Side::Source, &fallback.to_string());
+                    fallbacks.push(fallback);
+                }
+                DataReply::Negative {
+                    command,
+                    reply,
+                    disposition,
+                } => {
+                    return self
+                        .negative_listing(dir, command, reply, disposition)
+                        .await
+                }
+            }
+        } else {
+            let fallback = Fallback::ListedWithNlst {
+                reason: "FEAT does not offer MLST".into(),
+            };
+            fallbacks.push(fallback);
+        }
+        let data = match data {
+            Some(data) => data,
+            None => match self.data_command("NLST", dir).await? {
+                DataReply::Data(bytes) => bytes,
+                DataReply::Negative {
+                    command,
+                    reply,
+                    disposition,
+                } => {
+                    return self
+                        .negative_listing(dir, command, reply, disposition)
+                        .await
+                }
+            },
+        };
+
+        let mut listing = Listing {
+            members: Vec::new(),
+            rejected: Vec::new(),
+            skipped: Vec::new(),
+            method,
+            fallbacks,
+            transcript: Transcript::default(),
+        };
+        match method {
+            ListMethod::Mlsd => {
+                let parsed = parse_mlsd(&data, dir);
+                listing.rejected = parsed
+                    .rejected
+                    .into_iter()
+                    .map(|r| RejectedName {
+                        line: r.line,
+                        reason: r.reason.to_string(),
+                    })
+                    .collect();
+                for entry in parsed.entries {
+                    if !glob_match(pattern, &entry.name) {
+                        continue;
+                    }
+                    match entry.kind {
+                        EntryKind::File | EntryKind::Unspecified => listing.members.push(Listed {
+                            name: entry.name,
+                            size: entry.size,
+                            modified: entry.modify,
+                        }),
+                        EntryKind::Dir => listing.skipped.push(Skipped {
+                            name: entry.name,
+                            reason: "a directory".into(),
+                        }),
+                        EntryKind::Special(kind) => listing.skipped.push(Skipped {
+                            name: entry.name,
+                            reason: format!("not a plain file (type={kind})"),
+                        }),
+                    }
+                }
+            }
+            ListMethod::Nlst => {
+                let parsed = parse_nlst(&data, dir);
+                if parsed.names.is_empty() && parsed.rejected.is_empty() {
+                    self.check_directory(dir).await?;
+                }
+                if !parsed.error_text.is_empty() {
+                    return Err(ListError::ErrorText {
+                        dir: dir.to_owned(),
+                        lines: parsed.error_text,
+                    });
+                }
+                listing.rejected = parsed
+                    .rejected
+                    .into_iter()
+                    .map(|r| RejectedName {
+                        line: r.line,
+                        reason: r.reason.to_string(),
+                    })
+                    .collect();
+                for name in parsed.names {
+                    if !glob_match(pattern, &name) {
+                        continue;
+                    }
+                    self.nlst_member(dir, name, &mut listing).await?;
+                }
+            }
+        }
+        for rejected in &listing.rejected {
+            self.note(
+                Side::Source,
+                &format!(
+                    "listing line refused: {:?}: {}",
+                    rejected.line, rejected.reason
+                ),
+            );
+        }
+        listing.transcript = self.recorder.take();
+        Ok(listing)
+    }
+
+    /// NLST gives names only: SIZE tells a plain file (213) from a directory (550)
+    /// and gives its size; MDTM its modification time.
+    async fn nlst_member(
+        &mut self,
+        dir: &str,
+        name: String,
+        listing: &mut Listing,
+    ) -> Result<(), ListError> {
+        let path = join(dir, &name);
+        let size = match self.size_answer(Side::Source, &path).await {
+            SizeAnswer::Size(size) => Some(size),
+            SizeAnswer::Unavailable(_) => None,
+            SizeAnswer::NoFile(result) => {
+                listing.skipped.push(Skipped {
+                    name,
+                    reason: format!(
+                        "SIZE answered {}: not a plain file (a directory?)",
+                        describe(&result)
+                    ),
+                });
+                return Ok(());
+            }
+            SizeAnswer::Failed(result, disposition) => {
+                return Err(self.list_failure("SIZE", result, disposition))
+            }
+        };
+        let result = self.exchange(Side::Source, &format!("MDTM {path}")).await;
+        let modified = match (
+            &result,
+            self.classify(Side::Source, CommandKind::Mdtm, &result),
+        ) {
+            (Ok(reply), Disposition::Done) => parse_mdtm_reply(&reply.text()).ok(),
+            (_, Disposition::Transient(t)) if t.connection_lost() => {
+                return Err(self.list_failure("MDTM", result, Disposition::Transient(t)))
+            }
+            _ => None,
+        };
+        listing.members.push(Listed {
+            name,
+            size,
+            modified,
+        });
+        Ok(())
+    }
+
+    fn list_failure(
+        &self,
+        command: &str,
+        result: Result<Reply, SessionError>,
+        disposition: Disposition,
+    ) -> ListError {
+        let host = self.host(Side::Source).to_owned();
+        match result {
+            Ok(reply) => ListError::Refused {
+                host,
+                command: command.to_owned(),
+                reply,
+                disposition,
+            },
+            Err(error) => ListError::Session {
+                host,
+                command: command.to_owned(),
+                error,
+            },
+        }
+    }
+
+    /// A 450/550 to the listing command: an empty directory on some servers (no
+    /// match), a missing one on all. CWD tells which.
+    async fn negative_listing(
+        &mut self,
+        dir: &str,
+        command: String,
+        reply: Reply,
+        disposition: Disposition,
+    ) -> Result<Listing, ListError> {
+        let no_files = matches!(reply.code().get(), 450 | 550);
+        if !no_files {
+            return Err(ListError::Refused {
+                host: self.host(Side::Source).to_owned(),
+                command,
+                reply,
+                disposition,
+            });
+        }
+        self.check_directory(dir).await?;
+        self.note(
+            Side::Source,
+            &format!("{command} answered {reply}: the directory exists, nothing listed"),
+        );
+        Ok(Listing {
+            members: Vec::new(),
+            rejected: Vec::new(),
+            skipped: Vec::new(),
+            method: ListMethod::Nlst,
+            fallbacks: Vec::new(),
+            transcript: self.recorder.take(),
+        })
+    }
+
+    /// CWD to `dir` and back: vsftpd answers NLST of a missing directory with an
+    /// empty 226, and several servers answer 450/550 for an empty one.
+    async fn check_directory(&mut self, dir: &str) -> Result<(), ListError> {
+        if dir.is_empty() {
+            return Ok(());
+        }
+        let home = self.home(Side::Source).await;
+        let result = self.exchange(Side::Source, &format!("CWD {dir}")).await;
+        match (
+            self.classify(Side::Source, CommandKind::Cwd, &result),
+            result,
+        ) {
+            (Disposition::Done, _) => {
+                let back = match home {
+                    Some(home) => format!("CWD {home}"),
+                    None => "CDUP".into(),
+                };
+                let result = self.exchange(Side::Source, &back).await;
+                if self.classify(Side::Source, CommandKind::Cwd, &result) != Disposition::Done {
+                    self.src.close("could not return to the login directory");
+                }
+                Ok(())
+            }
+            (_, Ok(reply)) => Err(ListError::DirectoryMissing {
+                dir: dir.to_owned(),
+                reply,
+            }),
+            (disposition, Err(error)) => Err(self.list_failure("CWD", Err(error), disposition)),
+        }
+    }
+
+    /// FEAT of the source (RFC 2389), asked once per session. The 211 reply is
+    /// multi-line; it is read as any reply.
+    async fn features(&mut self) -> Vec<String> {
+        if let Some(features) = &self.source_features {
+            return features.clone();
+        }
+        let result = self.exchange(Side::Source, "FEAT").await;
+        let features = match (
+            &result,
+            self.classify(Side::Source, CommandKind::Feat, &result),
+        ) {
+            (Ok(reply), Disposition::Done) => reply.lines().to_vec(),
+            _ => Vec::new(),
+        };
+        self.source_features = Some(features.clone());
+        features
+    }
+
+    /// Open a passive data connection from here to the source, send `verb dir`, read
+    /// the data to the end and the final reply.
+    async fn data_command(&mut self, verb: &str, dir: &str) -> Result<DataReply, ListError> {
+        let addr = self.source_data_address().await?;
+        let connect = tokio::time::timeout(self.limits.connect_timeout, TcpStream::connect(addr));
+        let mut stream = match connect.await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                return Err(ListError::DataConnection {
+                    addr,
+                    detail: e.to_string(),
+                })
+            }
+            Err(_) => {
+                return Err(ListError::DataConnection {
+                    addr,
+                    detail: format!("no connection within {:?}", self.limits.connect_timeout),
+                })
+            }
+        };
+        let line = if dir.is_empty() {
+            verb.to_owned()
+        } else {
+            format!("{verb} {dir}")
+        };
+        let kind = CommandKind::from_verb(verb);
+        let result = self.exchange(Side::Source, &line).await;
+        match (self.classify(Side::Source, kind, &result), result) {
+            (Disposition::Preliminary, Ok(_)) => {}
+            (Disposition::Done, Ok(_)) => {
+                // Done without a 1yz: nothing more to read on the control connection.
+                return Ok(DataReply::Data(self.read_data(&mut stream, addr).await?));
+            }
+            (disposition, Ok(reply)) => {
+                return Ok(DataReply::Negative {
+                    command: verb.to_owned(),
+                    reply,
+                    disposition,
+                })
+            }
+            (disposition, Err(error)) => {
+                return Err(self.list_failure(verb, Err(error), disposition))
+            }
+        }
+        let data = self.read_data(&mut stream, addr).await;
+        // proFTPD holds its final reply until the receiver closes.
+        drop(stream);
+        let data = data?;
+        let deadline = self.reply_deadline();
+        let result = self.read_reply(Side::Source, verb, deadline).await;
+        match (self.classify(Side::Source, kind, &result), result) {
+            (Disposition::Done, Ok(_)) => Ok(DataReply::Data(data)),
+            (disposition, Ok(reply)) => Ok(DataReply::Negative {
+                command: verb.to_owned(),
+                reply,
+                disposition,
+            }),
+            (disposition, Err(error)) => Err(self.list_failure(verb, Err(error), disposition)),
+        }
+    }
+
+    async fn read_data(
+        &self,
+        stream: &mut TcpStream,
+        addr: SocketAddr,
+    ) -> Result<Vec<u8>, ListError> {
+        let limit = self.limits.max_listing_bytes;
+        let mut data = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let read = tokio::time::timeout(self.limits.reply_timeout, stream.read(&mut buf));
+            match read.await {
+                Ok(Ok(0)) => return Ok(data),
+                Ok(Ok(n)) => {
+                    if data.len() + n > limit {
+                        return Err(ListError::TooLarge { limit });
+                    }
+                    data.extend_from_slice(&buf[..n]);
+                }
+                Ok(Err(e)) => {
+                    return Err(ListError::DataConnection {
+                        addr,
+                        detail: format!("{e} ({:?})", io_failure(&e)),
+                    })
+                }
+                Err(_) => {
+                    return Err(ListError::DataConnection {
+                        addr,
+                        detail: format!("no data within {:?}", self.limits.reply_timeout),
+                    })
+                }
+            }
+        }
+    }
+
+    /// PASV (or EPSV) on the source; the address is its control peer with the port
+    /// it announced (a foreign host in the reply is ignored, RFC 2577).
+    async fn source_data_address(&mut self) -> Result<SocketAddr, ListError> {
+        let peer_ip = self.src.peer().ip().to_canonical();
+        let host = self.host(Side::Source).to_owned();
+        let commands: &[&str] = if peer_ip.is_ipv6() {
+            &["EPSV"]
+        } else {
+            &["PASV", "EPSV"]
+        };
+        let mut refused = Vec::new();
+        for &command in commands {
+            let result = self.exchange(Side::Source, command).await;
+            let disposition = self.classify(Side::Source, CommandKind::from_verb(command), &result);
+            let reply = match (disposition, result) {
+                (Disposition::Done, Ok(reply)) => reply,
+                (Disposition::NotSupported, Ok(reply)) => {
+                    refused.push(format!("{command} answered {reply}"));
+                    continue;
+                }
+                (disposition, result) => {
+                    return Err(self.list_failure(command, result, disposition))
+                }
+            };
+            let port = if command == "PASV" {
+                let addr =
+                    parse_pasv(&reply.text()).map_err(|error| ListError::BadPassiveReply {
+                        host: host.clone(),
+                        command: command.into(),
+                        error,
+                    })?;
+                if IpAddr::V4(*addr.ip()) != peer_ip {
+                    self.note(
+                        Side::Source,
+                        &format!("PASV named {}, host ignored (RFC 2577)", addr.ip()),
+                    );
+                }
+                addr.port()
+            } else {
+                parse_epsv(&reply.text()).map_err(|error| ListError::BadPassiveReply {
+                    host: host.clone(),
+                    command: command.into(),
+                    error,
+                })?
+            };
+            if is_privileged_port(port) {
+                return Err(ListError::PrivilegedPort { host, port });
+            }
+            return Ok(SocketAddr::new(peer_ip, port));
+        }
+        Err(ListError::NoPassiveMode {
+            host,
+            detail: refused.join("; "),
+        })
+    }
+}
+
+fn describe(result: &Result<Reply, SessionError>) -> String {
+    match result {
+        Ok(reply) => reply.to_string(),
+        Err(error) => error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::join;
+
+    #[test]
+    fn join_paths() {
+        assert_eq!(join("", "a"), "a");
+        assert_eq!(join(".", "a"), "a");
+        assert_eq!(join("/", "a"), "/a");
+        assert_eq!(join("pub", "a"), "pub/a");
+        assert_eq!(join("/pub/", "a"), "/pub/a");
+    }
+}

@@ -1,0 +1,621 @@
+//! The third-party transfer engine (SPEC §6): a [`Pair`] of logged-in control
+//! connections, one to the source server and one to the destination, opened once per
+//! job and reused for its members.
+//!
+//! - [`Pair::copy`] copies one file server to server (`transfer.rs`: the state
+//!   machine, an enum of phases);
+//! - [`Pair::list_source`] lists the source directory and matches a wildcard
+//!   (`listing.rs`);
+//! - [`verify()`] checks a job against the real servers without transferring
+//!   (`verify.rs`).
+//!
+//! Every decision about a reply goes through `bftp_core::reply::classify_for_host`
+//! (the per-host overrides of [`Limits`], then the table of SPEC §5).
+
+mod listing;
+mod outcome;
+mod transfer;
+mod verify;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bftp_core::reply::{classify_for_host, CommandKind, Disposition, Outcome};
+use bftp_core::{DestCommand, FtpParams, TransferType};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+pub use listing::{ListError, ListMethod, Listed, Listing, RejectedName, Skipped};
+pub use outcome::{
+    AttemptReport, CopyOutcome, Failure, Fallback, JobFailure, LastReply, PairError, Progress,
+    SizeCheck,
+};
+pub use verify::{verify, Check, VerifyReport, VerifyRequest};
+
+use crate::limits::{AddressCheck, Limits, ServerLogin};
+use crate::parse::Reply;
+use crate::session::{Session, SessionError};
+use crate::transcript::{Recorder, Side, Transcript};
+
+/// One file to copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyRequest {
+    /// The file on the source, as the RETR argument (relative to the login directory
+    /// unless it starts with `/`).
+    pub source_path: String,
+    /// `Replace` and `Append`: the destination file (STOR/APPE argument). `Unique`:
+    /// the destination directory (`""` for the login directory): STOU takes no name,
+    /// the server picks one and reports it.
+    pub dest_path: String,
+    pub dest_command: DestCommand,
+}
+
+/// Two logged-in control connections with the job's TYPE, MODE and STRU set.
+///
+/// After a failure that closed a connection (a transport error, a watchdog expiry) the
+/// pair is dead: [`Pair::is_usable`] says so and `copy` refuses; open a new one.
+pub struct Pair {
+    src: Session,
+    dst: Session,
+    logins: [ServerLogin; 2],
+    params: FtpParams,
+    limits: Limits,
+    check: Arc<dyn AddressCheck>,
+    recorder: Recorder,
+    /// The TYPE each session is in now (SIZE needs image type; the copy the job's).
+    types: [Option<TransferType>; 2],
+    /// FEAT of the source, asked once.
+    source_features: Option<Vec<String>>,
+    /// The login directory of each side (PWD), asked when needed.
+    home: [Option<String>; 2],
+    /// The last reply of each side in the current attempt.
+    last: [Option<LastReply>; 2],
+    /// The watchdog deadline of the current copy, if one runs.
+    deadline: Option<Instant>,
+    progress: watch::Sender<Progress>,
+    dead: Option<String>,
+}
+
+impl std::fmt::Debug for Pair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pair")
+            .field("source", &self.logins[0])
+            .field("destination", &self.logins[1])
+            .field("params", &self.params)
+            .field("dead", &self.dead)
+            .finish_non_exhaustive()
+    }
+}
+
+fn index(side: Side) -> usize {
+    match side {
+        Side::Source => 0,
+        Side::Destination => 1,
+    }
+}
+
+/// The command verb of a line, upper-cased (`RETR`, `STOR`...).
+fn verb(line: &str) -> String {
+    line.split(' ').next().unwrap_or("").to_ascii_uppercase()
+}
+
+impl Pair {
+    /// Connect and log in to both servers (concurrently: vsftpd and Pure-FTPd take 3
+    /// to 5 s to refuse a wrong password), then send TYPE, MODE and STRU to both.
+    pub async fn open(
+        src: &ServerLogin,
+        dst: &ServerLogin,
+        params: FtpParams,
+        limits: &Limits,
+        addr_check: Arc<dyn AddressCheck>,
+    ) -> Result<Pair, PairError> {
+        let recorder = Recorder::new(limits.transcript);
+        let (s, d) = tokio::join!(
+            Session::connect(Side::Source, src, limits, &*addr_check, recorder.clone()),
+            Session::connect(
+                Side::Destination,
+                dst,
+                limits,
+                &*addr_check,
+                recorder.clone()
+            ),
+        );
+        let (src_session, dst_session) = match (s, d) {
+            (Ok(s), Ok(d)) => (s, d),
+            // When both failed, the source's failure is reported.
+            (Err(error), _) => {
+                return Err(connect_failure(Side::Source, src, limits, &recorder, error))
+            }
+            (Ok(_), Err(error)) => {
+                return Err(connect_failure(
+                    Side::Destination,
+                    dst,
+                    limits,
+                    &recorder,
+                    error,
+                ))
+            }
+        };
+        let mut pair = Pair::from_sessions(
+            src_session,
+            dst_session,
+            src,
+            dst,
+            params,
+            limits,
+            addr_check,
+            recorder,
+        );
+        for side in [Side::Source, Side::Destination] {
+            if let Err(error) = pair.set_params(side).await {
+                pair.close_all("setting TYPE/MODE/STRU failed");
+                return Err(error);
+            }
+        }
+        Ok(pair)
+    }
+
+    /// A pair of logged-in sessions, TYPE/MODE/STRU not yet sent.
+    #[allow(clippy::too_many_arguments)]
+    fn from_sessions(
+        src_session: Session,
+        dst_session: Session,
+        src: &ServerLogin,
+        dst: &ServerLogin,
+        params: FtpParams,
+        limits: &Limits,
+        check: Arc<dyn AddressCheck>,
+        recorder: Recorder,
+    ) -> Pair {
+        let (progress, _) = watch::channel(Progress::Idle);
+        Pair {
+            src: src_session,
+            dst: dst_session,
+            logins: [src.clone(), dst.clone()],
+            params,
+            limits: limits.clone(),
+            check,
+            recorder,
+            types: [None, None],
+            source_features: None,
+            home: [None, None],
+            last: [None, None],
+            deadline: None,
+            progress,
+            dead: None,
+        }
+    }
+
+    /// Whether the pair can still be used.
+    pub fn is_usable(&self) -> bool {
+        self.dead.is_none() && self.src.is_open() && self.dst.is_open()
+    }
+
+    /// A receiver of the copy's phase, for a progress line (see [`Progress`]).
+    pub fn progress(&self) -> watch::Receiver<Progress> {
+        self.progress.subscribe()
+    }
+
+    /// What was recorded and not yet handed out with an outcome (the login, a listing).
+    pub fn take_transcript(&mut self) -> Transcript {
+        self.recorder.take()
+    }
+
+    /// QUIT both connections.
+    pub async fn close(mut self) {
+        tokio::join!(self.src.quit(), self.dst.quit());
+    }
+
+    /// Copy one file server to server (SPEC §6). `transfer.rs` documents the phases.
+    ///
+    /// `Err` only for job-level failures ([`JobFailure`]): the pair is closed, FXP was
+    /// refused in both role orders, neither server offers passive mode, or
+    /// reconnecting a silent server failed. Everything about this file (including a
+    /// connection lost mid-transfer) is a [`CopyOutcome`].
+    pub async fn copy(&mut self, request: &CopyRequest) -> Result<CopyOutcome, PairError> {
+        if let Some(reason) = self.dead_reason() {
+            return Err(PairError {
+                failure: JobFailure::Closed { reason },
+                disposition: outcome::connection_gone(),
+                transcript: self.recorder.take(),
+            });
+        }
+        transfer::run(self, request).await
+    }
+
+    fn dead_reason(&self) -> Option<String> {
+        if let Some(reason) = &self.dead {
+            return Some(reason.clone());
+        }
+        for (side, session) in [(Side::Source, &self.src), (Side::Destination, &self.dst)] {
+            if !session.is_open() {
+                return Some(format!("the {side} control connection is closed"));
+            }
+        }
+        None
+    }
+
+    fn session(&mut self, side: Side) -> &mut Session {
+        match side {
+            Side::Source => &mut self.src,
+            Side::Destination => &mut self.dst,
+        }
+    }
+
+    fn host(&self, side: Side) -> &str {
+        &self.logins[index(side)].host
+    }
+
+    fn note(&self, side: Side, text: &str) {
+        self.recorder.note(side, text);
+    }
+
+    /// Classify a reply or a session failure from `side` (SPEC §5, with overrides).
+    fn classify(
+        &self,
+        side: Side,
+        command: CommandKind,
+        result: &Result<Reply, SessionError>,
+    ) -> Disposition {
+        let outcome = match result {
+            Ok(reply) => Outcome::Reply(reply.code()),
+            Err(error) => error.outcome(),
+        };
+        classify_for_host(self.host(side), &self.limits.overrides, command, outcome)
+    }
+
+    /// When the next reply must have arrived: the reply timeout, within the watchdog.
+    fn reply_deadline(&self) -> Instant {
+        let by_reply = Instant::now() + self.limits.reply_timeout;
+        match self.deadline {
+            Some(deadline) => by_reply.min(deadline),
+            None => by_reply,
+        }
+    }
+
+    fn remember(&mut self, side: Side, command: &str, result: &Result<Reply, SessionError>) {
+        self.last[index(side)] = Some(match result {
+            Ok(reply) => LastReply::from_reply(command, reply),
+            Err(error) => LastReply::from_error(command, error),
+        });
+    }
+
+    /// Send a command to `side` and read its reply (reply timeout, within the watchdog).
+    async fn exchange(&mut self, side: Side, line: &str) -> Result<Reply, SessionError> {
+        let deadline = self.reply_deadline();
+        let session = self.session(side);
+        let result = match session.send(line).await {
+            Ok(()) => session.read_reply_until(deadline).await,
+            Err(e) => Err(e),
+        };
+        self.remember(side, &verb(line), &result);
+        result
+    }
+
+    /// Read a further reply from `side` (the final one after a 1yz) by `deadline`.
+    async fn read_reply(
+        &mut self,
+        side: Side,
+        command: &str,
+        deadline: Instant,
+    ) -> Result<Reply, SessionError> {
+        let result = self.session(side).read_reply_until(deadline).await;
+        self.remember(side, command, &result);
+        result
+    }
+
+    fn close_all(&mut self, why: &str) {
+        self.src.close(why);
+        self.dst.close(why);
+        self.dead = Some(why.to_owned());
+    }
+
+    /// TYPE, MODE and STRU as the job says (SPEC §2), as custom commands: `TYPE A`,
+    /// never `TYPE A N`, which some servers refuse.
+    async fn set_params(&mut self, side: Side) -> Result<(), PairError> {
+        let lines = [
+            (
+                CommandKind::Type,
+                format!("TYPE {}", self.params.transfer_type.ftp_arg()),
+            ),
+            (
+                CommandKind::Mode,
+                format!("MODE {}", self.params.mode.ftp_arg()),
+            ),
+            (
+                CommandKind::Stru,
+                format!("STRU {}", self.params.structure.ftp_arg()),
+            ),
+        ];
+        for (kind, line) in lines {
+            let result = self.exchange(side, &line).await;
+            let disposition = self.classify(side, kind, &result);
+            if disposition != Disposition::Done {
+                return Err(self.job_error(side, &line, result, disposition));
+            }
+        }
+        self.types[index(side)] = Some(self.params.transfer_type);
+        Ok(())
+    }
+
+    fn job_error(
+        &mut self,
+        side: Side,
+        line: &str,
+        result: Result<Reply, SessionError>,
+        disposition: Disposition,
+    ) -> PairError {
+        let host = self.host(side).to_owned();
+        let failure = match result {
+            Ok(reply) => JobFailure::Refused {
+                side,
+                host,
+                command: crate::transcript::mask_secrets(line),
+                reply,
+            },
+            Err(error) => JobFailure::Session {
+                side,
+                host,
+                command: crate::transcript::mask_secrets(line),
+                error,
+            },
+        };
+        PairError {
+            failure,
+            disposition,
+            transcript: self.recorder.take(),
+        }
+    }
+
+    /// Put `side` in TYPE `t` if it is not already.
+    async fn ensure_type(
+        &mut self,
+        side: Side,
+        t: TransferType,
+    ) -> Result<(), (Result<Reply, SessionError>, Disposition)> {
+        if self.types[index(side)] == Some(t) {
+            return Ok(());
+        }
+        let result = self.exchange(side, &format!("TYPE {}", t.ftp_arg())).await;
+        match self.classify(side, CommandKind::Type, &result) {
+            Disposition::Done => {
+                self.types[index(side)] = Some(t);
+                Ok(())
+            }
+            disposition => {
+                self.types[index(side)] = None;
+                Err((result, disposition))
+            }
+        }
+    }
+
+    /// SIZE of `path` on `side`, in image type (proFTPD refuses SIZE in ASCII mode).
+    async fn size_answer(&mut self, side: Side, path: &str) -> SizeAnswer {
+        if let Err((result, disposition)) = self.ensure_type(side, TransferType::Image).await {
+            return SizeAnswer::Failed(result, disposition);
+        }
+        let result = self.exchange(side, &format!("SIZE {path}")).await;
+        let disposition = self.classify(side, CommandKind::Size, &result);
+        match (disposition, &result) {
+            (Disposition::Done, Ok(reply)) => match crate::parse::parse_size_reply(&reply.text()) {
+                Ok(size) => SizeAnswer::Size(size),
+                Err(e) => SizeAnswer::Unavailable(format!("unreadable SIZE reply: {e}")),
+            },
+            (Disposition::NotSupported, Ok(reply)) => {
+                SizeAnswer::Unavailable(format!("SIZE answered {reply}"))
+            }
+            (Disposition::Permanent(bftp_core::reply::PermanentKind::FileUnavailable), Ok(_)) => {
+                SizeAnswer::NoFile(result)
+            }
+            _ => SizeAnswer::Failed(result, disposition),
+        }
+    }
+
+    /// SIZE of `path` on `side`, in image type: the evidence the scheduler needs to
+    /// resolve an interrupted APPE (SPEC §4.3). `Ok(None)`: 550, no such file.
+    /// A server without SIZE is an error ([`ActionError::NotSupported`]), never a
+    /// size of 0: an append must not be repeated on a guess.
+    pub async fn size(&mut self, side: Side, path: &str) -> Result<Option<u64>, ActionError> {
+        self.usable_for(side, "SIZE", path)?;
+        match self.size_answer(side, path).await {
+            SizeAnswer::Size(size) => Ok(Some(size)),
+            SizeAnswer::NoFile(_) => Ok(None),
+            SizeAnswer::Unavailable(reason) => Err(ActionError::NotSupported {
+                side,
+                host: self.host(side).to_owned(),
+                command: "SIZE".into(),
+                reason,
+            }),
+            SizeAnswer::Failed(result, disposition) => {
+                Err(self.action_error(side, "SIZE", result, disposition))
+            }
+        }
+    }
+
+    /// DELE `path` on `side` (the source of a `move` once the copy is proven, a
+    /// partial STOU file): the 2yz reply, or the refusal (a 550 may mean "already
+    /// gone" or "not allowed": the reply says which).
+    pub async fn delete(&mut self, side: Side, path: &str) -> Result<Reply, ActionError> {
+        self.usable_for(side, "DELE", path)?;
+        let result = self.exchange(side, &format!("DELE {path}")).await;
+        match (self.classify(side, CommandKind::Dele, &result), result) {
+            (Disposition::Done, Ok(reply)) => Ok(reply),
+            (disposition, result) => Err(self.action_error(side, "DELE", result, disposition)),
+        }
+    }
+
+    fn usable_for(&self, side: Side, command: &str, path: &str) -> Result<(), ActionError> {
+        if let Some(reason) = self.dead_reason() {
+            return Err(ActionError::Closed { reason });
+        }
+        crate::parse::check_argument(path).map_err(|error| ActionError::BadPath {
+            side,
+            command: command.to_owned(),
+            path: path.to_owned(),
+            error,
+        })
+    }
+
+    fn action_error(
+        &self,
+        side: Side,
+        command: &str,
+        result: Result<Reply, SessionError>,
+        disposition: Disposition,
+    ) -> ActionError {
+        let host = self.host(side).to_owned();
+        let command = command.to_owned();
+        match result {
+            Ok(reply) => ActionError::Refused {
+                side,
+                host,
+                command,
+                reply,
+                disposition,
+            },
+            Err(error) => ActionError::Session {
+                side,
+                host,
+                command,
+                disposition,
+                error: Box::new(error),
+            },
+        }
+    }
+
+    /// The login directory of `side` (PWD, RFC 959 257 reply), asked once.
+    async fn home(&mut self, side: Side) -> Option<String> {
+        if let Some(home) = &self.home[index(side)] {
+            return Some(home.clone());
+        }
+        let result = self.exchange(side, "PWD").await;
+        let home = match &result {
+            Ok(reply) if reply.code().get() == 257 => {
+                crate::parse::parse_pwd_reply(&reply.text()).ok()
+            }
+            _ => None,
+        };
+        self.home[index(side)] = home.clone();
+        home
+    }
+
+    /// Close the connection to `side` and log in again (a server that fell silent
+    /// ignores ABOR and QUIT), with TYPE/MODE/STRU.
+    async fn reconnect(&mut self, side: Side, reason: &str) -> Result<(), PairError> {
+        self.session(side).close(reason);
+        let login = self.logins[index(side)].clone();
+        let session = match Session::connect(
+            side,
+            &login,
+            &self.limits,
+            &*self.check,
+            self.recorder.clone(),
+        )
+        .await
+        {
+            Ok(session) => session,
+            Err(error) => {
+                self.dead = Some(format!("reconnecting to the {side} failed"));
+                return Err(PairError {
+                    disposition: error.disposition(&login.host, &self.limits),
+                    failure: JobFailure::Connect { side, error },
+                    transcript: self.recorder.take(),
+                });
+            }
+        };
+        *self.session(side) = session;
+        self.types[index(side)] = None;
+        self.home[index(side)] = None;
+        if side == Side::Source {
+            self.source_features = None;
+        }
+        self.set_params(side).await
+    }
+
+    fn remaining(&self) -> Duration {
+        self.deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+            .unwrap_or(self.limits.transfer_timeout)
+    }
+}
+
+fn connect_failure(
+    side: Side,
+    login: &ServerLogin,
+    limits: &Limits,
+    recorder: &Recorder,
+    error: crate::session::ConnectError,
+) -> PairError {
+    PairError {
+        disposition: error.disposition(&login.host, limits),
+        failure: JobFailure::Connect { side, error },
+        transcript: recorder.take(),
+    }
+}
+
+/// Why [`Pair::size`] or [`Pair::delete`] gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ActionError {
+    #[error("the connection pair was closed ({reason}); open a new one")]
+    Closed { reason: String },
+    #[error("{side} server {host}: {command} answered {reply}")]
+    Refused {
+        side: Side,
+        host: String,
+        command: String,
+        reply: Reply,
+        disposition: Disposition,
+    },
+    #[error("{side} server {host}: {command}: {error}")]
+    Session {
+        side: Side,
+        host: String,
+        command: String,
+        disposition: Disposition,
+        error: Box<SessionError>,
+    },
+    #[error("{side} server {host} offers no {command}: {reason}")]
+    NotSupported {
+        side: Side,
+        host: String,
+        command: String,
+        reason: String,
+    },
+    #[error("{command} {path:?} on the {side}: {error}")]
+    BadPath {
+        side: Side,
+        command: String,
+        path: String,
+        error: crate::parse::NameError,
+    },
+}
+
+impl ActionError {
+    /// The retry decision (SPEC §5).
+    pub fn disposition(&self) -> Disposition {
+        match self {
+            ActionError::Closed { .. } => outcome::connection_gone(),
+            ActionError::Refused { disposition, .. } | ActionError::Session { disposition, .. } => {
+                *disposition
+            }
+            ActionError::NotSupported { .. } => Disposition::NotSupported,
+            ActionError::BadPath { .. } => {
+                Disposition::Permanent(bftp_core::reply::PermanentKind::NameNotAllowed)
+            }
+        }
+    }
+}
+
+/// A SIZE answer.
+enum SizeAnswer {
+    Size(u64),
+    /// 550: no such (plain) file.
+    NoFile(Result<Reply, SessionError>),
+    /// SIZE not offered, or an unreadable number: no size evidence.
+    Unavailable(String),
+    /// Anything else: a transient or permanent failure of the session.
+    Failed(Result<Reply, SessionError>, Disposition),
+}
+
+#[cfg(test)]
+mod tests;

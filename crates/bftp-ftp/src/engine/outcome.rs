@@ -1,0 +1,373 @@
+//! What a copy ends with: per file, [`CopyOutcome`] with its evidence; per job,
+//! [`PairError`].
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use bftp_core::reply::{Disposition, PermanentKind, ReplyCode, TransientKind, TransportFailure};
+
+use crate::parse::{AddressError, NameError, Reply};
+use crate::session::{ConnectError, SessionError};
+use crate::transcript::{Side, Transcript};
+
+/// The last thing a server said on its control connection (SPEC §3: the member keeps
+/// the last reply from each server).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastReply {
+    /// The command it answered (`RETR`, `STOR`...; `greeting` for the greeting).
+    pub command: String,
+    /// `None` when no reply came: the text then says what happened instead.
+    pub code: Option<ReplyCode>,
+    pub text: String,
+}
+
+impl LastReply {
+    pub(crate) fn from_reply(command: &str, reply: &Reply) -> Self {
+        Self {
+            command: command.to_owned(),
+            code: Some(reply.code()),
+            text: reply.text(),
+        }
+    }
+
+    pub(crate) fn from_error(command: &str, error: &SessionError) -> Self {
+        Self {
+            command: command.to_owned(),
+            code: None,
+            text: error.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for LastReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.code {
+            Some(code) => write!(f, "{}: {code} {}", self.command, self.text),
+            None => write!(f, "{}: {}", self.command, self.text),
+        }
+    }
+}
+
+/// A departure from the plain RFC 1068 Figure 2 sequence, noted for the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fallback {
+    /// PASV went to the destination and PORT to the source.
+    RolesSwapped { reason: String },
+    /// EPSV instead of PASV on this (passive) side.
+    ExtendedPassive { side: Side, reason: String },
+    /// EPRT instead of PORT on this (active) side.
+    ExtendedPort { side: Side, reason: String },
+    /// A PASV reply named another host than the server's control connection; its
+    /// host was ignored (RFC 2577), its port used with the control peer address.
+    ForeignPasvHostIgnored {
+        side: Side,
+        announced: IpAddr,
+        used: IpAddr,
+    },
+    /// No size evidence from this side.
+    SizeUnavailable { side: Side, reason: String },
+    /// A control connection was closed (a server fell silent) and opened again.
+    Reconnected { side: Side, reason: String },
+    /// The partial destination file of a failed copy was deleted (or not).
+    PartialDeleted {
+        path: String,
+        deleted: bool,
+        reply: String,
+    },
+    /// NLST instead of MLSD for the listing.
+    ListedWithNlst { reason: String },
+}
+
+impl fmt::Display for Fallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fallback::RolesSwapped { reason } => {
+                write!(f, "roles swapped (PASV to the destination): {reason}")
+            }
+            Fallback::ExtendedPassive { side, reason } => {
+                write!(f, "EPSV to the {side}: {reason}")
+            }
+            Fallback::ExtendedPort { side, reason } => write!(f, "EPRT to the {side}: {reason}"),
+            Fallback::ForeignPasvHostIgnored {
+                side,
+                announced,
+                used,
+            } => write!(
+                f,
+                "the {side}'s PASV reply named {announced}; ignored, used its control address {used}"
+            ),
+            Fallback::SizeUnavailable { side, reason } => {
+                write!(f, "no SIZE on the {side}: {reason}")
+            }
+            Fallback::Reconnected { side, reason } => {
+                write!(f, "reconnected to the {side}: {reason}")
+            }
+            Fallback::PartialDeleted {
+                path,
+                deleted: true,
+                reply,
+            } => write!(f, "partial destination file {path:?} deleted ({reply})"),
+            Fallback::PartialDeleted {
+                path,
+                deleted: false,
+                reply,
+            } => write!(f, "partial destination file {path:?} NOT deleted ({reply})"),
+            Fallback::ListedWithNlst { reason } => write!(f, "listed with NLST: {reason}"),
+        }
+    }
+}
+
+/// The size evidence of a copy (SPEC §4.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SizeCheck {
+    /// SIZE in image type on both sides agrees. For APPE, `destination_before` is
+    /// the size before the append and `destination == destination_before + source`.
+    Equal {
+        source: u64,
+        destination: u64,
+        destination_before: Option<u64>,
+    },
+    /// A text type (TYPE A or E): the servers may convert line endings on the way
+    /// (or not: vsftpd ignores ASCII mode by default), so sizes need not agree and are
+    /// only reported.
+    TextType {
+        source: Option<u64>,
+        destination: Option<u64>,
+    },
+    /// A server offers no SIZE (or not for this file): both final replies are the
+    /// only evidence.
+    NotAvailable(String),
+}
+
+/// What went wrong in a copy, with the server, command and reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    #[error("{side} server {host}: {command} answered {reply}")]
+    Reply {
+        side: Side,
+        host: String,
+        command: String,
+        reply: Reply,
+    },
+    #[error("{side} server {host}: {command}: {error}")]
+    Session {
+        side: Side,
+        host: String,
+        command: String,
+        error: SessionError,
+    },
+    #[error("watchdog: no final reply from the {} within {waited:?}; control connections closed",
+        silent.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" and the "))]
+    Watchdog { silent: Vec<Side>, waited: Duration },
+    #[error(
+        "size mismatch after both servers reported success: source {source_size} bytes, \
+         destination {destination} bytes, expected {expected}"
+    )]
+    SizeMismatch {
+        source_size: u64,
+        destination: u64,
+        expected: u64,
+    },
+    #[error(
+        "the {side} server {host} answered {command} with a privileged data port {port} (below 1024); \
+         refused (RFC 2577 bounce protection)"
+    )]
+    PrivilegedPort {
+        side: Side,
+        host: String,
+        command: String,
+        port: u16,
+    },
+    #[error("the {side} server {host}: unusable {command} reply: {error}")]
+    BadPassiveReply {
+        side: Side,
+        host: String,
+        command: String,
+        error: AddressError,
+    },
+    #[error("the destination reported the STOU name {name:?}, which cannot be used: {error}")]
+    BadStouName { name: String, error: NameError },
+    #[error("{path:?} cannot be sent in a command: {error}")]
+    BadPath { path: String, error: NameError },
+}
+
+/// The evidence of one copy attempt, whatever its outcome.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AttemptReport {
+    /// The last reply from the source server.
+    pub source_reply: Option<LastReply>,
+    /// The last reply from the destination server.
+    pub destination_reply: Option<LastReply>,
+    /// The final reply to the data command (RETR) on the source, if one came.
+    pub source_final: Option<LastReply>,
+    /// The final reply to the data command (STOR/APPE/STOU) on the destination.
+    pub destination_final: Option<LastReply>,
+    pub fallbacks: Vec<Fallback>,
+    /// APPE: the destination size before the append (0 if the file did not exist),
+    /// recorded before APPE was sent (SPEC §4.3).
+    pub destination_size_before: Option<u64>,
+    /// APPE that failed: the destination size afterwards, where SIZE told.
+    pub destination_size_after: Option<u64>,
+    /// STOU: the name the destination reported, on failure too (the file may exist).
+    pub stou_name: Option<String>,
+    /// Whether the destination command (STOR/APPE/STOU) was accepted with a 1yz or
+    /// 2yz: the destination file may have been changed.
+    pub destination_touched: bool,
+    pub duration: Duration,
+    /// Commands and replies of this attempt on both connections (PASS masked). The
+    /// first copy on a pair also holds the login.
+    pub transcript: Transcript,
+}
+
+impl AttemptReport {
+    pub fn last_reply(&self, side: Side) -> Option<&LastReply> {
+        match side {
+            Side::Source => self.source_reply.as_ref(),
+            Side::Destination => self.destination_reply.as_ref(),
+        }
+    }
+}
+
+/// How one file's copy ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CopyOutcome {
+    /// Both servers gave a final 2yz and, where SIZE works, the sizes agree.
+    Succeeded {
+        /// Bytes written to the destination, where SIZE told.
+        bytes: Option<u64>,
+        size_check: SizeCheck,
+        /// STOU: the name the destination chose (RFC 1123 `FILE: name`), if it said.
+        stou_name: Option<String>,
+        report: AttemptReport,
+    },
+    /// May succeed later. `connection_lost`: the pair is closed; open a new one.
+    Transient {
+        kind: TransientKind,
+        failure: Failure,
+        connection_lost: bool,
+        report: AttemptReport,
+    },
+    /// Will not succeed by retrying (for this file; the job goes on).
+    Permanent {
+        kind: PermanentKind,
+        failure: Failure,
+        report: AttemptReport,
+    },
+}
+
+impl CopyOutcome {
+    pub fn report(&self) -> &AttemptReport {
+        match self {
+            CopyOutcome::Succeeded { report, .. }
+            | CopyOutcome::Transient { report, .. }
+            | CopyOutcome::Permanent { report, .. } => report,
+        }
+    }
+
+    pub fn is_success(&self) -> bool {
+        matches!(self, CopyOutcome::Succeeded { .. })
+    }
+
+    /// The failure, if any.
+    pub fn failure(&self) -> Option<&Failure> {
+        match self {
+            CopyOutcome::Succeeded { .. } => None,
+            CopyOutcome::Transient { failure, .. } | CopyOutcome::Permanent { failure, .. } => {
+                Some(failure)
+            }
+        }
+    }
+}
+
+/// A job-level failure: the condition is about the servers, not about one file, and
+/// the pair is unusable (SPEC §3: login refused, FXP refused by both servers,
+/// connection failures).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobFailure {
+    #[error("{side} server: {error}")]
+    Connect { side: Side, error: ConnectError },
+    #[error("{side} server {host}: {command} answered {reply}")]
+    Refused {
+        side: Side,
+        host: String,
+        command: String,
+        reply: Reply,
+    },
+    #[error("{side} server {host}: {command}: {error}")]
+    Session {
+        side: Side,
+        host: String,
+        command: String,
+        error: SessionError,
+    },
+    /// Both role orders were tried and each ended in a refusal of the foreign address.
+    #[error("third-party transfer refused by both servers in both role orders: {explanation}")]
+    FxpRefused {
+        explanation: String,
+        source_reply: Option<LastReply>,
+        destination_reply: Option<LastReply>,
+    },
+    #[error("neither server offers a passive data connection (PASV and EPSV refused): {detail}")]
+    NoPassiveMode { detail: String },
+    #[error("the connection pair was closed ({reason}); open a new one")]
+    Closed { reason: String },
+}
+
+/// A [`JobFailure`] with the retry decision and the transcript of what led to it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{failure}")]
+pub struct PairError {
+    pub failure: JobFailure,
+    pub disposition: Disposition,
+    pub transcript: Transcript,
+}
+
+impl PairError {
+    pub fn is_permanent(&self) -> bool {
+        self.disposition.is_permanent()
+    }
+
+    pub fn is_transient(&self) -> bool {
+        self.disposition.is_transient()
+    }
+
+    /// The server the failure is about, when it is about one.
+    pub fn side(&self) -> Option<Side> {
+        match &self.failure {
+            JobFailure::Connect { side, .. }
+            | JobFailure::Refused { side, .. }
+            | JobFailure::Session { side, .. } => Some(*side),
+            _ => None,
+        }
+    }
+}
+
+/// A disposition for "the pair is gone" (transient, reconnect).
+pub(crate) fn connection_gone() -> Disposition {
+    Disposition::Transient(TransientKind::Transport(TransportFailure::Eof))
+}
+
+/// Where a copy is, for a live progress line. The servers do not report bytes on the
+/// control connection while a third-party transfer runs, and asking the destination
+/// for SIZE on a second connection would cost a login per poll; so progress is the
+/// phase and the time the transfer started, and the bytes at the end.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Progress {
+    #[default]
+    Idle,
+    /// Sizes, roles, data connection set-up for `path`.
+    Preparing { path: String },
+    /// Both servers accepted their commands; bytes flow between them.
+    Transferring {
+        path: String,
+        since: std::time::SystemTime,
+    },
+    /// Both final replies in; checking sizes.
+    Checking { path: String },
+    Finished {
+        path: String,
+        bytes: Option<u64>,
+        success: bool,
+    },
+}

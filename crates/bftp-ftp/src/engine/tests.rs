@@ -1,0 +1,427 @@
+//! The state machine against scripted fake servers: the misbehaviour real servers
+//! do not show on cue (a PASV naming a third host, a privileged port, no PASV, a
+//! reply without a code, a 226 from one side only). No data connection is made: the
+//! fakes answer 150 and 226 as told.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bftp_core::reply::{PermanentKind, TransientKind};
+use bftp_core::{DestCommand, FtpParams, Secret};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+
+use super::*;
+use crate::limits::AllowAll;
+
+type Script = Arc<dyn Fn(&str) -> Option<Vec<&'static str>> + Send + Sync>;
+type Log = Arc<Mutex<Vec<(&'static str, String)>>>;
+
+/// A fake FTP server on 127.0.0.1: `script` answers a command line first; the
+/// defaults log in and accept TYPE/MODE/STRU/SIZE/PWD/QUIT.
+async fn fake(name: &'static str, log: Log, script: Script) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (log, script) = (log.clone(), script.clone());
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut lines = BufReader::new(read).lines();
+                let _ = write.write_all(b"220 fake ready\r\n").await;
+                while let Ok(Some(line)) = lines.next_line().await {
+                    log.lock().expect("log").push((name, line.clone()));
+                    let verb = line.split(' ').next().unwrap_or("").to_ascii_uppercase();
+                    let replies = script(&line).unwrap_or_else(|| match verb.as_str() {
+                        "USER" => vec!["331 password please"],
+                        "PASS" => vec!["230 in"],
+                        "TYPE" | "MODE" | "STRU" | "PORT" | "EPRT" => vec!["200 ok"],
+                        "SIZE" => vec!["213 1000"],
+                        "PWD" => vec!["257 \"/\" is current"],
+                        "DELE" => vec!["250 deleted"],
+                        "QUIT" => vec!["221 bye"],
+                        "PASV" => vec!["227 Entering Passive Mode (127,0,0,1,200,10)."],
+                        "RETR" | "STOR" | "APPE" => vec!["150 go", "226 done"],
+                        _ => vec!["502 not here"],
+                    });
+                    for reply in replies {
+                        let _ = write.write_all(format!("{reply}\r\n").as_bytes()).await;
+                    }
+                    if verb == "QUIT" {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+fn fake_login(port: u16) -> ServerLogin {
+    ServerLogin {
+        host: "127.0.0.1".into(),
+        port,
+        user: "u".into(),
+        password: Some(Secret::new("secret-pw")),
+        acct: None,
+    }
+}
+
+fn limits() -> Limits {
+    Limits {
+        connect_timeout: Duration::from_secs(2),
+        reply_timeout: Duration::from_secs(2),
+        transfer_timeout: Duration::from_secs(10),
+        ..Limits::default()
+    }
+}
+
+async fn pair_with(src: Script, dst: Script) -> (Pair, Log) {
+    pair_with_limits(src, dst, limits()).await
+}
+
+async fn pair_with_limits(src: Script, dst: Script, limits: Limits) -> (Pair, Log) {
+    let log: Log = Arc::default();
+    let s = fake("src", log.clone(), src).await;
+    let d = fake("dst", log.clone(), dst).await;
+    let pair = Pair::open(
+        &fake_login(s),
+        &fake_login(d),
+        FtpParams::default(),
+        &limits,
+        Arc::new(AllowAll),
+    )
+    .await
+    .expect("open");
+    (pair, log)
+}
+
+fn none() -> Script {
+    Arc::new(|_| None)
+}
+
+fn commands(log: &Log) -> Vec<String> {
+    log.lock()
+        .expect("log")
+        .iter()
+        .map(|(who, line)| format!("{who}> {line}"))
+        .collect()
+}
+
+fn copy_request() -> CopyRequest {
+    CopyRequest {
+        source_path: "f.bin".into(),
+        dest_path: "g.bin".into(),
+        dest_command: DestCommand::Replace,
+    }
+}
+
+#[tokio::test]
+async fn pasv_naming_a_third_host_is_ignored() {
+    let src: Script = Arc::new(|line| {
+        (line == "PASV").then(|| vec!["227 Entering Passive Mode (10,9,8,7,200,10)."])
+    });
+    let (mut pair, log) = pair_with(src, none()).await;
+    let outcome = pair.copy(&copy_request()).await.expect("copy");
+    assert!(outcome.is_success(), "{outcome:?}");
+    let sent = commands(&log);
+    assert!(
+        sent.contains(&"dst> PORT 127,0,0,1,200,10".to_owned()),
+        "{sent:?}"
+    );
+    assert!(!sent.iter().any(|l| l.contains("10,9,8,7")), "{sent:?}");
+    assert!(outcome.report().fallbacks.iter().any(|f| matches!(
+        f,
+        Fallback::ForeignPasvHostIgnored {
+            side: Side::Source,
+            ..
+        }
+    )));
+    assert!(outcome.report().transcript.contains("host ignored"));
+    // PASS masked, the password nowhere.
+    assert!(!format!("{outcome:?}").contains("secret-pw"));
+}
+
+#[tokio::test]
+async fn privileged_pasv_port_is_refused() {
+    let src: Script = Arc::new(|line| {
+        (line == "PASV").then(|| vec!["227 Entering Passive Mode (127,0,0,1,0,25)."])
+    });
+    let (mut pair, log) = pair_with(src, none()).await;
+    let outcome = pair.copy(&copy_request()).await.expect("copy");
+    match &outcome {
+        CopyOutcome::Permanent {
+            failure: Failure::PrivilegedPort { port: 25, .. },
+            kind: PermanentKind::CommandRejected,
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(!commands(&log).iter().any(|l| l.starts_with("dst> PORT")));
+    assert!(!commands(&log).iter().any(|l| l.starts_with("dst> STOR")));
+}
+
+#[tokio::test]
+async fn source_without_pasv_swaps_roles_and_commands_the_active_side_first() {
+    let src: Script =
+        Arc::new(|line| (line == "PASV" || line == "EPSV").then(|| vec!["502 no passive"]));
+    let (mut pair, log) = pair_with(src, none()).await;
+    let outcome = pair.copy(&copy_request()).await.expect("copy");
+    assert!(outcome.is_success(), "{outcome:?}");
+    let sent = commands(&log);
+    let at = |needle: &str| {
+        sent.iter()
+            .position(|l| l.starts_with(needle))
+            .unwrap_or_else(|| panic!("{needle} not in {sent:?}"))
+    };
+    assert!(at("dst> PASV") < at("src> PORT"), "{sent:?}");
+    // The source is now active: RETR goes first.
+    assert!(at("src> RETR") < at("dst> STOR"), "{sent:?}");
+    assert!(outcome
+        .report()
+        .fallbacks
+        .iter()
+        .any(|f| matches!(f, Fallback::RolesSwapped { .. })));
+}
+
+#[tokio::test]
+async fn reply_without_a_code_is_a_protocol_error_with_its_text() {
+    let src: Script = Arc::new(|line| {
+        line.starts_with("RETR")
+            .then(|| vec!["f.bin: No such file or directory"])
+    });
+    let (mut pair, _log) = pair_with(src, none()).await;
+    let outcome = pair.copy(&copy_request()).await.expect("copy");
+    match &outcome {
+        CopyOutcome::Transient {
+            kind: TransientKind::Protocol,
+            failure,
+            connection_lost: true,
+            ..
+        } => assert!(
+            failure.to_string().contains("No such file or directory"),
+            "{failure}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The destination says 226, the source 451: not a success, and the partial file goes.
+#[tokio::test]
+async fn a_226_from_one_side_proves_nothing() {
+    let src: Script = Arc::new(|line| {
+        line.starts_with("RETR")
+            .then(|| vec!["150 go", "451 read error on the disk"])
+    });
+    let (mut pair, log) = pair_with(src, none()).await;
+    let outcome = pair.copy(&copy_request()).await.expect("copy");
+    match &outcome {
+        CopyOutcome::Transient {
+            kind: TransientKind::LocalError,
+            failure: Failure::Reply {
+                side: Side::Source, ..
+            },
+            connection_lost: false,
+            report,
+        } => {
+            assert_eq!(
+                report
+                    .destination_final
+                    .as_ref()
+                    .and_then(|r| r.code)
+                    .map(|c| c.get()),
+                Some(226)
+            );
+            assert!(report
+                .fallbacks
+                .iter()
+                .any(|f| matches!(f, Fallback::PartialDeleted { deleted: true, .. })));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(commands(&log).contains(&"dst> DELE g.bin".to_owned()));
+    assert!(pair.is_usable());
+}
+
+/// Both say 226, but the destination is shorter: a size mismatch, not a success.
+#[tokio::test]
+async fn unequal_sizes_after_two_226_are_not_a_success() {
+    let dst: Script = Arc::new(|line| (line == "SIZE g.bin").then(|| vec!["213 999"]));
+    let (mut pair, _log) = pair_with(none(), dst).await;
+    let outcome = pair.copy(&copy_request()).await.expect("copy");
+    assert!(
+        matches!(
+            &outcome,
+            CopyOutcome::Transient {
+                failure: Failure::SizeMismatch {
+                    source_size: 1000,
+                    destination: 999,
+                    ..
+                },
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+}
+
+/// A destination that falls silent after its 150: the watchdog closes both
+/// connections and the pair is dead.
+#[tokio::test]
+async fn watchdog_closes_a_silent_pair() {
+    let dst: Script = Arc::new(|line| line.starts_with("STOR").then(|| vec!["150 go"]));
+    let limits = Limits {
+        transfer_timeout: Duration::from_millis(1500),
+        ..limits()
+    };
+    let (mut pair, _log) = pair_with_limits(none(), dst, limits).await;
+    let outcome = pair.copy(&copy_request()).await.expect("copy");
+    match &outcome {
+        CopyOutcome::Transient {
+            failure: Failure::Watchdog { silent, .. },
+            connection_lost: true,
+            ..
+        } => assert_eq!(silent, &[Side::Destination]),
+        CopyOutcome::Transient {
+            failure:
+                Failure::Session {
+                    side: Side::Destination,
+                    ..
+                },
+            connection_lost: true,
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(!pair.is_usable());
+    assert!(matches!(
+        pair.copy(&copy_request()).await,
+        Err(PairError {
+            failure: JobFailure::Closed { .. },
+            ..
+        })
+    ));
+}
+
+/// 332 after PASS: ACCT is sent, masked in the transcript.
+#[tokio::test]
+async fn account_is_sent_on_332() {
+    let log: Log = Arc::default();
+    let script: Script = Arc::new(|line| match line.split(' ').next() {
+        Some("PASS") => Some(vec!["332 account please"]),
+        Some("ACCT") => Some(vec!["230 in with an account"]),
+        _ => None,
+    });
+    let s = fake("src", log.clone(), script.clone()).await;
+    let d = fake("dst", log.clone(), none()).await;
+    let mut login = fake_login(s);
+    login.acct = Some(Secret::new("acct-secret"));
+    let mut pair = Pair::open(
+        &login,
+        &fake_login(d),
+        FtpParams::default(),
+        &limits(),
+        Arc::new(AllowAll),
+    )
+    .await
+    .expect("open with ACCT");
+    let transcript = pair.take_transcript();
+    assert!(transcript.contains("ACCT ****"), "{transcript}");
+    assert!(!transcript.to_string().contains("acct-secret"));
+    assert!(commands(&log).contains(&"src> ACCT acct-secret".to_owned()));
+
+    // Without an account, a 332 is a permanent login failure that says so.
+    let error = Pair::open(
+        &fake_login(s),
+        &fake_login(d),
+        FtpParams::default(),
+        &limits(),
+        Arc::new(AllowAll),
+    )
+    .await
+    .expect_err("no ACCT");
+    assert!(
+        error.is_permanent() && error.to_string().contains("ACCT"),
+        "{error}"
+    );
+}
+
+/// No PASV on the source: EPSV there (its port with the control address); no PORT on
+/// the destination: EPRT.
+#[tokio::test]
+async fn epsv_and_eprt_when_pasv_and_port_are_missing() {
+    let src: Script = Arc::new(|line| match line {
+        "PASV" => Some(vec!["500 PASV unknown"]),
+        "EPSV" => Some(vec!["229 Entering Extended Passive Mode (|||51000|)"]),
+        _ => None,
+    });
+    let dst: Script = Arc::new(|line| line.starts_with("PORT ").then(|| vec!["502 no PORT here"]));
+    let (mut pair, log) = pair_with(src, dst).await;
+    let outcome = pair.copy(&copy_request()).await.expect("copy");
+    assert!(outcome.is_success(), "{outcome:?}");
+    let sent = commands(&log);
+    assert!(
+        sent.contains(&"dst> EPRT |1|127.0.0.1|51000|".to_owned()),
+        "{sent:?}"
+    );
+    let fallbacks = &outcome.report().fallbacks;
+    assert!(
+        fallbacks.iter().any(|f| matches!(
+            f,
+            Fallback::ExtendedPassive {
+                side: Side::Source,
+                ..
+            }
+        )),
+        "{fallbacks:?}"
+    );
+    assert!(
+        fallbacks.iter().any(|f| matches!(
+            f,
+            Fallback::ExtendedPort {
+                side: Side::Destination,
+                ..
+            }
+        )),
+        "{fallbacks:?}"
+    );
+    assert!(
+        !fallbacks
+            .iter()
+            .any(|f| matches!(f, Fallback::RolesSwapped { .. })),
+        "{fallbacks:?}"
+    );
+}
+
+/// SIZE and DELE for the scheduler: a 550 is "no file", a missing SIZE an error
+/// (never a size of 0), a refused DELE carries its reply.
+#[tokio::test]
+async fn size_and_delete_answers() {
+    let dst: Script = Arc::new(|line| match line {
+        "SIZE gone.bin" => Some(vec!["550 gone.bin: No such file"]),
+        "SIZE odd.bin" => Some(vec!["502 SIZE not implemented"]),
+        "DELE locked.bin" => Some(vec!["550 Permission denied"]),
+        _ => None,
+    });
+    let (mut pair, _log) = pair_with(none(), dst).await;
+    assert_eq!(pair.size(Side::Destination, "g.bin").await, Ok(Some(1000)));
+    assert_eq!(pair.size(Side::Destination, "gone.bin").await, Ok(None));
+    let error = pair
+        .size(Side::Destination, "odd.bin")
+        .await
+        .expect_err("no SIZE");
+    assert!(matches!(error, ActionError::NotSupported { .. }), "{error}");
+    assert!(pair.delete(Side::Destination, "g.bin").await.is_ok());
+    let error = pair
+        .delete(Side::Destination, "locked.bin")
+        .await
+        .expect_err("refused");
+    assert!(
+        error.disposition().is_permanent() && error.to_string().contains("Permission denied"),
+        "{error}"
+    );
+    assert!(matches!(
+        pair.delete(Side::Source, "a\r\nDELE b").await,
+        Err(ActionError::BadPath { .. })
+    ));
+}

@@ -1,0 +1,1175 @@
+//! One third-party copy as an explicit state machine ([`Phase`]), SPEC §6.
+//!
+//! The rule behind the order of commands: command the *active* side (the one that
+//! was given PORT and connects) first and wait for its preliminary reply, then the
+//! *passive* side. Passive servers answer 150 only once the data connection has
+//! arrived (measured on vsftpd 3.0.3, proFTPD 1.3.8 and Pure-FTPd 1.0.50), so waiting
+//! for the passive side first deadlocks; and a server blocked waiting for a data
+//! connection ignores ABOR and even QUIT, so a silent server is closed, not asked.
+//!
+//! Default roles (RFC 1068 Figure 2): the source is passive (PASV, then RETR), the
+//! destination active (PORT, then STOR/APPE/STOU). If the source lacks PASV, or the
+//! first order ends in a refusal of the foreign address, the roles are swapped: PASV
+//! to the destination, PORT to the source, RETR first. A refusal in both orders is
+//! the job-level [`JobFailure::FxpRefused`], with the server settings that allow FXP.
+//!
+//! Bounce protection (RFC 2577): PORT/EPRT always names the passive server's control
+//! connection peer address with the port it announced; another host in a 227 reply is
+//! noted and ignored; a port below 1024 is refused.
+//!
+//! Evidence (SPEC §4.2): success needs a final 2yz from both servers and, where SIZE
+//! answers (in image type: proFTPD refuses SIZE in ASCII mode), equal sizes. The job's
+//! TYPE is restored lazily: before the next data command, not after each SIZE.
+//!
+//! The watchdog ([`Limits::transfer_timeout`](crate::Limits)) bounds the whole copy;
+//! when it expires both control connections are closed and the pair is dead.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::time::SystemTime;
+
+use bftp_core::reply::{CommandKind, Disposition, PermanentKind, TransientKind};
+use bftp_core::{DestCommand, TransferType};
+use tokio::time::Instant;
+
+use super::outcome::{
+    AttemptReport, CopyOutcome, Failure, Fallback, JobFailure, PairError, Progress, SizeCheck,
+};
+use super::{index, CopyRequest, Pair, SizeAnswer};
+use crate::parse::{
+    check_argument, eprt_argument, is_privileged_port, parse_epsv, parse_pasv, port_argument,
+    stou_file_name, validate_server_path, Reply,
+};
+use crate::session::SessionError;
+use crate::transcript::Side;
+
+/// The phases of one copy. `passive` names the side that was sent PASV/EPSV (the
+/// other one is active: it gets PORT/EPRT and connects).
+// One phase value lives at a time; boxing the final one would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+enum Phase {
+    /// SIZE of the source in image type: 213 (the size, kept for the report), 550 (no
+    /// such file: this member fails for good), 500/501/502/504 (no SIZE: no size
+    /// evidence). For APPE also SIZE of the destination: 213 (the size before, the
+    /// evidence SPEC §4.3 wants), 550 (absent: 0). Then TYPE (200) back to the job's.
+    /// For STOU, CWD (250) to the destination directory.
+    Prepare,
+    /// PASV (227) or EPSV (229) to the passive side. 500/501/502/504/550 mean "not
+    /// offered": EPSV after PASV, then the other role order. 4yz: transient.
+    Passive { passive: Side },
+    /// PORT (200), or EPRT (200) when PORT is refused or the address is IPv6, to the
+    /// active side with the passive server's control peer address. A 5yz to both is
+    /// a refusal of the foreign address: the other role order. 4yz: transient.
+    Port { passive: Side, data: SocketAddr },
+    /// The active side's command first: STOR/APPE/STOU to the destination (default
+    /// order) or RETR to the source (swapped). 125/150: it connected. 2yz: it is
+    /// already done (tiny file). 4yz/5yz: this member fails (450/550 file
+    /// unavailable, 451 local error, 452/552 storage, 553 name not allowed).
+    ActiveStart { passive: Side },
+    /// Then the passive side's command. 125/150: it accepted the data connection and
+    /// the bytes flow. 425 (vsftpd, proFTPD) or silence (Pure-FTPd) from a server that
+    /// refuses a data connection from a foreign host: the other role order. Other
+    /// 4yz/5yz (550 no such file): this member fails.
+    PassiveStart {
+        passive: Side,
+        active_final: Option<Reply>,
+    },
+    /// The final reply on both connections, until the watchdog: 226/250 done;
+    /// 425/426/451 transient, 452 storage, 5yz permanent; silence: close both.
+    Completion {
+        passive: Side,
+        active_final: Option<Reply>,
+        passive_final: Option<Reply>,
+    },
+    /// SIZE (213) on both sides in image type; equal sizes (APPE: before + source).
+    Check,
+    /// The attempt is over.
+    Done(Result<CopyOutcome, PairError>),
+}
+
+/// Why one role order could not move bytes because a server refused a foreign
+/// address: the evidence for [`JobFailure::FxpRefused`].
+#[derive(Debug, Clone)]
+enum Refusal {
+    /// The active side refused PORT/EPRT to the passive server's address.
+    Port {
+        side: Side,
+        host: String,
+        line: String,
+        reply: String,
+    },
+    /// The passive side refused the data connection from the active server.
+    DataConnection {
+        side: Side,
+        host: String,
+        command: String,
+        reply: String,
+    },
+    /// The passive side said nothing after the active side connected (Pure-FTPd
+    /// drops a foreign data connection and keeps waiting).
+    Silence {
+        side: Side,
+        host: String,
+        command: String,
+    },
+    /// Neither PASV nor EPSV on this side.
+    NoPassive {
+        side: Side,
+        host: String,
+        replies: String,
+    },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Port {
+                side,
+                host,
+                line,
+                reply,
+            } => write!(f, "the {side} server {host} refused {line}: {reply}"),
+            Refusal::DataConnection {
+                side,
+                host,
+                command,
+                reply,
+            } => write!(
+                f,
+                "the {side} server {host} refused the data connection from the other server: \
+                 {command} answered {reply}"
+            ),
+            Refusal::Silence {
+                side,
+                host,
+                command,
+            } => write!(
+                f,
+                "the {side} server {host} did not answer {command} after the other server \
+                 connected (Pure-FTPd waits silently when it refuses a foreign data connection)"
+            ),
+            Refusal::NoPassive {
+                side,
+                host,
+                replies,
+            } => write!(
+                f,
+                "the {side} server {host} offers no passive mode ({replies})"
+            ),
+        }
+    }
+}
+
+/// What to tell an operator whose servers refuse third-party transfers.
+pub(crate) const FXP_SETTINGS: &str = "third-party (FXP) transfers need both servers to accept \
+     a data connection to or from another host than the client: vsftpd \
+     port_promiscuous=YES and pasv_promiscuous=YES, proFTPD AllowForeignAddress on, \
+     Pure-FTPd -w (--allowuserfxp)";
+
+pub(super) async fn run(pair: &mut Pair, request: &CopyRequest) -> Result<CopyOutcome, PairError> {
+    let started = Instant::now();
+    pair.last = [None, None];
+    pair.deadline = Some(started + pair.limits.transfer_timeout);
+    pair.progress.send_replace(Progress::Preparing {
+        path: request.source_path.clone(),
+    });
+    let mut attempt = Attempt {
+        pair,
+        request,
+        started,
+        report: AttemptReport::default(),
+        orders: VecDeque::from([Side::Source, Side::Destination]),
+        refusals: Vec::new(),
+        source_size: None,
+        changed_directory: false,
+    };
+    let mut phase = Phase::Prepare;
+    loop {
+        tracing::trace!(?phase, "copy phase");
+        phase = match phase {
+            Phase::Prepare => attempt.prepare().await,
+            Phase::Passive { passive } => attempt.passive(passive).await,
+            Phase::Port { passive, data } => attempt.port(passive, data).await,
+            Phase::ActiveStart { passive } => attempt.active_start(passive).await,
+            Phase::PassiveStart {
+                passive,
+                active_final,
+            } => attempt.passive_start(passive, active_final).await,
+            Phase::Completion {
+                passive,
+                active_final,
+                passive_final,
+            } => {
+                attempt
+                    .completion(passive, active_final, passive_final)
+                    .await
+            }
+            Phase::Check => attempt.check().await,
+            Phase::Done(result) => return attempt.finish(result).await,
+        };
+    }
+}
+
+struct Attempt<'a> {
+    pair: &'a mut Pair,
+    request: &'a CopyRequest,
+    started: Instant,
+    report: AttemptReport,
+    /// Passive sides of the role orders not yet tried.
+    orders: VecDeque<Side>,
+    refusals: Vec<Refusal>,
+    source_size: Option<u64>,
+    /// STOU: the destination session was moved into the target directory.
+    changed_directory: bool,
+}
+
+impl Attempt<'_> {
+    // ---- the phases ----
+
+    async fn prepare(&mut self) -> Phase {
+        for (path, what) in [
+            (&self.request.source_path, "source path"),
+            (&self.request.dest_path, "destination path"),
+        ] {
+            if let Err(error) = check_argument(path) {
+                let failure = Failure::BadPath {
+                    path: path.clone(),
+                    error,
+                };
+                self.pair.note(Side::Source, &format!("{what}: {failure}"));
+                return self.permanent(PermanentKind::NameNotAllowed, failure);
+            }
+        }
+
+        let source_path = self.request.source_path.clone();
+        match self.pair.size_answer(Side::Source, &source_path).await {
+            SizeAnswer::Size(size) => self.source_size = Some(size),
+            SizeAnswer::NoFile(result) => {
+                return self.fail(Side::Source, &format!("SIZE {source_path}"), result, None)
+            }
+            SizeAnswer::Unavailable(reason) => self.fallback(Fallback::SizeUnavailable {
+                side: Side::Source,
+                reason,
+            }),
+            SizeAnswer::Failed(result, disposition) => {
+                return self.fail(Side::Source, "SIZE", result, Some(disposition))
+            }
+        }
+
+        if self.request.dest_command == DestCommand::Append {
+            let dest_path = self.request.dest_path.clone();
+            match self.pair.size_answer(Side::Destination, &dest_path).await {
+                SizeAnswer::Size(size) => self.report.destination_size_before = Some(size),
+                SizeAnswer::NoFile(_) => {
+                    self.pair.note(
+                        Side::Destination,
+                        "no destination file yet: APPE creates it",
+                    );
+                    self.report.destination_size_before = Some(0);
+                }
+                SizeAnswer::Unavailable(reason) => self.fallback(Fallback::SizeUnavailable {
+                    side: Side::Destination,
+                    reason,
+                }),
+                SizeAnswer::Failed(result, disposition) => {
+                    return self.fail(Side::Destination, "SIZE", result, Some(disposition))
+                }
+            }
+        }
+
+        let job_type = self.pair.params.transfer_type;
+        for side in [Side::Source, Side::Destination] {
+            if let Err((result, disposition)) = self.pair.ensure_type(side, job_type).await {
+                return self.fail(side, "TYPE", result, Some(disposition));
+            }
+        }
+
+        if self.request.dest_command == DestCommand::Unique && !self.request.dest_path.is_empty() {
+            // Remember where to come back to before leaving.
+            let _ = self.pair.home(Side::Destination).await;
+            let line = format!("CWD {}", self.request.dest_path);
+            let result = self.pair.exchange(Side::Destination, &line).await;
+            let disposition = self
+                .pair
+                .classify(Side::Destination, CommandKind::Cwd, &result);
+            if disposition != Disposition::Done {
+                return self.fail(Side::Destination, &line, result, Some(disposition));
+            }
+            self.changed_directory = true;
+        }
+
+        match self.orders.pop_front() {
+            Some(passive) => Phase::Passive { passive },
+            None => unreachable!("two role orders to start with"),
+        }
+    }
+
+    async fn passive(&mut self, passive: Side) -> Phase {
+        let peer = self.pair.session(passive).peer();
+        let peer_ip = peer.ip().to_canonical();
+        let mut refused = Vec::new();
+        // PASV cannot carry an IPv6 address: EPSV straight away (RFC 2428).
+        let commands: &[&str] = if peer_ip.is_ipv6() {
+            &["EPSV"]
+        } else {
+            &["PASV", "EPSV"]
+        };
+        for &command in commands {
+            let result = self.pair.exchange(passive, command).await;
+            let kind = CommandKind::from_verb(command);
+            match self.pair.classify(passive, kind, &result) {
+                Disposition::Done => {
+                    let Ok(reply) = result else {
+                        unreachable!("Done is only classified from a reply")
+                    };
+                    if command == "EPSV" && peer_ip.is_ipv4() {
+                        self.fallback(Fallback::ExtendedPassive {
+                            side: passive,
+                            reason: refused.join("; "),
+                        });
+                    }
+                    return self.announced(passive, command, &reply, peer_ip);
+                }
+                Disposition::NotSupported => {
+                    let text = match &result {
+                        Ok(reply) => format!("{command} answered {reply}"),
+                        Err(e) => format!("{command}: {e}"),
+                    };
+                    refused.push(text);
+                }
+                disposition => return self.fail(passive, command, result, Some(disposition)),
+            }
+        }
+        let refusal = Refusal::NoPassive {
+            side: passive,
+            host: self.pair.host(passive).to_owned(),
+            replies: refused.join("; "),
+        };
+        self.next_order(refusal).await
+    }
+
+    /// The data address from a 227 or 229 reply, checked (RFC 2577).
+    fn announced(&mut self, passive: Side, command: &str, reply: &Reply, peer_ip: IpAddr) -> Phase {
+        let host = self.pair.host(passive).to_owned();
+        let port = if command == "PASV" {
+            match parse_pasv(&reply.text()) {
+                Ok(addr) => {
+                    let announced = IpAddr::V4(*addr.ip());
+                    if announced != peer_ip {
+                        self.pair.note(
+                            passive,
+                            &format!(
+                                "PASV named {announced}, not the server's control address \
+                                 {peer_ip}: host ignored (RFC 2577)"
+                            ),
+                        );
+                        self.fallback(Fallback::ForeignPasvHostIgnored {
+                            side: passive,
+                            announced,
+                            used: peer_ip,
+                        });
+                    }
+                    addr.port()
+                }
+                Err(error) => {
+                    return self.transient(
+                        TransientKind::Protocol,
+                        Failure::BadPassiveReply {
+                            side: passive,
+                            host,
+                            command: command.to_owned(),
+                            error,
+                        },
+                    )
+                }
+            }
+        } else {
+            match parse_epsv(&reply.text()) {
+                Ok(port) => port,
+                Err(error) => {
+                    return self.transient(
+                        TransientKind::Protocol,
+                        Failure::BadPassiveReply {
+                            side: passive,
+                            host,
+                            command: command.to_owned(),
+                            error,
+                        },
+                    )
+                }
+            }
+        };
+        if is_privileged_port(port) {
+            let failure = Failure::PrivilegedPort {
+                side: passive,
+                host,
+                command: command.to_owned(),
+                port,
+            };
+            self.pair.note(passive, &failure.to_string());
+            return self.permanent(PermanentKind::CommandRejected, failure);
+        }
+        Phase::Port {
+            passive,
+            data: SocketAddr::new(peer_ip, port),
+        }
+    }
+
+    async fn port(&mut self, passive: Side, data: SocketAddr) -> Phase {
+        let active = passive.other();
+        let mut first_refusal: Option<(String, String)> = None;
+        let port_line = port_argument(data).ok().map(|arg| format!("PORT {arg}"));
+        let eprt_line = format!("EPRT {}", eprt_argument(data));
+        for line in port_line.iter().chain(std::iter::once(&eprt_line)) {
+            let result = self.pair.exchange(active, line).await;
+            let kind = CommandKind::from_verb(&super::verb(line));
+            match self.pair.classify(active, kind, &result) {
+                Disposition::Done => {
+                    if line.starts_with("EPRT") {
+                        self.fallback(Fallback::ExtendedPort {
+                            side: active,
+                            reason: first_refusal
+                                .as_ref()
+                                .map(|(l, r)| format!("{l} answered {r}"))
+                                .unwrap_or_else(|| "IPv6 address".into()),
+                        });
+                    }
+                    return Phase::ActiveStart { passive };
+                }
+                Disposition::NotSupported | Disposition::Permanent(_) => {
+                    if let Ok(reply) = &result {
+                        first_refusal.get_or_insert((line.clone(), reply.to_string()));
+                    }
+                }
+                disposition => return self.fail(active, line, result, Some(disposition)),
+            }
+        }
+        let (line, reply) =
+            first_refusal.unwrap_or_else(|| (eprt_line.clone(), "no usable reply".into()));
+        let refusal = Refusal::Port {
+            side: active,
+            host: self.pair.host(active).to_owned(),
+            line,
+            reply,
+        };
+        self.next_order(refusal).await
+    }
+
+    async fn active_start(&mut self, passive: Side) -> Phase {
+        let active = passive.other();
+        let line = self.command_line(active);
+        let result = self.pair.exchange(active, &line).await;
+        let kind = CommandKind::from_verb(&super::verb(&line));
+        let disposition = self.pair.classify(active, kind, &result);
+        match (disposition, result) {
+            (Disposition::Preliminary, Ok(reply)) => {
+                self.accepted(active, &reply);
+                Phase::PassiveStart {
+                    passive,
+                    active_final: None,
+                }
+            }
+            (Disposition::Done, Ok(reply)) => {
+                self.accepted(active, &reply);
+                Phase::PassiveStart {
+                    passive,
+                    active_final: Some(reply),
+                }
+            }
+            (disposition, result) => {
+                // The passive side only holds a listening socket; the destination may
+                // have created the file before failing.
+                self.refused(active, &result);
+                self.clean_up().await;
+                self.fail(active, &line, result, Some(disposition))
+            }
+        }
+    }
+
+    async fn passive_start(&mut self, passive: Side, active_final: Option<Reply>) -> Phase {
+        let active = passive.other();
+        let line = self.command_line(passive);
+        let result = self.pair.exchange(passive, &line).await;
+        let kind = CommandKind::from_verb(&super::verb(&line));
+        let disposition = self.pair.classify(passive, kind, &result);
+        let result = match (disposition, result) {
+            (Disposition::Preliminary, Ok(reply)) => {
+                self.accepted(passive, &reply);
+                self.pair.progress.send_replace(Progress::Transferring {
+                    path: self.request.source_path.clone(),
+                    since: SystemTime::now(),
+                });
+                return Phase::Completion {
+                    passive,
+                    active_final,
+                    passive_final: None,
+                };
+            }
+            (Disposition::Done, Ok(reply)) => {
+                self.accepted(passive, &reply);
+                return Phase::Completion {
+                    passive,
+                    active_final,
+                    passive_final: Some(reply),
+                };
+            }
+            (_, result) => result,
+        };
+        self.refused(passive, &result);
+
+        // The passive side did not start. The active side connected (its 1yz said
+        // so) and will end with whatever the passive server's close means to it;
+        // read that before anything else, then clean up.
+        let refusal = match (&result, disposition) {
+            (Err(SessionError::Timeout { .. }), _) => {
+                self.pair
+                    .session(passive)
+                    .close("silent after the data connection arrived");
+                Some(Refusal::Silence {
+                    side: passive,
+                    host: self.pair.host(passive).to_owned(),
+                    command: super::verb(&line),
+                })
+            }
+            (Ok(reply), Disposition::Transient(TransientKind::DataConnection))
+                if reply.code().get() == 425 =>
+            {
+                Some(Refusal::DataConnection {
+                    side: passive,
+                    host: self.pair.host(passive).to_owned(),
+                    command: super::verb(&line),
+                    reply: reply.to_string(),
+                })
+            }
+            _ => None,
+        };
+        if active_final.is_none() {
+            self.drain_final(active).await;
+        }
+        match refusal {
+            Some(refusal) => {
+                // A silent server was closed: log in again, to delete its partial file
+                // and for the other role order.
+                if let Err(error) = self.reopen_closed(&refusal.to_string()).await {
+                    return Phase::Done(Err(error));
+                }
+                self.clean_up().await;
+                self.next_order(refusal).await
+            }
+            None => {
+                self.clean_up().await;
+                self.fail(passive, &line, result, Some(disposition))
+            }
+        }
+    }
+
+    async fn completion(
+        &mut self,
+        passive: Side,
+        active_final: Option<Reply>,
+        passive_final: Option<Reply>,
+    ) -> Phase {
+        let active = passive.other();
+        let deadline = self
+            .pair
+            .deadline
+            .unwrap_or_else(|| Instant::now() + self.pair.remaining());
+        let reply_timeout = self.pair.limits.reply_timeout;
+        let mut finals: [Option<Result<Reply, SessionError>>; 2] = [None, None];
+        finals[index(active)] = active_final.map(Ok);
+        finals[index(passive)] = passive_final.map(Ok);
+
+        {
+            let src_host = self.pair.host(Side::Source).to_owned();
+            let dst_host = self.pair.host(Side::Destination).to_owned();
+            let (src, dst) = (&mut self.pair.src, &mut self.pair.dst);
+            let need_src = finals[0].is_none();
+            let need_dst = finals[1].is_none();
+            let src_read = async {
+                if need_src {
+                    Some(src.read_reply_until(deadline).await)
+                } else {
+                    None
+                }
+            };
+            let dst_read = async {
+                if need_dst {
+                    Some(dst.read_reply_until(deadline).await)
+                } else {
+                    None
+                }
+            };
+            tokio::pin!(src_read, dst_read);
+            // Once one side has failed, the other gets one reply timeout, not the
+            // whole watchdog: it has lost its partner.
+            let failed = |r: &Option<Result<Reply, SessionError>>| {
+                matches!(r, Some(Err(_)))
+                    || matches!(r, Some(Ok(reply)) if reply.code().get() >= 400)
+            };
+            tokio::select! {
+                r = &mut src_read => {
+                    let later = if failed(&r) { deadline.min(Instant::now() + reply_timeout) } else { deadline };
+                    finals[0] = finals[0].take().or(r);
+                    if finals[1].is_none() {
+                        finals[1] = match tokio::time::timeout_at(later, &mut dst_read).await {
+                            Ok(r) => r,
+                            Err(_) => Some(Err(SessionError::Timeout { host: dst_host, waited: reply_timeout })),
+                        };
+                    }
+                }
+                r = &mut dst_read => {
+                    let later = if failed(&r) { deadline.min(Instant::now() + reply_timeout) } else { deadline };
+                    finals[1] = finals[1].take().or(r);
+                    if finals[0].is_none() {
+                        finals[0] = match tokio::time::timeout_at(later, &mut src_read).await {
+                            Ok(r) => r,
+                            Err(_) => Some(Err(SessionError::Timeout { host: src_host, waited: reply_timeout })),
+                        };
+                    }
+                }
+            }
+        }
+
+        let mut silent = Vec::new();
+        let mut worst: Option<(Side, Result<Reply, SessionError>, Disposition)> = None;
+        for side in [Side::Source, Side::Destination] {
+            let Some(result) = finals[index(side)].take() else {
+                continue;
+            };
+            let command = self.command_verb(side);
+            self.pair.remember(side, &command, &result);
+            let last = self.pair.last[index(side)].clone();
+            match side {
+                Side::Source => self.report.source_final = last,
+                Side::Destination => self.report.destination_final = last,
+            }
+            if matches!(result, Err(SessionError::Timeout { .. })) {
+                silent.push(side);
+            }
+            let kind = CommandKind::from_verb(&command);
+            let disposition = self.pair.classify(side, kind, &result);
+            if disposition == Disposition::Done {
+                continue;
+            }
+            let worse = match &worst {
+                None => true,
+                // A permanent refusal explains more than the other side's transient
+                // reaction to it (a 552 on STOR makes the sender say 426).
+                Some((_, _, d)) => disposition.is_permanent() && !d.is_permanent(),
+            };
+            if worse {
+                worst = Some((side, result, disposition));
+            }
+        }
+
+        if !silent.is_empty() && Instant::now() >= deadline {
+            let waited = self.started.elapsed();
+            self.pair.close_all("watchdog expired");
+            self.pair
+                .note(passive, &format!("watchdog expired after {waited:?}"));
+            return self.transient(
+                TransientKind::Transport(bftp_core::reply::TransportFailure::Timeout),
+                Failure::Watchdog { silent, waited },
+            );
+        }
+        for side in silent {
+            self.pair.session(side).close("no final reply");
+        }
+        match worst {
+            None => Phase::Check,
+            Some((side, result, disposition)) => {
+                self.clean_up().await;
+                let command = self.command_verb(side);
+                self.fail(side, &command, result, Some(disposition))
+            }
+        }
+    }
+
+    async fn check(&mut self) -> Phase {
+        self.pair.progress.send_replace(Progress::Checking {
+            path: self.request.source_path.clone(),
+        });
+        let source_path = self.request.source_path.clone();
+        let source = match self.pair.size_answer(Side::Source, &source_path).await {
+            SizeAnswer::Size(size) => Ok(size),
+            SizeAnswer::Unavailable(reason) => Err(reason),
+            SizeAnswer::NoFile(result) => Err(format!(
+                "SIZE answered {} after the transfer",
+                describe(&result)
+            )),
+            SizeAnswer::Failed(result, disposition) => {
+                return self.fail(Side::Source, "SIZE", result, Some(disposition))
+            }
+        };
+        let dest_name = match self.request.dest_command {
+            DestCommand::Unique => match self.report.stou_name.clone() {
+                None => Err("the destination did not report the name STOU chose".to_owned()),
+                Some(name) => match validate_server_path(&name, "") {
+                    Ok(_) => Ok(name),
+                    Err(error) => Err(Failure::BadStouName { name, error }.to_string()),
+                },
+            },
+            _ => Ok(self.request.dest_path.clone()),
+        };
+        let destination = match dest_name {
+            Err(reason) => Err(reason),
+            Ok(name) => match self.pair.size_answer(Side::Destination, &name).await {
+                SizeAnswer::Size(size) => Ok(size),
+                SizeAnswer::Unavailable(reason) => Err(reason),
+                SizeAnswer::NoFile(result) => {
+                    // It said 226 and the file is not there: no evidence of a copy.
+                    self.clean_up().await;
+                    return self.fail(
+                        Side::Destination,
+                        &format!("SIZE {name}"),
+                        result,
+                        Some(Disposition::Transient(TransientKind::FileBusy)),
+                    );
+                }
+                SizeAnswer::Failed(result, disposition) => {
+                    return self.fail(Side::Destination, "SIZE", result, Some(disposition))
+                }
+            },
+        };
+
+        let image = matches!(
+            self.pair.params.transfer_type,
+            TransferType::Image | TransferType::Local(8)
+        );
+        let before = self.report.destination_size_before;
+        let append = self.request.dest_command == DestCommand::Append;
+        let (size_check, bytes) = match (source, destination) {
+            (Ok(src), Ok(dst)) if !image => (
+                SizeCheck::TextType {
+                    source: Some(src),
+                    destination: Some(dst),
+                },
+                Some(if append {
+                    dst.saturating_sub(before.unwrap_or(0))
+                } else {
+                    dst
+                }),
+            ),
+            (Ok(src), Ok(dst)) => {
+                let expected = if append {
+                    before.map(|before| before + src)
+                } else {
+                    Some(src)
+                };
+                match expected {
+                    Some(expected) if expected == dst => (
+                        SizeCheck::Equal {
+                            source: src,
+                            destination: dst,
+                            destination_before: before.filter(|_| append),
+                        },
+                        Some(if append { src } else { dst }),
+                    ),
+                    Some(expected) => {
+                        self.clean_up().await;
+                        return self.transient(
+                            TransientKind::DataConnection,
+                            Failure::SizeMismatch {
+                                source_size: src,
+                                destination: dst,
+                                expected,
+                            },
+                        );
+                    }
+                    None => (
+                        SizeCheck::NotAvailable(
+                            "the destination size before APPE is unknown".into(),
+                        ),
+                        None,
+                    ),
+                }
+            }
+            (src, dst) => {
+                let mut reasons = Vec::new();
+                if let Err(reason) = &src {
+                    reasons.push(format!("source: {reason}"));
+                }
+                if let Err(reason) = &dst {
+                    reasons.push(format!("destination: {reason}"));
+                }
+                let reason = reasons.join("; ");
+                let check = if image {
+                    SizeCheck::NotAvailable(reason)
+                } else {
+                    SizeCheck::TextType {
+                        source: src.ok(),
+                        destination: dst.ok(),
+                    }
+                };
+                (check, None)
+            }
+        };
+        if let SizeCheck::NotAvailable(reason) = &size_check {
+            self.pair
+                .note(Side::Destination, &format!("no size evidence: {reason}"));
+        }
+        let stou_name = self.report.stou_name.clone();
+        Phase::Done(Ok(CopyOutcome::Succeeded {
+            bytes,
+            size_check,
+            stou_name,
+            report: AttemptReport::default(),
+        }))
+    }
+
+    // ---- helpers ----
+
+    /// The data command for `side`: RETR on the source, STOR/APPE/STOU on the destination.
+    fn command_line(&self, side: Side) -> String {
+        match side {
+            Side::Source => format!("RETR {}", self.request.source_path),
+            Side::Destination => match self.request.dest_command {
+                DestCommand::Replace => format!("STOR {}", self.request.dest_path),
+                DestCommand::Append => format!("APPE {}", self.request.dest_path),
+                DestCommand::Unique => "STOU".to_owned(),
+            },
+        }
+    }
+
+    fn command_verb(&self, side: Side) -> String {
+        super::verb(&self.command_line(side))
+    }
+
+    /// A 1yz or 2yz to a data command: the destination file may now be changed, and
+    /// STOU says which name it chose.
+    fn accepted(&mut self, side: Side, reply: &Reply) {
+        if side != Side::Destination {
+            return;
+        }
+        self.report.destination_touched = true;
+        if self.request.dest_command == DestCommand::Unique && self.report.stou_name.is_none() {
+            if let Some(name) = stou_file_name(reply) {
+                self.report.stou_name = Some(name.to_owned());
+            }
+        }
+    }
+
+    /// Read (and remember) the final reply of `side` after its partner failed, for
+    /// one reply timeout; a silent server is closed.
+    async fn drain_final(&mut self, side: Side) {
+        if !self.pair.session(side).is_open() {
+            return;
+        }
+        let command = self.command_verb(side);
+        let deadline = self.pair.reply_deadline();
+        let result = self.pair.read_reply(side, &command, deadline).await;
+        if let Ok(reply) = &result {
+            if side == Side::Destination && self.request.dest_command == DestCommand::Unique {
+                self.accepted(side, reply);
+            }
+        }
+        if matches!(result, Err(SessionError::Timeout { .. })) {
+            self.pair
+                .session(side)
+                .close("no final reply after its partner failed");
+        }
+    }
+
+    /// After a failed attempt that may have changed the destination: delete a partial
+    /// STOR or STOU file (best effort, noted); for APPE, record the size now.
+    async fn clean_up(&mut self) {
+        if !self.report.destination_touched {
+            return;
+        }
+        self.report.destination_touched = false;
+        // Cleanup gets its own reply timeouts, even after the watchdog.
+        self.pair.deadline = None;
+        let target = match self.request.dest_command {
+            DestCommand::Replace => Some(self.request.dest_path.clone()),
+            DestCommand::Unique => self
+                .report
+                .stou_name
+                .clone()
+                .filter(|n| validate_server_path(n, "").is_ok()),
+            DestCommand::Append => {
+                if self.pair.session(Side::Destination).is_open() {
+                    let path = self.request.dest_path.clone();
+                    if let SizeAnswer::Size(size) =
+                        self.pair.size_answer(Side::Destination, &path).await
+                    {
+                        self.report.destination_size_after = Some(size);
+                    }
+                }
+                None
+            }
+        };
+        if self.request.dest_command == DestCommand::Unique {
+            // The name stays in the PartialDeleted note; a later role order's STOU
+            // reports its own.
+            self.report.stou_name = None;
+        }
+        let Some(path) = target else {
+            return;
+        };
+        if !self.pair.session(Side::Destination).is_open() {
+            self.fallback(Fallback::PartialDeleted {
+                path,
+                deleted: false,
+                reply: "the destination connection is closed".into(),
+            });
+            return;
+        }
+        let result = self
+            .pair
+            .exchange(Side::Destination, &format!("DELE {path}"))
+            .await;
+        let deleted = self
+            .pair
+            .classify(Side::Destination, CommandKind::Dele, &result)
+            == Disposition::Done;
+        self.fallback(Fallback::PartialDeleted {
+            path,
+            deleted,
+            reply: describe(&result),
+        });
+    }
+
+    /// This role order failed because a server refused the foreign address: try the
+    /// other order, or give up with the settings to change.
+    async fn next_order(&mut self, refusal: Refusal) -> Phase {
+        self.pair.note(refusal.side(), &refusal.to_string());
+        self.refusals.push(refusal.clone());
+        let Some(passive) = self.orders.pop_front() else {
+            return self.fxp_refused();
+        };
+        if let Err(error) = self.reopen_closed(&refusal.to_string()).await {
+            return Phase::Done(Err(error));
+        }
+        let job_type = self.pair.params.transfer_type;
+        for side in [Side::Source, Side::Destination] {
+            if let Err((result, disposition)) = self.pair.ensure_type(side, job_type).await {
+                return self.fail(side, "TYPE", result, Some(disposition));
+            }
+        }
+        self.fallback(Fallback::RolesSwapped {
+            reason: refusal.to_string(),
+        });
+        Phase::Passive { passive }
+    }
+
+    /// Log in again on each closed connection.
+    async fn reopen_closed(&mut self, reason: &str) -> Result<(), PairError> {
+        for side in [Side::Source, Side::Destination] {
+            if !self.pair.session(side).is_open() {
+                self.pair.reconnect(side, reason).await?;
+                self.fallback(Fallback::Reconnected {
+                    side,
+                    reason: reason.to_owned(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A data command to the destination that did not start may still have created
+    /// or truncated the file: a data-connection or local error (425, 426, 451, 452),
+    /// or no reply at all. A refusal of the command itself (450, 5yz) has not.
+    fn refused(&mut self, side: Side, result: &Result<Reply, SessionError>) {
+        if side != Side::Destination {
+            return;
+        }
+        let maybe_created = match result {
+            Ok(reply) => matches!(reply.code().get(), 100..=299 | 425 | 426 | 451 | 452),
+            Err(_) => true,
+        };
+        if maybe_created {
+            self.report.destination_touched = true;
+        }
+    }
+
+    fn fxp_refused(&mut self) -> Phase {
+        let no_passive = self
+            .refusals
+            .iter()
+            .all(|r| matches!(r, Refusal::NoPassive { .. }));
+        let detail = self
+            .refusals
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let failure = if no_passive {
+            JobFailure::NoPassiveMode { detail }
+        } else {
+            JobFailure::FxpRefused {
+                explanation: format!("{detail}. {FXP_SETTINGS}"),
+                source_reply: self.pair.last[0].clone(),
+                destination_reply: self.pair.last[1].clone(),
+            }
+        };
+        Phase::Done(Err(PairError {
+            failure,
+            disposition: Disposition::Permanent(PermanentKind::CommandRejected),
+            transcript: Default::default(),
+        }))
+    }
+
+    fn fallback(&mut self, fallback: Fallback) {
+        let side = match &fallback {
+            Fallback::ExtendedPassive { side, .. }
+            | Fallback::ExtendedPort { side, .. }
+            | Fallback::ForeignPasvHostIgnored { side, .. }
+            | Fallback::SizeUnavailable { side, .. }
+            | Fallback::Reconnected { side, .. } => *side,
+            Fallback::PartialDeleted { .. } => Side::Destination,
+            Fallback::RolesSwapped { .. } | Fallback::ListedWithNlst { .. } => Side::Source,
+        };
+        self.pair.note(side, &fallback.to_string());
+        self.report.fallbacks.push(fallback);
+    }
+
+    /// The member fails with the reply (or session failure) of `side` to `command`.
+    fn fail(
+        &mut self,
+        side: Side,
+        command: &str,
+        result: Result<Reply, SessionError>,
+        disposition: Option<Disposition>,
+    ) -> Phase {
+        let disposition = disposition.unwrap_or_else(|| {
+            self.pair
+                .classify(side, CommandKind::from_verb(&super::verb(command)), &result)
+        });
+        let host = self.pair.host(side).to_owned();
+        let command = super::verb(command);
+        let failure = match result {
+            Ok(reply) => Failure::Reply {
+                side,
+                host,
+                command,
+                reply,
+            },
+            Err(error) => Failure::Session {
+                side,
+                host,
+                command,
+                error,
+            },
+        };
+        match disposition {
+            Disposition::Permanent(kind) => self.permanent(kind, failure),
+            Disposition::Transient(kind) => self.transient(kind, failure),
+            // A positive or fallback reply where the sequence cannot go on (a 3yz to
+            // RETR, a "not supported" for a needed command): a protocol error.
+            _ => self.transient(TransientKind::Protocol, failure),
+        }
+    }
+
+    fn transient(&mut self, kind: TransientKind, failure: Failure) -> Phase {
+        Phase::Done(Ok(CopyOutcome::Transient {
+            kind,
+            failure,
+            connection_lost: false,
+            report: AttemptReport::default(),
+        }))
+    }
+
+    fn permanent(&mut self, kind: PermanentKind, failure: Failure) -> Phase {
+        Phase::Done(Ok(CopyOutcome::Permanent {
+            kind,
+            failure,
+            report: AttemptReport::default(),
+        }))
+    }
+
+    /// Leave the pair ready for the next member and fill in the report.
+    async fn finish(
+        mut self,
+        result: Result<CopyOutcome, PairError>,
+    ) -> Result<CopyOutcome, PairError> {
+        self.pair.deadline = None;
+        if self.report.destination_touched && !matches!(result, Ok(CopyOutcome::Succeeded { .. })) {
+            self.clean_up().await;
+        }
+        if self.changed_directory && self.pair.session(Side::Destination).is_open() {
+            let back = match self.pair.home(Side::Destination).await {
+                Some(home) => format!("CWD {home}"),
+                None => "CDUP".to_owned(),
+            };
+            let result = self.pair.exchange(Side::Destination, &back).await;
+            if !matches!(result, Ok(ref r) if r.code().class() == bftp_core::reply::ReplyClass::Completion)
+            {
+                // The next member would land in the wrong directory: close instead.
+                self.pair
+                    .close_all("could not return to the login directory after STOU");
+            }
+        }
+        let usable = self.pair.is_usable();
+        let mut report = std::mem::take(&mut self.report);
+        report.source_reply = self.pair.last[0].take();
+        report.destination_reply = self.pair.last[1].take();
+        report.duration = self.started.elapsed();
+        report.transcript = self.pair.recorder.take();
+        let (path, bytes, success) = (
+            self.request.source_path.clone(),
+            match &result {
+                Ok(CopyOutcome::Succeeded { bytes, .. }) => *bytes,
+                _ => None,
+            },
+            matches!(result, Ok(CopyOutcome::Succeeded { .. })),
+        );
+        self.pair.progress.send_replace(Progress::Finished {
+            path,
+            bytes,
+            success,
+        });
+        match result {
+            Ok(mut outcome) => {
+                match &mut outcome {
+                    CopyOutcome::Succeeded { report: r, .. }
+                    | CopyOutcome::Permanent { report: r, .. } => *r = report,
+                    CopyOutcome::Transient {
+                        report: r,
+                        connection_lost,
+                        ..
+                    } => {
+                        *r = report;
+                        *connection_lost = !usable;
+                    }
+                }
+                Ok(outcome)
+            }
+            Err(mut error) => {
+                error.transcript = report.transcript;
+                if !matches!(error.failure, JobFailure::FxpRefused { .. }) {
+                    return Err(error);
+                }
+                if let JobFailure::FxpRefused {
+                    source_reply,
+                    destination_reply,
+                    ..
+                } = &mut error.failure
+                {
+                    *source_reply = report.source_reply.or(source_reply.take());
+                    *destination_reply = report.destination_reply.or(destination_reply.take());
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+impl Refusal {
+    fn side(&self) -> Side {
+        match self {
+            Refusal::Port { side, .. }
+            | Refusal::DataConnection { side, .. }
+            | Refusal::Silence { side, .. }
+            | Refusal::NoPassive { side, .. } => *side,
+        }
+    }
+}
+
+fn describe(result: &Result<Reply, SessionError>) -> String {
+    match result {
+        Ok(reply) => reply.to_string(),
+        Err(error) => error.to_string(),
+    }
+}

@@ -1,0 +1,383 @@
+//! `bftp verify` (SPEC §7), run from the daemon, the vantage point of the real
+//! transfer: log in to both servers, check TYPE/MODE/STRU, that the source exists (or
+//! what a wildcard matches now), that the destination directory exists, and that one
+//! side accepts PASV and the other a PORT to it. Nothing is transferred: a PORT
+//! accepted with 200 is as far as it goes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bftp_core::reply::{CommandKind, Disposition};
+use bftp_core::{has_wildcard, FtpParams};
+
+use super::transfer::FXP_SETTINGS;
+use super::{Pair, SizeAnswer};
+use crate::limits::{AddressCheck, Limits, ServerLogin};
+use crate::parse::{eprt_argument, is_privileged_port, parse_epsv, parse_pasv, port_argument};
+use crate::session::Session;
+use crate::transcript::{Recorder, Side, Transcript};
+
+/// What to verify: the job's two paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyRequest {
+    /// The source file, or a wildcard in its last component.
+    pub source_path: String,
+    /// The destination file or directory (`""`: the login directory).
+    pub destination_path: String,
+}
+
+/// One check and what it found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    pub checks: Vec<Check>,
+    pub transcript: Transcript,
+}
+
+impl VerifyReport {
+    /// Whether every check passed.
+    pub fn ok(&self) -> bool {
+        !self.checks.is_empty() && self.checks.iter().all(|c| c.ok)
+    }
+
+    pub fn check(&self, name: &str) -> Option<&Check> {
+        self.checks.iter().find(|c| c.name == name)
+    }
+}
+
+pub const CHECK_SOURCE_LOGIN: &str = "source login";
+pub const CHECK_DESTINATION_LOGIN: &str = "destination login";
+pub const CHECK_SOURCE_PARAMS: &str = "source TYPE/MODE/STRU";
+pub const CHECK_DESTINATION_PARAMS: &str = "destination TYPE/MODE/STRU";
+pub const CHECK_SOURCE_FILE: &str = "source file";
+pub const CHECK_DESTINATION_DIRECTORY: &str = "destination directory";
+pub const CHECK_DATA_CONNECTION: &str = "third-party data connection";
+
+fn check(name: &str, ok: bool, detail: impl Into<String>) -> Check {
+    Check {
+        name: name.to_owned(),
+        ok,
+        detail: detail.into(),
+    }
+}
+
+/// Verify a job against the real servers (see the module docs). Never fails: every
+/// problem is a failed [`Check`].
+pub async fn verify(
+    src: &ServerLogin,
+    dst: &ServerLogin,
+    params: FtpParams,
+    limits: &Limits,
+    addr_check: Arc<dyn AddressCheck>,
+    request: &VerifyRequest,
+) -> VerifyReport {
+    let recorder = Recorder::new(limits.transcript);
+    let mut checks = Vec::new();
+    let (s, d) = tokio::join!(
+        Session::connect(Side::Source, src, limits, &*addr_check, recorder.clone()),
+        Session::connect(
+            Side::Destination,
+            dst,
+            limits,
+            &*addr_check,
+            recorder.clone()
+        ),
+    );
+    for (name, login, result) in [
+        (CHECK_SOURCE_LOGIN, src, &s),
+        (CHECK_DESTINATION_LOGIN, dst, &d),
+    ] {
+        checks.push(match result {
+            Ok(_) => check(
+                name,
+                true,
+                format!(
+                    "logged in to {}:{} as {}",
+                    login.host, login.port, login.user
+                ),
+            ),
+            Err(error) => check(name, false, error.to_string()),
+        });
+    }
+    let (Ok(s), Ok(d)) = (s, d) else {
+        return VerifyReport {
+            checks,
+            transcript: recorder.take(),
+        };
+    };
+    let mut pair = Pair::from_sessions(s, d, src, dst, params, limits, addr_check, recorder);
+
+    let mut params_ok = true;
+    for (name, side) in [
+        (CHECK_SOURCE_PARAMS, Side::Source),
+        (CHECK_DESTINATION_PARAMS, Side::Destination),
+    ] {
+        match pair.set_params(side).await {
+            Ok(()) => checks.push(check(
+                name,
+                true,
+                format!(
+                    "TYPE {}, MODE {}, STRU {} accepted",
+                    params.transfer_type, params.mode, params.structure
+                ),
+            )),
+            Err(error) => {
+                params_ok = false;
+                checks.push(check(name, false, error.to_string()));
+            }
+        }
+    }
+    if params_ok && pair.is_usable() {
+        checks.push(source_file(&mut pair, &request.source_path).await);
+        checks.push(destination_directory(&mut pair, &request.destination_path).await);
+        checks.push(data_connection(&mut pair).await);
+    }
+    let transcript = pair.recorder.take();
+    pair.close().await;
+    VerifyReport { checks, transcript }
+}
+
+async fn source_file(pair: &mut Pair, path: &str) -> Check {
+    let (dir, name) = match path.rfind('/') {
+        Some(0) => ("/", &path[1..]),
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("", path),
+    };
+    if has_wildcard(name) {
+        return match pair.list_source(dir, name).await {
+            Ok(listing) if listing.members.is_empty() => check(
+                CHECK_SOURCE_FILE,
+                false,
+                format!("no file in {:?} matches {name:?} now", display_dir(dir)),
+            ),
+            Ok(listing) => {
+                let names: Vec<&str> = listing.members.iter().map(|m| m.name.as_str()).collect();
+                let shown = names
+                    .iter()
+                    .take(20)
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let more = names.len().saturating_sub(20);
+                let mut detail = format!("{name:?} matches {} file(s) now: {shown}", names.len());
+                if more > 0 {
+                    detail.push_str(&format!(" and {more} more"));
+                }
+                if !listing.rejected.is_empty() {
+                    detail.push_str(&format!(
+                        "; {} listing line(s) refused as unsafe names",
+                        listing.rejected.len()
+                    ));
+                }
+                check(CHECK_SOURCE_FILE, true, detail)
+            }
+            Err(error) => check(CHECK_SOURCE_FILE, false, error.to_string()),
+        };
+    }
+    match pair.size_answer(Side::Source, path).await {
+        SizeAnswer::Size(size) => check(
+            CHECK_SOURCE_FILE,
+            true,
+            format!("{path:?} exists, {size} bytes"),
+        ),
+        SizeAnswer::NoFile(result) => check(
+            CHECK_SOURCE_FILE,
+            false,
+            format!("{path:?}: SIZE answered {}", describe(&result)),
+        ),
+        SizeAnswer::Failed(result, _) => check(
+            CHECK_SOURCE_FILE,
+            false,
+            format!("{path:?}: SIZE: {}", describe(&result)),
+        ),
+        SizeAnswer::Unavailable(reason) => {
+            // No SIZE: MDTM, then the listing.
+            let result = pair.exchange(Side::Source, &format!("MDTM {path}")).await;
+            if pair.classify(Side::Source, CommandKind::Mdtm, &result) == Disposition::Done {
+                return check(CHECK_SOURCE_FILE, true, format!("{path:?} exists (MDTM)"));
+            }
+            match pair.list_source(dir, &escape_glob(name)).await {
+                Ok(listing) if !listing.members.is_empty() => check(
+                    CHECK_SOURCE_FILE,
+                    true,
+                    format!("{path:?} is listed ({reason})"),
+                ),
+                Ok(_) => check(
+                    CHECK_SOURCE_FILE,
+                    false,
+                    format!("{path:?} is not in the listing of {:?}", display_dir(dir)),
+                ),
+                Err(error) => check(CHECK_SOURCE_FILE, false, error.to_string()),
+            }
+        }
+    }
+}
+
+async fn destination_directory(pair: &mut Pair, path: &str) -> Check {
+    let home = pair.home(Side::Destination).await;
+    let back = home
+        .as_ref()
+        .map(|h| format!("CWD {h}"))
+        .unwrap_or_else(|| "CDUP".into());
+    let mut candidates = Vec::new();
+    if !path.is_empty() {
+        candidates.push((path.to_owned(), "is a directory".to_owned()));
+    }
+    let (dir, file) = match path.trim_end_matches('/').rfind('/') {
+        Some(0) => ("/".to_owned(), &path[1..]),
+        Some(i) => (path[..i].to_owned(), &path[i + 1..]),
+        None => (String::new(), path),
+    };
+    if dir.is_empty() {
+        if path.is_empty() {
+            return check(
+                CHECK_DESTINATION_DIRECTORY,
+                true,
+                "the login directory".to_owned(),
+            );
+        }
+    } else {
+        candidates.push((dir.clone(), format!("exists (the file will be {file:?})")));
+    }
+    let mut last = String::new();
+    for (candidate, what) in candidates {
+        let result = pair
+            .exchange(Side::Destination, &format!("CWD {candidate}"))
+            .await;
+        if pair.classify(Side::Destination, CommandKind::Cwd, &result) == Disposition::Done {
+            let result = pair.exchange(Side::Destination, &back).await;
+            if !matches!(&result, Ok(r) if r.code().get() / 100 == 2) {
+                pair.dst.close("could not return to the login directory");
+            }
+            return check(
+                CHECK_DESTINATION_DIRECTORY,
+                true,
+                format!("{candidate:?} {what}"),
+            );
+        }
+        last = format!("CWD {candidate} answered {}", describe(&result));
+    }
+    if dir.is_empty() {
+        // A plain file name in the login directory.
+        return check(
+            CHECK_DESTINATION_DIRECTORY,
+            true,
+            format!("the login directory (the file will be {path:?})"),
+        );
+    }
+    check(CHECK_DESTINATION_DIRECTORY, false, last)
+}
+
+/// PASV on one side, PORT (or EPRT) to that address on the other: first source
+/// passive, then the other way round. No transfer is started.
+async fn data_connection(pair: &mut Pair) -> Check {
+    let mut refusals = Vec::new();
+    for passive in [Side::Source, Side::Destination] {
+        let active = passive.other();
+        let peer_ip = pair.session(passive).peer().ip().to_canonical();
+        let mut data = None;
+        for command in ["PASV", "EPSV"] {
+            if command == "PASV" && peer_ip.is_ipv6() {
+                continue;
+            }
+            let result = pair.exchange(passive, command).await;
+            let Ok(reply) = &result else {
+                refusals.push(format!("{command} to the {passive}: {}", describe(&result)));
+                break;
+            };
+            if pair.classify(passive, CommandKind::from_verb(command), &result) != Disposition::Done
+            {
+                refusals.push(format!("the {passive} answered {command} with {reply}"));
+                continue;
+            }
+            let port = if command == "PASV" {
+                parse_pasv(&reply.text()).map(|a| a.port())
+            } else {
+                parse_epsv(&reply.text())
+            };
+            match port {
+                Ok(port) if !is_privileged_port(port) => {
+                    data = Some(SocketAddr::new(peer_ip, port));
+                    break;
+                }
+                Ok(port) => refusals.push(format!(
+                    "the {passive} announced the privileged port {port} (refused, RFC 2577)"
+                )),
+                Err(e) => refusals.push(format!("the {passive}'s {command} reply: {e}")),
+            }
+            break;
+        }
+        let Some(data) = data else { continue };
+        let mut lines = Vec::new();
+        if let Ok(arg) = port_argument(data) {
+            lines.push(format!("PORT {arg}"));
+        }
+        lines.push(format!("EPRT {}", eprt_argument(data)));
+        for line in lines {
+            let result = pair.exchange(active, &line).await;
+            let kind = CommandKind::from_verb(&super::verb(&line));
+            if pair.classify(active, kind, &result) == Disposition::Done {
+                let order = if passive == Side::Source {
+                    "the source accepts PASV and the destination a PORT to it".to_owned()
+                } else {
+                    format!(
+                        "roles swapped: the destination accepts PASV and the source a PORT to it \
+                         ({})",
+                        refusals.join("; ")
+                    )
+                };
+                return check(
+                    CHECK_DATA_CONNECTION,
+                    true,
+                    format!(
+                        "{order}; whether the passive server accepts the data connection from \
+                         the other shows only in a transfer"
+                    ),
+                );
+            }
+            refusals.push(format!(
+                "the {active} answered {} with {}",
+                super::verb(&line),
+                describe(&result)
+            ));
+        }
+    }
+    check(
+        CHECK_DATA_CONNECTION,
+        false,
+        format!("{}. {FXP_SETTINGS}", refusals.join("; ")),
+    )
+}
+
+fn display_dir(dir: &str) -> &str {
+    if dir.is_empty() {
+        "."
+    } else {
+        dir
+    }
+}
+
+/// A literal name as a pattern for [`crate::parse::glob_match`].
+fn escape_glob(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '*' | '?' | '[' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn describe(result: &Result<crate::parse::Reply, crate::session::SessionError>) -> String {
+    match result {
+        Ok(reply) => reply.to_string(),
+        Err(error) => error.to_string(),
+    }
+}

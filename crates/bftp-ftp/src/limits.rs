@@ -1,0 +1,110 @@
+//! What a caller hands the engine besides the job: who to log in as, how long to wait,
+//! how much to read, which addresses may be reached, and the per-host reply overrides.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use bftp_core::reply::ReplyOverride;
+use bftp_core::{Endpoint, Secret, ANONYMOUS};
+
+use crate::parse::ReplyLimits;
+use crate::transcript::TranscriptLimits;
+
+/// One server and the account to log in with (SPEC §2): the job's [`Endpoint`] without its path.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ServerLogin {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: Option<Secret>,
+    pub acct: Option<Secret>,
+}
+
+impl ServerLogin {
+    pub fn from_endpoint(endpoint: &Endpoint) -> Self {
+        Self {
+            host: endpoint.host.clone(),
+            port: endpoint.port,
+            user: endpoint.user.clone(),
+            password: endpoint.password.clone(),
+            acct: endpoint.acct.clone(),
+        }
+    }
+
+    pub(crate) fn is_anonymous(&self) -> bool {
+        self.user.eq_ignore_ascii_case(ANONYMOUS) || self.user.eq_ignore_ascii_case("ftp")
+    }
+}
+
+impl fmt::Debug for ServerLogin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerLogin")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("password", &self.password)
+            .field("acct", &self.acct)
+            .finish()
+    }
+}
+
+/// The daemon's host policy (SPEC §8), applied to the addresses a host name resolved
+/// to, before any connection is made: `Err(reason)` refuses the host.
+pub trait AddressCheck: Send + Sync {
+    fn check(&self, host: &str, addrs: &[IpAddr]) -> Result<(), String>;
+}
+
+impl<F> AddressCheck for F
+where
+    F: Fn(&str, &[IpAddr]) -> Result<(), String> + Send + Sync,
+{
+    fn check(&self, host: &str, addrs: &[IpAddr]) -> Result<(), String> {
+        self(host, addrs)
+    }
+}
+
+/// An [`AddressCheck`] that allows every address: for tests and tools without a policy.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AllowAll;
+
+impl AddressCheck for AllowAll {
+    fn check(&self, _host: &str, _addrs: &[IpAddr]) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Timeouts, size bounds and reply overrides for sessions and transfers (SPEC §5, §6).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Resolving and connecting, per address tried.
+    pub connect_timeout: Duration,
+    /// Each reply to a command (the greeting and a login refusal included: vsftpd and
+    /// Pure-FTPd answer a wrong password only after 3 to 5 s).
+    pub reply_timeout: Duration,
+    /// The watchdog of one copy, from its first command to both final replies: a stalled
+    /// transfer is detected by this deadline, not waited on forever.
+    pub transfer_timeout: Duration,
+    /// Line and reply size bounds for the control connections.
+    pub reply: ReplyLimits,
+    /// The most listing data read for one `list_source`.
+    pub max_listing_bytes: usize,
+    pub transcript: TranscriptLimits,
+    /// Per-host reply overrides from the configuration, applied by `classify_for_host`
+    /// before the table of SPEC §5.
+    pub overrides: Vec<ReplyOverride>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(30),
+            reply_timeout: Duration::from_secs(120),
+            transfer_timeout: Duration::from_secs(6 * 3600),
+            reply: ReplyLimits::default(),
+            max_listing_bytes: 16 * 1024 * 1024,
+            transcript: TranscriptLimits::default(),
+            overrides: Vec::new(),
+        }
+    }
+}

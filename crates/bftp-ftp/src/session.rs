@@ -1,0 +1,669 @@
+//! One FTP control connection: the only module that touches suppaftp.
+//!
+//! # How suppaftp is used, and where it stops
+//!
+//! suppaftp (12.2, tokio, `no-log`: it would log `PASS <password>` at trace level)
+//! reads the greeting (`connect_with_stream`) and carries the login: `custom_command`
+//! with an empty list of expected codes sends one line and reads one whole reply,
+//! which then comes back as `Err(UnexpectedResponse(reply))` whatever its code, for us
+//! to classify (checked in suppaftp 12.2.1's `ControlChannel::read_response_in`).
+//!
+//! After the login the session takes the socket over (a duplicate of its descriptor;
+//! suppaftp's handle is dropped, which closes only its own descriptor) and reads
+//! replies with our [`ReplyParser`], because suppaftp cannot give what the transfer
+//! needs:
+//! - a code-less reply (RFC 1068's NLST errors) comes back from suppaftp as a bare
+//!   `BadResponse`, its text discarded; SPEC §5 wants that text in the report;
+//! - suppaftp ends a multi-line reply at any line of three digits and a space, even of
+//!   another code (a glFTPd concession), where RFC 959 §4.2 says the reply goes on;
+//! - its size bound (256 KiB) is not ours ([`Limits::reply`]).
+//!
+//! So the greeting and login replies are suppaftp's, re-parsed with our parser and
+//! limits; everything after is ours. The cost of the takeover: bytes suppaftp had
+//! buffered beyond the login reply would be lost, and servers send nothing unasked
+//! after a login reply.
+//!
+//! Every command and reply goes to the pair's transcript, PASS and ACCT masked.
+//! Nothing outside this module names a suppaftp type.
+
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use bftp_core::reply::{
+    classify_for_host, CommandKind, Disposition, Needs, Outcome, TransientKind, TransportFailure,
+};
+use suppaftp::tokio::AsyncFtpStream;
+use suppaftp::FtpError;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::limits::{AddressCheck, Limits, ServerLogin};
+use crate::parse::{check_argument, parse_reply, Parsed, Reply, ReplyError, ReplyParser};
+use crate::transcript::{Recorder, Side};
+
+/// Why a session could not send a command or read its reply. After any of these the
+/// session is closed: the next command would be read against a stale reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    #[error("{host}: the name did not resolve: {detail}")]
+    Dns { host: String, detail: String },
+    #[error("{host}: connecting to {addr} failed: {detail}")]
+    Connect {
+        host: String,
+        addr: SocketAddr,
+        failure: TransportFailure,
+        detail: String,
+    },
+    #[error("{host}: the connection failed: {detail}")]
+    Io {
+        host: String,
+        failure: TransportFailure,
+        detail: String,
+    },
+    #[error("{host}: no reply within {waited:?}")]
+    Timeout { host: String, waited: Duration },
+    #[error("{host}: unreadable reply: {error}")]
+    Malformed { host: String, error: ReplyError },
+    #[error("{host}: the control connection is closed")]
+    Closed { host: String },
+    #[error("refusing to send {what:?}: it contains CR, LF or NUL")]
+    BadArgument { what: String },
+}
+
+impl SessionError {
+    /// What this means for classification (SPEC §5): transport failures and
+    /// unreadable replies are transient.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            SessionError::Dns { .. } => Outcome::Transport(TransportFailure::Dns),
+            SessionError::Connect { failure, .. } | SessionError::Io { failure, .. } => {
+                Outcome::Transport(*failure)
+            }
+            SessionError::Timeout { .. } => Outcome::Transport(TransportFailure::Timeout),
+            SessionError::Malformed { .. } => Outcome::Malformed,
+            SessionError::Closed { .. } | SessionError::BadArgument { .. } => {
+                Outcome::Transport(TransportFailure::Eof)
+            }
+        }
+    }
+}
+
+/// Why connecting and logging in gave no session.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectError {
+    #[error("{host}: the address check refused {addrs:?}: {reason}")]
+    AddressRefused {
+        host: String,
+        addrs: Vec<IpAddr>,
+        reason: String,
+    },
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The server answered the greeting, USER, PASS or ACCT with something other than
+    /// what continues the login.
+    #[error("{host}: {command} answered {reply}")]
+    Refused {
+        host: String,
+        /// `greeting`, `USER`, `PASS` or `ACCT`.
+        command: &'static str,
+        reply: Reply,
+        disposition: Disposition,
+    },
+    #[error("{host}: {command} asked for {what}, and the job has none")]
+    MissingCredential {
+        host: String,
+        command: &'static str,
+        what: &'static str,
+        reply: Reply,
+    },
+}
+
+impl ConnectError {
+    /// The retry decision for this failure (SPEC §5).
+    pub fn disposition(&self, host: &str, limits: &Limits) -> Disposition {
+        match self {
+            ConnectError::AddressRefused { .. } | ConnectError::MissingCredential { .. } => {
+                Disposition::Permanent(bftp_core::reply::PermanentKind::Login)
+            }
+            ConnectError::Session(e) => {
+                classify_for_host(host, &limits.overrides, CommandKind::Other, e.outcome())
+            }
+            ConnectError::Refused { disposition, .. } => *disposition,
+        }
+    }
+}
+
+/// A logged-in control connection.
+#[derive(Debug)]
+pub struct Session {
+    side: Side,
+    host: String,
+    peer: SocketAddr,
+    conn: Option<(OwnedReadHalf, OwnedWriteHalf)>,
+    parser: ReplyParser,
+    reply_timeout: Duration,
+    recorder: Recorder,
+}
+
+impl Session {
+    /// Resolve `login.host`, apply `check` to the addresses, connect (each address in
+    /// turn, `connect_timeout` each), read the greeting and log in: USER, then PASS on
+    /// 331, then ACCT on 332 (RFC 959 §5.4).
+    pub(crate) async fn connect(
+        side: Side,
+        login: &ServerLogin,
+        limits: &Limits,
+        check: &dyn AddressCheck,
+        recorder: Recorder,
+    ) -> Result<Session, ConnectError> {
+        let host = login.host.clone();
+        let lookup = tokio::time::timeout(
+            limits.connect_timeout,
+            tokio::net::lookup_host((login.host.as_str(), login.port)),
+        )
+        .await;
+        let addrs: Vec<SocketAddr> = match lookup {
+            Ok(Ok(addrs)) => addrs.collect(),
+            Ok(Err(e)) => {
+                return Err(SessionError::Dns {
+                    host,
+                    detail: e.to_string(),
+                }
+                .into())
+            }
+            Err(_) => {
+                return Err(SessionError::Dns {
+                    host,
+                    detail: format!("no answer within {:?}", limits.connect_timeout),
+                }
+                .into())
+            }
+        };
+        let ips: Vec<IpAddr> = addrs.iter().map(SocketAddr::ip).collect();
+        if ips.is_empty() {
+            return Err(SessionError::Dns {
+                host,
+                detail: "no address".into(),
+            }
+            .into());
+        }
+        if let Err(reason) = check.check(&host, &ips) {
+            recorder.note(side, &format!("address check refused {host}: {reason}"));
+            return Err(ConnectError::AddressRefused {
+                host,
+                addrs: ips,
+                reason,
+            });
+        }
+
+        let mut last_error = None;
+        let mut stream = None;
+        for addr in addrs {
+            recorder.note(side, &format!("connecting to {addr}"));
+            match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(addr)).await {
+                Ok(Ok(s)) => {
+                    stream = Some((s, addr));
+                    break;
+                }
+                Ok(Err(e)) => {
+                    let error = SessionError::Connect {
+                        host: host.clone(),
+                        addr,
+                        failure: io_failure(&e),
+                        detail: e.to_string(),
+                    };
+                    recorder.received(side, &error.to_string());
+                    last_error = Some(error);
+                }
+                Err(_) => {
+                    let error = SessionError::Connect {
+                        host: host.clone(),
+                        addr,
+                        failure: TransportFailure::Timeout,
+                        detail: format!("no connection within {:?}", limits.connect_timeout),
+                    };
+                    recorder.received(side, &error.to_string());
+                    last_error = Some(error);
+                }
+            }
+        }
+        let Some((stream, peer)) = stream else {
+            return Err(last_error
+                .unwrap_or(SessionError::Dns {
+                    host,
+                    detail: "no address".into(),
+                })
+                .into());
+        };
+        let _ = stream.set_nodelay(true);
+
+        let login_state = LoginState {
+            side,
+            host: host.clone(),
+            limits,
+            recorder: recorder.clone(),
+        };
+        let mut ftp = login_state.greeting(stream).await?;
+        login_state.login(&mut ftp, login).await?;
+        Session::take_over(side, host, peer, ftp, limits, recorder)
+            .await
+            .map_err(ConnectError::Session)
+    }
+
+    /// Continue from suppaftp on a duplicate of its socket (see the module docs).
+    async fn take_over(
+        side: Side,
+        host: String,
+        peer: SocketAddr,
+        ftp: AsyncFtpStream,
+        limits: &Limits,
+        recorder: Recorder,
+    ) -> Result<Session, SessionError> {
+        let io_error = |e: std::io::Error| SessionError::Io {
+            host: host.clone(),
+            failure: io_failure(&e),
+            detail: format!("taking over the control connection: {e}"),
+        };
+        let fd = {
+            let socket = ftp.get_ref().await;
+            socket.as_fd().try_clone_to_owned().map_err(io_error)?
+        };
+        drop(ftp);
+        let std_stream = std::net::TcpStream::from(fd);
+        std_stream.set_nonblocking(true).map_err(io_error)?;
+        let stream = TcpStream::from_std(std_stream).map_err(io_error)?;
+        Ok(Session {
+            side,
+            host,
+            peer,
+            conn: Some(stream.into_split()),
+            parser: ReplyParser::new(limits.reply),
+            reply_timeout: limits.reply_timeout,
+            recorder,
+        })
+    }
+
+    pub fn side(&self) -> Side {
+        self.side
+    }
+
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The server's end of the control connection: the only address a PORT/EPRT to
+    /// the other server may name for this one (RFC 2577).
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    /// Send one command line (CRLF appended).
+    pub async fn send(&mut self, line: &str) -> Result<(), SessionError> {
+        if check_argument(line).is_err() {
+            return Err(SessionError::BadArgument {
+                what: crate::transcript::mask_secrets(line),
+            });
+        }
+        self.recorder.sent(self.side, line);
+        let Some((_, write)) = self.conn.as_mut() else {
+            return Err(self.closed());
+        };
+        let mut bytes = Vec::with_capacity(line.len() + 2);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.extend_from_slice(b"\r\n");
+        let result = tokio::time::timeout(self.reply_timeout, write.write_all(&bytes)).await;
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(self.fail(SessionError::Io {
+                host: self.host.clone(),
+                failure: io_failure(&e),
+                detail: e.to_string(),
+            })),
+            Err(_) => Err(self.fail(SessionError::Timeout {
+                host: self.host.clone(),
+                waited: self.reply_timeout,
+            })),
+        }
+    }
+
+    /// Send a command and read its reply within the reply timeout.
+    pub async fn command(&mut self, line: &str) -> Result<Reply, SessionError> {
+        self.send(line).await?;
+        self.read_reply(self.reply_timeout).await
+    }
+
+    /// Read one whole reply (without sending anything: the final reply after a 1yz),
+    /// waiting at most `timeout`.
+    pub async fn read_reply(&mut self, timeout: Duration) -> Result<Reply, SessionError> {
+        self.read_reply_until(Instant::now() + timeout).await
+    }
+
+    /// [`Session::read_reply`] with a deadline.
+    pub async fn read_reply_until(&mut self, deadline: Instant) -> Result<Reply, SessionError> {
+        let started = Instant::now();
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.parser.next_reply() {
+                Ok(Some(reply)) => {
+                    self.recorder.received(self.side, &reply.to_string());
+                    return Ok(reply);
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    return Err(self.fail(SessionError::Malformed {
+                        host: self.host.clone(),
+                        error,
+                    }))
+                }
+            }
+            let Some((read, _)) = self.conn.as_mut() else {
+                return Err(self.closed());
+            };
+            match tokio::time::timeout_at(deadline, read.read(&mut buf)).await {
+                Ok(Ok(0)) => {
+                    let detail = if self.parser.pending_len() > 0 {
+                        "connection closed in the middle of a reply"
+                    } else {
+                        "connection closed by the server"
+                    };
+                    return Err(self.fail(SessionError::Io {
+                        host: self.host.clone(),
+                        failure: TransportFailure::Eof,
+                        detail: detail.into(),
+                    }));
+                }
+                Ok(Ok(n)) => self.parser.feed(&buf[..n]),
+                Ok(Err(e)) => {
+                    return Err(self.fail(SessionError::Io {
+                        host: self.host.clone(),
+                        failure: io_failure(&e),
+                        detail: e.to_string(),
+                    }))
+                }
+                Err(_) => {
+                    return Err(self.fail(SessionError::Timeout {
+                        host: self.host.clone(),
+                        waited: started.elapsed(),
+                    }))
+                }
+            }
+        }
+    }
+
+    /// Drop the connection now, without QUIT: for a server that no longer answers
+    /// (blocked waiting for a data connection, it ignores ABOR and QUIT).
+    pub fn close(&mut self, why: &str) {
+        if self.conn.take().is_some() {
+            self.recorder
+                .note(self.side, &format!("closing the control connection: {why}"));
+        }
+    }
+
+    /// QUIT politely (bounded by a short wait), then close.
+    pub async fn quit(&mut self) {
+        if self.conn.is_none() {
+            return;
+        }
+        let wait = self.reply_timeout.min(Duration::from_secs(5));
+        if self.send("QUIT").await.is_ok() {
+            let _ = self.read_reply(wait).await;
+        }
+        self.conn = None;
+    }
+
+    fn closed(&self) -> SessionError {
+        SessionError::Closed {
+            host: self.host.clone(),
+        }
+    }
+
+    fn fail(&mut self, error: SessionError) -> SessionError {
+        self.recorder.received(self.side, &format!("({error})"));
+        self.conn = None;
+        error
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LoginStep {
+    User,
+    Pass,
+    Acct,
+}
+
+impl LoginStep {
+    fn verb(self) -> &'static str {
+        match self {
+            LoginStep::User => "USER",
+            LoginStep::Pass => "PASS",
+            LoginStep::Acct => "ACCT",
+        }
+    }
+
+    fn kind(self) -> CommandKind {
+        match self {
+            LoginStep::User => CommandKind::User,
+            LoginStep::Pass => CommandKind::Pass,
+            LoginStep::Acct => CommandKind::Acct,
+        }
+    }
+}
+
+/// The greeting and login while suppaftp holds the socket.
+struct LoginState<'a> {
+    side: Side,
+    host: String,
+    limits: &'a Limits,
+    recorder: Recorder,
+}
+
+impl LoginState<'_> {
+    fn classify(&self, command: CommandKind, reply: &Reply) -> Disposition {
+        classify_for_host(
+            &self.host,
+            &self.limits.overrides,
+            command,
+            Outcome::Reply(reply.code()),
+        )
+    }
+
+    /// The greeting: 220 gives the suppaftp handle; anything else (120 "ready in n
+    /// minutes", 421) is a refusal: suppaftp gives the socket back only after a 220.
+    async fn greeting(&self, stream: TcpStream) -> Result<AsyncFtpStream, ConnectError> {
+        let result = tokio::time::timeout(
+            self.limits.reply_timeout,
+            AsyncFtpStream::connect_with_stream(stream),
+        )
+        .await;
+        match result {
+            Ok(Ok(ftp)) => {
+                let text = ftp.get_welcome_msg().unwrap_or("");
+                let shown = match parse_reply(text.as_bytes(), &self.limits.reply) {
+                    Ok(Parsed::Complete { reply, .. }) => reply.to_string(),
+                    _ => text.trim_end().to_owned(),
+                };
+                self.recorder.received(self.side, &shown);
+                Ok(ftp)
+            }
+            Ok(Err(FtpError::UnexpectedResponse(response))) => {
+                let reply = self.reply_from(&response.body)?;
+                self.recorder.received(self.side, &reply.to_string());
+                let disposition = match self.classify(CommandKind::Other, &reply) {
+                    // 120 and other odd positive greetings: try again later.
+                    Disposition::Preliminary | Disposition::Done | Disposition::Continue(_) => {
+                        Disposition::Transient(TransientKind::Unlisted(reply.code()))
+                    }
+                    other => other,
+                };
+                Err(ConnectError::Refused {
+                    host: self.host.clone(),
+                    command: "greeting",
+                    reply,
+                    disposition,
+                })
+            }
+            Ok(Err(other)) => Err(self.library_error(other).into()),
+            Err(_) => Err(self.timeout().into()),
+        }
+    }
+
+    fn line_for(&self, step: LoginStep, login: &ServerLogin) -> Result<String, ConnectError> {
+        let arg = match step {
+            LoginStep::User => login.user.clone(),
+            LoginStep::Pass => match &login.password {
+                Some(p) => p.expose().to_owned(),
+                // RFC 1635: anonymous FTP takes an e-mail address as password.
+                None if login.is_anonymous() => "bftp@".to_owned(),
+                None => String::new(),
+            },
+            LoginStep::Acct => login
+                .acct
+                .as_ref()
+                .map(|a| a.expose().to_owned())
+                .unwrap_or_default(),
+        };
+        if check_argument(&arg).is_err() {
+            return Err(SessionError::BadArgument {
+                what: step.verb().to_owned(),
+            }
+            .into());
+        }
+        Ok(format!("{} {arg}", step.verb()))
+    }
+
+    /// After the reply to `step`: the next step, `None` when logged in, or the refusal.
+    fn next_step(
+        &self,
+        step: LoginStep,
+        login: &ServerLogin,
+        reply: Reply,
+    ) -> Result<Option<LoginStep>, ConnectError> {
+        let disposition = self.classify(step.kind(), &reply);
+        match disposition {
+            Disposition::Done => Ok(None),
+            Disposition::Continue(Needs::Password) if step == LoginStep::User => {
+                Ok(Some(LoginStep::Pass))
+            }
+            Disposition::Continue(Needs::Account) if step != LoginStep::Acct => {
+                if login.acct.is_none() {
+                    return Err(ConnectError::MissingCredential {
+                        host: self.host.clone(),
+                        command: step.verb(),
+                        what: "an account (ACCT)",
+                        reply,
+                    });
+                }
+                Ok(Some(LoginStep::Acct))
+            }
+            _ => Err(ConnectError::Refused {
+                host: self.host.clone(),
+                command: step.verb(),
+                reply,
+                disposition,
+            }),
+        }
+    }
+
+    /// USER, PASS on 331, ACCT on 332, through suppaftp's `custom_command`.
+    async fn login(
+        &self,
+        ftp: &mut AsyncFtpStream,
+        login: &ServerLogin,
+    ) -> Result<(), ConnectError> {
+        let mut step = LoginStep::User;
+        loop {
+            let line = self.line_for(step, login)?;
+            self.recorder.sent(self.side, &line);
+            let result =
+                tokio::time::timeout(self.limits.reply_timeout, ftp.custom_command(line, &[]))
+                    .await;
+            let reply = match result {
+                // With no expected code every reply is "unexpected" (suppaftp 12.2).
+                Ok(Err(FtpError::UnexpectedResponse(response))) => {
+                    self.reply_from(&response.body)?
+                }
+                // Not returned by suppaftp 12.2 with an empty list; read it the same way.
+                Ok(Ok(response)) => self.reply_from(&response.body)?,
+                Ok(Err(other)) => return Err(self.library_error(other).into()),
+                Err(_) => return Err(self.timeout().into()),
+            };
+            self.recorder.received(self.side, &reply.to_string());
+            match self.next_step(step, login, reply)? {
+                Some(next) => step = next,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    fn timeout(&self) -> SessionError {
+        let error = SessionError::Timeout {
+            host: self.host.clone(),
+            waited: self.limits.reply_timeout,
+        };
+        self.recorder.received(self.side, &format!("({error})"));
+        error
+    }
+
+    /// A reply suppaftp read, re-parsed with our parser and limits.
+    fn reply_from(&self, body: &[u8]) -> Result<Reply, SessionError> {
+        match parse_reply(body, &self.limits.reply) {
+            Ok(Parsed::Complete { reply, .. }) => Ok(reply),
+            Ok(Parsed::NeedMore) => Err(SessionError::Malformed {
+                host: self.host.clone(),
+                error: ReplyError::NoCode {
+                    text: String::from_utf8_lossy(body).chars().take(120).collect(),
+                },
+            }),
+            Err(error) => Err(SessionError::Malformed {
+                host: self.host.clone(),
+                error,
+            }),
+        }
+    }
+
+    fn library_error(&self, error: FtpError) -> SessionError {
+        let error = match error {
+            FtpError::ConnectionError(e) => SessionError::Io {
+                host: self.host.clone(),
+                failure: io_failure(&e),
+                detail: e.to_string(),
+            },
+            FtpError::BadResponse => SessionError::Malformed {
+                host: self.host.clone(),
+                error: ReplyError::NoCode {
+                    // suppaftp drops the text of a code-less reply.
+                    text: "(text not kept)".into(),
+                },
+            },
+            other => SessionError::Io {
+                host: self.host.clone(),
+                failure: TransportFailure::Eof,
+                detail: other.to_string(),
+            },
+        };
+        self.recorder.received(self.side, &format!("({error})"));
+        error
+    }
+}
+
+/// The transport failure an I/O error stands for (SPEC §5: all transient).
+pub(crate) fn io_failure(e: &std::io::Error) -> TransportFailure {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        ConnectionRefused => TransportFailure::Refused,
+        ConnectionReset | ConnectionAborted | BrokenPipe => TransportFailure::Reset,
+        TimedOut | WouldBlock => TransportFailure::Timeout,
+        UnexpectedEof => TransportFailure::Eof,
+        HostUnreachable | NetworkUnreachable | AddrNotAvailable | NetworkDown => {
+            TransportFailure::Unreachable
+        }
+        _ => TransportFailure::Reset,
+    }
+}

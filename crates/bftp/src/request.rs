@@ -1,0 +1,314 @@
+//! What `submit`, `verify` and `transfer` share: the two endpoints and their passwords, the
+//! source disposition, the destination command and TYPE/MODE/STRU, from the command line to a
+//! checked [`SubmitRequest`].
+
+use std::fmt;
+use std::path::PathBuf;
+
+use bftp_api::{EndpointSpec, RetrySpec, SubmitRequest};
+use bftp_core::ftpurl::parse_ftp_url;
+use bftp_core::{
+    DestCommand, Disposition, Endpoint, FileStructure, FtpParams, JobSpec, RetryPolicy, Secret,
+    Timestamp, TransferMode, TransferType,
+};
+use clap::Args;
+
+use crate::exit::Failure;
+use crate::password::{Found, Origin, Side, Sources, Want};
+
+/// No `Debug`: the URLs may hold passwords.
+#[derive(Args)]
+pub struct RequestArgs {
+    /// Where the files are: ftp://[user@]host[:port]/path; a wildcard (* ? [...]) in the
+    /// last component makes a multi-file job. A path is relative to the login directory;
+    /// start it with %2F for an absolute one.
+    #[arg(value_name = "SOURCE_URL")]
+    pub source: String,
+
+    /// Where they go: a file name or a directory (a directory for a wildcard source).
+    /// Not given with --delete.
+    #[arg(value_name = "DEST_URL")]
+    pub destination: Option<String>,
+
+    /// What happens to the source file once the copy is proven [default: copy]
+    #[arg(long, value_name = "copy|move|delete", value_parser = parse_with::<Disposition>,
+          conflicts_with_all = ["move_", "delete"])]
+    pub disposition: Option<Disposition>,
+
+    /// Short for --disposition move: copy, then delete the source
+    #[arg(long = "move", id = "move_", conflicts_with = "delete")]
+    pub move_: bool,
+
+    /// Short for --disposition delete: delete the source, no destination
+    #[arg(long)]
+    pub delete: bool,
+
+    /// How the destination is written: STOR, APPE or STOU [default: replace]
+    #[arg(long, value_name = "replace|append|unique", value_parser = parse_with::<DestCommand>)]
+    pub dest_command: Option<DestCommand>,
+
+    /// Representation type sent to both servers: A, E, I or "L n" [default: I]
+    #[arg(long = "type", value_name = "TYPE", value_parser = parse_with::<TransferType>)]
+    pub transfer_type: Option<TransferType>,
+
+    /// Transmission mode: S, B or C [default: S]
+    #[arg(long, value_name = "S|B|C", value_parser = parse_with::<TransferMode>)]
+    pub mode: Option<TransferMode>,
+
+    /// File structure: F, R or P [default: F]
+    #[arg(long, value_name = "F|R|P", value_parser = parse_with::<FileStructure>)]
+    pub stru: Option<FileStructure>,
+
+    /// ACCT for the source server
+    #[arg(long, value_name = "ACCT")]
+    pub source_acct: Option<String>,
+
+    /// ACCT for the destination server
+    #[arg(long, value_name = "ACCT")]
+    pub dest_acct: Option<String>,
+
+    /// Read the source password from the first line of this file
+    #[arg(long, value_name = "FILE")]
+    pub source_password_file: Option<PathBuf>,
+
+    /// Read the destination password from the first line of this file
+    #[arg(long, value_name = "FILE")]
+    pub dest_password_file: Option<PathBuf>,
+}
+
+fn parse_with<T: std::str::FromStr>(s: &str) -> Result<T, String>
+where
+    T::Err: fmt::Display,
+{
+    s.parse().map_err(|e: T::Err| e.to_string())
+}
+
+impl RequestArgs {
+    fn disposition_given(&self) -> Option<Disposition> {
+        if self.move_ {
+            Some(Disposition::Move)
+        } else if self.delete {
+            Some(Disposition::Delete)
+        } else {
+            self.disposition
+        }
+    }
+}
+
+/// What only a queued job has: when it starts, how it is retried, who hears of it. `verify`
+/// and `transfer` run now, once, and leave all of it to bftpd's defaults.
+pub struct Schedule {
+    /// As sent: `None` for now.
+    pub start: Option<String>,
+    pub start_at: Timestamp,
+    /// As sent: the user's values only.
+    pub retry: RetrySpec,
+    /// The user's values over core's defaults, for the local checks.
+    pub policy: RetryPolicy,
+    pub notify: Vec<String>,
+    pub keyword: Option<String>,
+}
+
+impl Schedule {
+    pub fn immediate(now: Timestamp) -> Self {
+        Schedule {
+            start: None,
+            start_at: now,
+            retry: RetrySpec::default(),
+            policy: RetryPolicy::default(),
+            notify: Vec::new(),
+            keyword: None,
+        }
+    }
+}
+
+/// A request ready to send. `Debug` hides the passwords the request carries.
+pub struct Prepared {
+    pub request: SubmitRequest,
+    /// For stderr: passwords in URLs.
+    pub warnings: Vec<String>,
+}
+
+impl fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Prepared")
+            .field("source", &self.request.source.host)
+            .field(
+                "destination",
+                &self.request.destination.as_ref().map(|d| &d.host),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// The password part of a URL's authority, as typed (for removing it from error messages).
+fn url_password_raw(input: &str) -> Option<&str> {
+    let rest = input.split_once("://")?.1;
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let userinfo = authority.rsplit_once('@')?.0;
+    userinfo
+        .split_once(':')
+        .map(|(_, pw)| pw)
+        .filter(|pw| !pw.is_empty())
+}
+
+/// bftp-core's URL errors quote the input, password and all: mask it.
+fn redact(message: &str, input: &str) -> String {
+    match url_password_raw(input) {
+        Some(pw) => {
+            let plain = format!(":{pw}@");
+            let escaped = format!(":{}@", pw.escape_debug());
+            message
+                .replace(&plain, ":****@")
+                .replace(&escaped, ":****@")
+        }
+        None => message.to_string(),
+    }
+}
+
+struct ParsedSide {
+    endpoint: Endpoint,
+    /// The user as the URL names it, `None` when it names none.
+    url_user: Option<String>,
+}
+
+fn parse_side(side: Side, input: &str) -> Result<ParsedSide, Failure> {
+    let name = side.name();
+    let parsed =
+        parse_ftp_url(name, input).map_err(|e| Failure::invalid(redact(&e.to_string(), input)))?;
+    let named_user = url::Url::parse(input)
+        .map(|u| !u.username().is_empty())
+        .unwrap_or(false);
+    let endpoint = parsed.endpoint;
+    Ok(ParsedSide {
+        url_user: named_user.then(|| endpoint.user.clone()),
+        endpoint,
+    })
+}
+
+fn endpoint_spec(e: &Endpoint) -> EndpointSpec {
+    EndpointSpec {
+        host: e.host.clone(),
+        port: Some(e.port),
+        user: Some(e.user.clone()),
+        password: e.password.as_ref().map(|p| p.expose().to_string()),
+        acct: e.acct.as_ref().map(|a| a.expose().to_string()),
+        path: e.path.clone(),
+    }
+}
+
+fn validation_failure(spec: &JobSpec) -> Result<(), Failure> {
+    spec.validate().map_err(|e| Failure::invalid(e.to_string()))
+}
+
+/// Parse, find passwords, validate. Passwords are looked for only after the rest checked out,
+/// so that nobody types a password for a request that then fails on a typo.
+pub fn prepare(
+    args: &RequestArgs,
+    schedule: Schedule,
+    sources: &Sources,
+) -> anyhow::Result<Prepared> {
+    let mut warnings = Vec::new();
+    let disposition = args.disposition_given();
+    let mut source = parse_side(Side::Source, &args.source)?;
+    let mut destination = args
+        .destination
+        .as_deref()
+        .map(|d| parse_side(Side::Destination, d))
+        .transpose()?;
+
+    let acct = |a: &Option<String>| a.as_deref().map(Secret::new);
+    source.endpoint.acct = acct(&args.source_acct);
+    if let Some(d) = &mut destination {
+        d.endpoint.acct = acct(&args.dest_acct);
+    }
+    let mut spec = JobSpec {
+        source: source.endpoint.clone(),
+        destination: destination.as_ref().map(|d| d.endpoint.clone()),
+        disposition: disposition.unwrap_or_default(),
+        dest_command: args.dest_command.unwrap_or_default(),
+        params: FtpParams {
+            transfer_type: args.transfer_type.unwrap_or_default(),
+            mode: args.mode.unwrap_or_default(),
+            structure: args.stru.unwrap_or_default(),
+        },
+        start_at: schedule.start_at,
+        retry: schedule.policy,
+        notify: schedule.notify.clone(),
+        keyword: schedule.keyword.clone(),
+    };
+    validation_failure(&spec)?;
+
+    let mut sides = vec![(
+        Side::Source,
+        &mut source,
+        args.source_password_file.as_deref(),
+        args.source_acct.is_some(),
+    )];
+    if let Some(d) = destination.as_mut() {
+        sides.push((
+            Side::Destination,
+            d,
+            args.dest_password_file.as_deref(),
+            args.dest_acct.is_some(),
+        ));
+    }
+    for (side, parsed, file, acct_given) in sides {
+        let url_password = parsed.endpoint.password.take();
+        let found: Found = sources.find(&Want {
+            side,
+            host: &parsed.endpoint.host,
+            url_user: parsed.url_user.as_deref(),
+            url_password: url_password.as_ref(),
+            password_file: file,
+        })?;
+        if found.origin == Origin::Url {
+            warnings.push(format!(
+                "warning: the {} password is in the URL, where `ps` and your shell history show it; \
+                 prefer ~/.netrc, {} or --{}-password-file",
+                side.name(),
+                side.env_var(),
+                if side == Side::Source { "source" } else { "dest" },
+            ));
+        }
+        parsed.endpoint.user = found.user;
+        parsed.endpoint.password = found.password;
+        if !acct_given {
+            parsed.endpoint.acct = found.netrc_account;
+        }
+    }
+    spec.source = source.endpoint.clone();
+    spec.destination = destination.as_ref().map(|d| d.endpoint.clone());
+    validation_failure(&spec)?;
+
+    let request = SubmitRequest {
+        source: endpoint_spec(&spec.source),
+        destination: spec.destination.as_ref().map(endpoint_spec),
+        disposition: disposition.map(|d| d.as_str().to_string()),
+        dest_command: args.dest_command.map(|d| d.as_str().to_string()),
+        transfer_type: args.transfer_type.map(|t| t.ftp_arg()),
+        mode: args.mode.map(|m| m.ftp_arg().to_string()),
+        structure: args.stru.map(|s| s.ftp_arg().to_string()),
+        start: schedule.start,
+        retry: schedule.retry,
+        notify: schedule.notify,
+        keyword: schedule.keyword,
+    };
+    Ok(Prepared { request, warnings })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction() {
+        assert_eq!(url_password_raw("ftp://u:p%40w@h/x"), Some("p%40w"));
+        assert_eq!(url_password_raw("ftp://u@h/x:y@z"), None);
+        assert_eq!(url_password_raw("ftp://h/x"), None);
+        assert_eq!(
+            redact("bad \"ftp://u:pw@h/\"", "ftp://u:pw@h/"),
+            "bad \"ftp://u:****@h/\""
+        );
+    }
+}

@@ -1,0 +1,336 @@
+//! One attempt of one job, with the engine: the [`Executor`] the scheduler runs.
+//!
+//! The per-file ledger is written as it happens, each change durable before the next
+//! action that depends on it (SPEC §4.2). Effects that are not safe to repeat are fenced by
+//! an intent recorded before them (SPEC §4.3):
+//! - APPE: the destination size before, and the source size; after a crash the destination
+//!   size tells whether the append happened (before + source), did not (before), or cannot
+//!   be told (anything else: `uncertain`);
+//! - STOU: that a unique file may be created; a crash before its name was recorded cannot
+//!   be resolved (`uncertain`), a failed STOU whose name is known is deleted;
+//! - DELE of the source of a `move`: recorded together with the member's success, so that
+//!   after a crash the delete is completed (a 550 then means it already happened).
+
+use std::sync::Arc;
+
+use bftp_core::{DestCommand, Disposition, Endpoint, JobSpec, MemberState, Secret, Timestamp};
+use bftp_ftp::{AddressCheck, CopyOutcome, Limits, Pair, PairError, ServerLogin, Side};
+use bftp_store::{Job, JobId, JobStore, LastReply, Member, MemberUpdate, NewMember, SealedEndpoint, SealedSpec, StoreError};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::ftp::{copy_request, source_path};
+use crate::scheduler::{AttemptEnd, AttemptFuture, Executor};
+use crate::secrets::Secrets;
+
+/// What is about to happen that must not happen twice, stored in the member before it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+enum Intent {
+    Appe { before: u64, source_size: u64 },
+    Stou,
+    Dele,
+}
+
+impl Intent {
+    fn encode(&self) -> String {
+        serde_json::to_string(self).expect("intent serialises")
+    }
+    fn decode(s: &str) -> Option<Intent> {
+        serde_json::from_str(s).ok()
+    }
+}
+
+pub struct FtpExecutor {
+    pub store: Arc<dyn JobStore>,
+    pub secrets: Arc<Secrets>,
+    pub limits: Limits,
+    pub check: Arc<dyn AddressCheck>,
+    pub hosts: Arc<crate::ftp::HostLimits>,
+}
+
+impl Executor for FtpExecutor {
+    fn attempt(&self, job: Job, attempt: u32, cancel: CancellationToken) -> AttemptFuture {
+        let run = Run { store: self.store.clone(), secrets: self.secrets.clone(), limits: self.limits.clone(), check: self.check.clone(), id: job.id };
+        Box::pin(async move {
+            tokio::select! {
+                end = run.run(job, attempt) => end,
+                // Dropping the attempt closes both control connections: the servers abort.
+                _ = cancel.cancelled() => AttemptEnd::Interrupted,
+            }
+        })
+    }
+}
+
+fn now() -> Timestamp {
+    Timestamp::from_system(std::time::SystemTime::now())
+}
+
+fn unseal_endpoint(secrets: &Secrets, e: &SealedEndpoint) -> Result<Endpoint, String> {
+    let open = |s: &bftp_store::Sealed| secrets.unseal(&s.0).map(Secret::new).map_err(|e| e.to_string());
+    Ok(Endpoint {
+        host: e.host.clone(),
+        port: e.port,
+        user: e.user.clone(),
+        password: e.password.as_ref().map(open).transpose()?,
+        acct: e.acct.as_ref().map(open).transpose()?,
+        path: e.path.clone(),
+    })
+}
+
+pub fn unseal_spec(secrets: &Secrets, s: &SealedSpec) -> Result<JobSpec, String> {
+    Ok(JobSpec {
+        source: unseal_endpoint(secrets, &s.source)?,
+        destination: s.destination.as_ref().map(|d| unseal_endpoint(secrets, d)).transpose()?,
+        disposition: s.disposition,
+        dest_command: s.dest_command,
+        params: s.params,
+        start_at: s.start_at,
+        retry: s.retry,
+        notify: s.notify.clone(),
+        keyword: None,
+    })
+}
+
+fn last(r: Option<&bftp_ftp::LastReply>) -> Option<LastReply> {
+    r.map(|r| LastReply { code: r.code.map(u16::from), text: format!("{}: {}", r.command, r.text) })
+}
+
+struct Run {
+    store: Arc<dyn JobStore>,
+    secrets: Arc<Secrets>,
+    limits: Limits,
+    check: Arc<dyn AddressCheck>,
+    id: JobId,
+}
+
+/// A store failure inside an attempt: the attempt stops; what was not recorded is done again.
+fn store_failed(e: StoreError) -> AttemptEnd {
+    tracing::error!(error = %e, "store write failed during an attempt");
+    AttemptEnd::Transient { reason: format!("the daemon could not record progress: {e}") }
+}
+
+fn pair_failed(e: &PairError) -> AttemptEnd {
+    if e.is_permanent() {
+        AttemptEnd::JobPermanent { reason: e.to_string() }
+    } else {
+        AttemptEnd::Transient { reason: e.to_string() }
+    }
+}
+
+impl Run {
+    async fn blocking<T: Send + 'static>(&self, f: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static) -> Result<T, StoreError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(&*store)).await.expect("store task panicked")
+    }
+
+    async fn update(&self, index: u32, u: MemberUpdate) -> Result<Member, StoreError> {
+        let id = self.id;
+        self.blocking(move |s| s.update_member(id, index, u, now())).await
+    }
+
+    async fn open(&self, spec: &JobSpec) -> Result<Pair, PairError> {
+        let src = ServerLogin::from_endpoint(&spec.source);
+        // A delete job has no destination: both connections go to the source.
+        let dst = spec.destination.as_ref().map(ServerLogin::from_endpoint).unwrap_or_else(|| src.clone());
+        Pair::open(&src, &dst, spec.params, &self.limits, self.check.clone()).await
+    }
+
+    async fn run(self, job: Job, attempt: u32) -> AttemptEnd {
+        let spec = match unseal_spec(&self.secrets, &job.spec) {
+            Ok(s) => s,
+            Err(e) => return AttemptEnd::JobPermanent { reason: format!("the job's passwords cannot be read: {e}") },
+        };
+        let mut pair = match self.open(&spec).await {
+            Ok(p) => p,
+            Err(e) => return pair_failed(&e),
+        };
+        if !job.members_frozen {
+            if let Err(end) = self.freeze(&mut pair, &spec).await {
+                return end;
+            }
+        }
+        let id = self.id;
+        let members = match self.blocking(move |s| s.members(id)).await {
+            Ok(m) => m,
+            Err(e) => return store_failed(e),
+        };
+        let mut transient: Option<String> = None;
+        for m in members {
+            let needs_work = m.state == MemberState::Pending || (m.state == MemberState::Succeeded && m.intent.is_some());
+            if !needs_work {
+                continue;
+            }
+            if !pair.is_usable() {
+                pair = match self.open(&spec).await {
+                    Ok(p) => p,
+                    Err(e) => return pair_failed(&e),
+                };
+            }
+            match self.member(&mut pair, &spec, &m, attempt).await {
+                Ok(None) => {}
+                Ok(Some(reason)) => transient = Some(format!("{}: {reason}", m.name)),
+                Err(end) => return end,
+            }
+        }
+        pair.close().await;
+        match transient {
+            None => AttemptEnd::Complete,
+            Some(reason) => AttemptEnd::Transient { reason },
+        }
+    }
+
+    /// SPEC §4.4: the first successful listing, matched by us, durable before any member moves.
+    async fn freeze(&self, pair: &mut Pair, spec: &JobSpec) -> Result<(), AttemptEnd> {
+        let listing = pair.list_source(spec.source.dir(), spec.source.file_name()).await.map_err(|e| {
+            if e.disposition().is_permanent() {
+                AttemptEnd::JobPermanent { reason: format!("listing the source: {e}") }
+            } else {
+                AttemptEnd::Transient { reason: format!("listing the source: {e}") }
+            }
+        })?;
+        for r in &listing.rejected {
+            tracing::warn!(job = self.id.0, line = ?r.line, reason = %r.reason, "a listed name was refused");
+        }
+        if listing.members.is_empty() {
+            return Err(AttemptEnd::JobPermanent { reason: format!("no file matches {:?}", spec.source.path) });
+        }
+        // Name order: the ledger reads the same whatever order the server listed in.
+        let mut listed = listing.members;
+        listed.sort_by(|a, b| a.name.cmp(&b.name));
+        let members: Vec<NewMember> = listed
+            .iter()
+            .map(|l| NewMember { name: l.name.clone(), size: l.size, modified: l.modified.as_ref().map(|m| m.to_string()) })
+            .collect();
+        let id = self.id;
+        self.blocking(move |s| s.freeze_members(id, members, now())).await.map_err(store_failed)
+    }
+
+    /// One member. `Ok(Some(reason))`: it stays pending for a retry; `Err`: the attempt ends.
+    async fn member(&self, pair: &mut Pair, spec: &JobSpec, m: &Member, attempt: u32) -> Result<Option<String>, AttemptEnd> {
+        let index = m.index;
+        let src_path = source_path(spec, &m.name);
+        if let Some(intent) = m.intent.as_deref().and_then(Intent::decode) {
+            match intent {
+                Intent::Dele => return self.delete_source(pair, index, &src_path).await,
+                Intent::Stou => {
+                    self.update(index, MemberUpdate { state: Some(MemberState::Uncertain), intent: Some(None), detail: Some("bftpd stopped during STOU: a file with a name the server chose may exist on the destination; it was not repeated".into()), ..Default::default() }).await.map_err(store_failed)?;
+                    return Ok(None);
+                }
+                Intent::Appe { before, source_size } => {
+                    let req = copy_request(spec, &m.name);
+                    match pair.size(Side::Destination, &req.dest_path).await {
+                        Ok(Some(now_size)) if now_size == before + source_size => {
+                            self.succeed(spec, index, Some(source_size), format!("append resolved after an interruption: the destination grew from {before} to {now_size} bytes")).await?;
+                            return if spec.disposition == Disposition::Move { self.delete_source(pair, index, &src_path).await } else { Ok(None) };
+                        }
+                        Ok(size) if size.unwrap_or(0) == before => {
+                            self.update(index, MemberUpdate { intent: Some(None), ..Default::default() }).await.map_err(store_failed)?;
+                        }
+                        Ok(size) => {
+                            self.update(index, MemberUpdate { state: Some(MemberState::Uncertain), intent: Some(None), detail: Some(format!("an interrupted append left the destination at {} bytes; before it was {before}, a complete append gives {}: not repeated", size.map_or("unknown".into(), |s| s.to_string()), before + source_size)), ..Default::default() }).await.map_err(store_failed)?;
+                            return Ok(None);
+                        }
+                        Err(e) => return Ok(Some(format!("cannot resolve an interrupted append yet: {e}"))),
+                    }
+                }
+            }
+        }
+        let req = copy_request(spec, &m.name);
+        // Fence the unrepeatable effects before they happen.
+        match spec.dest_command {
+            DestCommand::Append => {
+                let source_size = match pair.size(Side::Source, &req.source_path).await {
+                    Ok(Some(s)) => s,
+                    Ok(None) => return Ok(Some("SIZE of the source is needed to fence an append and is not available".into())),
+                    Err(e) => return Ok(Some(e.to_string())),
+                };
+                let before = match pair.size(Side::Destination, &req.dest_path).await {
+                    Ok(s) => s.unwrap_or(0),
+                    Err(e) => return Ok(Some(e.to_string())),
+                };
+                self.update(index, MemberUpdate { intent: Some(Some(Intent::Appe { before, source_size }.encode())), ..Default::default() }).await.map_err(store_failed)?;
+            }
+            DestCommand::Unique => {
+                self.update(index, MemberUpdate { intent: Some(Some(Intent::Stou.encode())), ..Default::default() }).await.map_err(store_failed)?;
+            }
+            DestCommand::Replace => {}
+        }
+        let outcome = match pair.copy(&req).await {
+            Ok(o) => o,
+            Err(e) => {
+                // A job-level failure in the middle of a copy: an append or STOU may be half done.
+                if spec.dest_command != DestCommand::Replace {
+                    let _ = self.update(index, MemberUpdate { attempts: Some(m.attempts + 1), ..Default::default() }).await;
+                }
+                return Err(pair_failed(&e));
+            }
+        };
+        let report = outcome.report().clone();
+        let replies = MemberUpdate {
+            attempts: Some(m.attempts + 1),
+            source_reply: last(report.source_final.as_ref().or(report.source_reply.as_ref())),
+            dest_reply: last(report.destination_final.as_ref().or(report.destination_reply.as_ref())),
+            ..Default::default()
+        };
+        match outcome {
+            CopyOutcome::Succeeded { bytes, size_check, stou_name, .. } => {
+                let mut detail = crate::ftp::evidence(&size_check);
+                if let Some(n) = &stou_name {
+                    detail = format!("stored as {n:?}; {detail}");
+                }
+                let mut u = MemberUpdate { state: Some(MemberState::Succeeded), bytes, detail: Some(detail), intent: Some(None), ..replies };
+                if spec.disposition == Disposition::Move {
+                    u.intent = Some(Some(Intent::Dele.encode()));
+                }
+                self.update(index, u).await.map_err(store_failed)?;
+                tracing::info!(job = self.id.0, member = %m.name, attempt, "file copied");
+                if spec.disposition == Disposition::Move {
+                    return self.delete_source(pair, index, &src_path).await;
+                }
+                Ok(None)
+            }
+            CopyOutcome::Permanent { failure, .. } => {
+                let state = if spec.dest_command != DestCommand::Replace && report.destination_touched { MemberState::Uncertain } else { MemberState::FailedPermanent };
+                self.update(index, MemberUpdate { state: Some(state), detail: Some(failure.to_string()), intent: Some(None), ..replies }).await.map_err(store_failed)?;
+                Ok(None)
+            }
+            CopyOutcome::Transient { failure, .. } => {
+                let reason = failure.to_string();
+                let mut u = MemberUpdate { detail: Some(reason.clone()), ..replies };
+                if !report.destination_touched || spec.dest_command == DestCommand::Replace {
+                    u.intent = Some(None);
+                } else if spec.dest_command == DestCommand::Unique {
+                    // A partial unique file: delete it if its name is known, else it is uncertain.
+                    match &report.stou_name {
+                        Some(name) if pair.is_usable() && pair.delete(Side::Destination, &crate::ftp::join_path(&req.dest_path, name)).await.is_ok() => u.intent = Some(None),
+                        _ => {
+                            u.state = Some(MemberState::Uncertain);
+                            u.intent = Some(None);
+                        }
+                    }
+                }
+                // An append's intent stays: the next attempt resolves it from SIZE.
+                self.update(index, u).await.map_err(store_failed)?;
+                Ok(Some(reason))
+            }
+        }
+    }
+
+    async fn succeed(&self, spec: &JobSpec, index: u32, bytes: Option<u64>, detail: String) -> Result<(), AttemptEnd> {
+        let intent = if spec.disposition == Disposition::Move { Some(Some(Intent::Dele.encode())) } else { Some(None) };
+        self.update(index, MemberUpdate { state: Some(MemberState::Succeeded), bytes, detail: Some(detail), intent, ..Default::default() }).await.map_err(store_failed)?;
+        Ok(())
+    }
+
+    /// `move`: the copy is proven and recorded; now the source goes. 550 means it is gone.
+    async fn delete_source(&self, pair: &mut Pair, index: u32, path: &str) -> Result<Option<String>, AttemptEnd> {
+        match pair.delete(Side::Source, path).await {
+            Ok(_) => {
+                self.update(index, MemberUpdate { intent: Some(None), ..Default::default() }).await.map_err(store_failed)?;
+                Ok(None)
+            }
+            Err(e) => Ok(Some(format!("copied, but deleting the source failed: {e}"))),
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The scheduler: owns time. It sleeps until the next due job or a notification (a submit, a
+//! finished attempt, a cancel), starts due jobs within the global limit, and turns the end of
+//! each attempt into the job's next state: finished, requeued with backoff, or settled.
+//!
+//! What happens *inside* an attempt (FTP sessions, the per-file ledger) is the
+//! [`Executor`]'s business; the scheduler only sees how the attempt ended.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use bftp_core::retry::{ExhaustedBy, RetryDecision};
+use bftp_core::{JobEvent, JobOutcome, JobState, MemberState, Timestamp};
+use bftp_store::{HistoryEvent, Job, JobId, JobStore, StoreError};
+use rand::Rng;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// How an attempt ended, as far as scheduling is concerned. The executor has already
+/// recorded each member's result durably.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptEnd {
+    /// Every member is terminal.
+    Complete,
+    /// Members are still pending and the failure is worth retrying.
+    Transient { reason: String },
+    /// The job cannot succeed (login refused, source directory missing, no file matches,
+    /// FXP refused by both servers): every pending member fails with the reason.
+    JobPermanent { reason: String },
+    /// Stopped by a cancel or by shutdown before it ended.
+    Interrupted,
+}
+
+pub type AttemptFuture = Pin<Box<dyn Future<Output = AttemptEnd> + Send>>;
+
+/// Runs one attempt of one job.
+pub trait Executor: Send + Sync + 'static {
+    fn attempt(&self, job: Job, attempt: u32, cancel: CancellationToken) -> AttemptFuture;
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct SchedulerLimits {
+    /// Jobs running at once.
+    pub max_running_jobs: usize,
+    /// After shutdown begins, how long running attempts may go on before they are aborted.
+    pub grace: Duration,
+}
+
+pub struct Scheduler {
+    store: Arc<dyn JobStore>,
+    executor: Arc<dyn Executor>,
+    limits: SchedulerLimits,
+    wake: Notify,
+    running: Mutex<HashMap<JobId, CancellationToken>>,
+    tracker: TaskTracker,
+}
+
+fn now() -> Timestamp {
+    Timestamp::from_system(SystemTime::now())
+}
+
+impl Scheduler {
+    pub fn new(store: Arc<dyn JobStore>, executor: Arc<dyn Executor>, limits: SchedulerLimits) -> Arc<Scheduler> {
+        Arc::new(Scheduler {
+            store,
+            executor,
+            limits,
+            wake: Notify::new(),
+            running: Mutex::new(HashMap::new()),
+            tracker: TaskTracker::new(),
+        })
+    }
+
+    /// Something changed (a submit, a cancel): look at the queue again.
+    pub fn notify(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Stops the running attempt of a job that was just cancelled in the store.
+    pub fn cancel(&self, id: JobId) {
+        if let Some(token) = self.running.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+            token.cancel();
+        }
+        self.notify();
+    }
+
+    fn running_count(&self) -> usize {
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Jobs left `Running` by a crash or a hard stop go back to the queue, due now: their
+    /// unfinished members are done again (an overlap, never a gap).
+    pub async fn recover(&self) -> Result<usize, StoreError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let ids = store.running_jobs()?;
+            for id in &ids {
+                let at = now();
+                let job = store.get(*id)?.ok_or(StoreError::NotFound(*id))?;
+                let detail = format!("bftpd restarted during attempt {}; unfinished members will be done again", job.attempts);
+                store.apply(*id, JobEvent::Requeue { next_attempt_at: at }, at, Some(detail))?;
+                tracing::info!(job = id.0, "recovered an interrupted attempt");
+            }
+            Ok(ids.len())
+        })
+        .await
+        .expect("recovery task panicked")
+    }
+
+    /// Runs until `shutdown` fires, then gives running attempts `grace` before aborting them.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let attempts_token = CancellationToken::new();
+        loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            let next = match self.start_due(&attempts_token).await {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::error!(error = %e, "the scheduler cannot read the queue; retrying in 5 s");
+                    Some(now().saturating_add(Duration::from_secs(5)))
+                }
+            };
+            let sleep = match next {
+                Some(t) => t.saturating_duration_since(now()),
+                None => Duration::from_secs(3600),
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+        self.tracker.close();
+        if tokio::time::timeout(self.limits.grace, self.tracker.wait()).await.is_err() {
+            tracing::warn!(running = self.running_count(), "grace period over: aborting running attempts; they stay queued");
+            attempts_token.cancel();
+            self.tracker.wait().await;
+        }
+    }
+
+    /// Starts what is due and fits; returns when to look again (the next due time, if any).
+    async fn start_due(self: &Arc<Self>, parent: &CancellationToken) -> Result<Option<Timestamp>, StoreError> {
+        let free = self.limits.max_running_jobs.saturating_sub(self.running_count());
+        let store = self.store.clone();
+        let t = now();
+        let due = tokio::task::spawn_blocking(move || store.due(t, free.max(1))).await.expect("queue read panicked")?;
+        if free == 0 {
+            // Full: a finishing attempt wakes us.
+            return Ok(None);
+        }
+        for (_, id) in due {
+            if self.running.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&id) {
+                continue;
+            }
+            self.start(id, parent).await?;
+        }
+        let store = self.store.clone();
+        let next = tokio::task::spawn_blocking(move || store.next_due()).await.expect("queue read panicked")?;
+        // Due but not started (no free slot): a finishing attempt will wake us.
+        Ok(next.filter(|n| *n > now() || self.running_count() < self.limits.max_running_jobs))
+    }
+
+    async fn start(self: &Arc<Self>, id: JobId, parent: &CancellationToken) -> Result<(), StoreError> {
+        let store = self.store.clone();
+        let t = now();
+        let started = tokio::task::spawn_blocking(move || -> Result<Option<(Job, u32)>, StoreError> {
+            let Some(job) = store.get(id)? else { return Ok(None) };
+            let JobState::Queued { .. } = job.state else { return Ok(None) };
+            // A job whose deadline passed while it waited (say, the daemon was down) ends here.
+            if t > job.spec.start_at.saturating_add(job.spec.retry.deadline) {
+                store.settle_and_finish(id, MemberState::FailedRetriesExhausted, t, Some("the retry deadline passed before the next attempt".into()))?;
+                return Ok(None);
+            }
+            let attempt = job.attempts + 1;
+            match store.apply(id, JobEvent::Start { attempt }, t, None) {
+                Ok(job) => Ok(Some((job, attempt))),
+                // Cancelled between the due read and now.
+                Err(StoreError::InvalidTransition { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+        .await
+        .expect("start task panicked")?;
+        let Some((job, attempt)) = started else { return Ok(()) };
+        let token = parent.child_token();
+        self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(id, token.clone());
+        tracing::info!(job = id.0, attempt, "attempt started");
+        let me = Arc::clone(self);
+        self.tracker.spawn(async move {
+            let end = me.executor.attempt(job.clone(), attempt, token.clone()).await;
+            if let Err(e) = me.conclude(&job, attempt, end).await {
+                tracing::error!(job = id.0, error = %e, "cannot record the end of an attempt; the job stays running until restart recovery");
+            }
+            me.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            me.notify();
+        });
+        Ok(())
+    }
+
+    /// Turns the end of an attempt into the job's next state, durably.
+    async fn conclude(&self, job: &Job, attempt: u32, end: AttemptEnd) -> Result<(), StoreError> {
+        let store = self.store.clone();
+        let id = job.id;
+        let policy = job.spec.retry;
+        let start_at = job.spec.start_at;
+        let jitter: f64 = rand::thread_rng().gen_range(-1.0..=1.0);
+        tokio::task::spawn_blocking(move || {
+            let t = now();
+            let result = match end {
+                AttemptEnd::Complete => {
+                    let members = store.members(id)?;
+                    let outcome = JobOutcome::from_members(members.iter().map(|m| &m.state));
+                    store.apply(id, JobEvent::Finish { outcome }, t, None).map(|_| ())
+                }
+                AttemptEnd::JobPermanent { reason } => store.settle_and_finish(id, MemberState::FailedPermanent, t, Some(reason)).map(|_| ()),
+                AttemptEnd::Transient { reason } => match policy.decide(attempt, start_at, t, jitter) {
+                    RetryDecision::RetryAt(next) => {
+                        tracing::info!(job = id.0, attempt, next = %next, %reason, "attempt failed; will retry");
+                        store.apply(id, JobEvent::Requeue { next_attempt_at: next }, t, Some(reason)).map(|_| ())
+                    }
+                    RetryDecision::Exhausted(by) => {
+                        let why = match by {
+                            ExhaustedBy::MaxAttempts => format!("{reason}; no attempts left ({attempt} of {})", policy.max_attempts),
+                            ExhaustedBy::Deadline => format!("{reason}; the next attempt would fall after the deadline"),
+                        };
+                        store.settle_and_finish(id, MemberState::FailedRetriesExhausted, t, Some(why)).map(|_| ())
+                    }
+                },
+                AttemptEnd::Interrupted => {
+                    // A cancel already moved the job; a shutdown leaves it due again at once.
+                    match store.get(id)? {
+                        Some(Job { state: JobState::Running { .. }, .. }) => store
+                            .apply(id, JobEvent::Requeue { next_attempt_at: t }, t, Some("interrupted by shutdown".into()))
+                            .map(|_| ()),
+                        _ => Ok(()),
+                    }
+                }
+            };
+            match result {
+                // Cancelled while the attempt ran: the cancel wins.
+                Err(StoreError::InvalidTransition { .. }) => {
+                    store.append_history(id, HistoryEvent { at: t, kind: "attempt-ended".into(), detail: Some("after the job was cancelled".into()) })
+                }
+                other => other,
+            }
+        })
+        .await
+        .expect("conclude task panicked")
+    }
+}
