@@ -487,7 +487,15 @@ impl LoginState<'_> {
                 let text = ftp.get_welcome_msg().unwrap_or("");
                 let shown = match parse_reply(text.as_bytes(), &self.limits.reply) {
                     Ok(Parsed::Complete { reply, .. }) => reply.to_string(),
-                    _ => text.trim_end().to_owned(),
+                    // Our limits hold for the greeting too (suppaftp read it with its own).
+                    Err(error) => {
+                        return Err(SessionError::Malformed {
+                            host: self.host.clone(),
+                            error,
+                        }
+                        .into())
+                    }
+                    Ok(Parsed::NeedMore) => text.trim_end().to_owned(),
                 };
                 self.recorder.received(self.side, &shown);
                 Ok(ftp)

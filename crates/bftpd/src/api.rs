@@ -345,8 +345,18 @@ async fn get_job(
     Extension(caller): Extension<Caller>,
     path: Result<Path<u64>, PathRejection>,
 ) -> Result<Json<JobView>, ApiError> {
-    let job = visible_job(&app, caller, job_id(path)?).await?;
-    Ok(Json(load_view(&app, job).await?))
+    let id = job_id(path)?;
+    let store = app.store.clone();
+    // One trip to the blocking pool for the job, its ledger and its history.
+    let found = blocking(move || match store.get(JobId(id))? {
+        Some(job) if caller.may_access(job.owner_uid) => {
+            Ok(Some((store.members(job.id)?, store.history(job.id)?, job)))
+        }
+        _ => Ok(None),
+    })
+    .await?;
+    let (members, history, job) = found.ok_or_else(|| ApiError::not_found(id))?;
+    Ok(Json(job_view(&job, &members, &history)))
 }
 
 async fn list(

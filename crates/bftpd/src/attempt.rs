@@ -212,7 +212,7 @@ impl Run {
         let src_path = source_path(spec, &m.name);
         if let Some(intent) = m.intent.as_deref().and_then(Intent::decode) {
             match intent {
-                Intent::Dele => return self.delete_source(pair, index, &src_path).await,
+                Intent::Dele => return self.delete_source(pair, index, &src_path, m.detail.as_deref().unwrap_or("copied")).await,
                 Intent::Stou => {
                     self.update(index, MemberUpdate { state: Some(MemberState::Uncertain), intent: Some(None), detail: Some("bftpd stopped during STOU: a file with a name the server chose may exist on the destination; it was not repeated".into()), ..Default::default() }).await.map_err(store_failed)?;
                     return Ok(None);
@@ -221,8 +221,9 @@ impl Run {
                     let req = copy_request(spec, &m.name);
                     match pair.size(Side::Destination, &req.dest_path).await {
                         Ok(Some(now_size)) if now_size == before + source_size => {
-                            self.succeed(spec, index, Some(source_size), format!("append resolved after an interruption: the destination grew from {before} to {now_size} bytes")).await?;
-                            return if spec.disposition == Disposition::Move { self.delete_source(pair, index, &src_path).await } else { Ok(None) };
+                            let evidence = format!("append resolved after an interruption: the destination grew from {before} to {now_size} bytes");
+                            self.succeed(spec, index, Some(source_size), evidence.clone()).await?;
+                            return if spec.disposition == Disposition::Move { self.delete_source(pair, index, &src_path, &evidence).await } else { Ok(None) };
                         }
                         Ok(size) if size.unwrap_or(0) == before => {
                             self.update(index, MemberUpdate { intent: Some(None), ..Default::default() }).await.map_err(store_failed)?;
@@ -279,14 +280,14 @@ impl Run {
                 if let Some(n) = &stou_name {
                     detail = format!("stored as {n:?}; {detail}");
                 }
-                let mut u = MemberUpdate { state: Some(MemberState::Succeeded), bytes, detail: Some(detail), intent: Some(None), ..replies };
+                let mut u = MemberUpdate { state: Some(MemberState::Succeeded), bytes, detail: Some(detail.clone()), intent: Some(None), ..replies };
                 if spec.disposition == Disposition::Move {
                     u.intent = Some(Some(Intent::Dele.encode()));
                 }
                 self.update(index, u).await.map_err(store_failed)?;
                 tracing::info!(job = self.id.0, member = %m.name, attempt, "file copied");
                 if spec.disposition == Disposition::Move {
-                    return self.delete_source(pair, index, &src_path).await;
+                    return self.delete_source(pair, index, &src_path, &detail).await;
                 }
                 Ok(None)
             }
@@ -323,14 +324,41 @@ impl Run {
         Ok(())
     }
 
-    /// `move`: the copy is proven and recorded; now the source goes. 550 means it is gone.
-    async fn delete_source(&self, pair: &mut Pair, index: u32, path: &str) -> Result<Option<String>, AttemptEnd> {
-        match pair.delete(Side::Source, path).await {
+    /// `move`: the copy is proven and recorded (with the `Dele` intent); now the source goes.
+    /// `evidence` is the member's detail so far (the copy's evidence), kept in front of what
+    /// happened to the source.
+    ///
+    /// A refused DELE is checked with SIZE: after a restart the intent is resolved again, and
+    /// a DELE that reached the server before the crash makes this one answer 550 "no such
+    /// file", which must settle the member, not keep it retrying until the job is exhausted.
+    async fn delete_source(&self, pair: &mut Pair, index: u32, path: &str, evidence: &str) -> Result<Option<String>, AttemptEnd> {
+        let settled = |note: String| MemberUpdate { intent: Some(None), detail: Some(format!("{evidence}; {note}")), ..Default::default() };
+        let refused = match pair.delete(Side::Source, path).await {
             Ok(_) => {
-                self.update(index, MemberUpdate { intent: Some(None), ..Default::default() }).await.map_err(store_failed)?;
-                Ok(None)
+                self.update(index, settled("source deleted".into())).await.map_err(store_failed)?;
+                return Ok(None);
             }
-            Err(e) => Ok(Some(format!("copied, but deleting the source failed: {e}"))),
-        }
+            Err(e) => e,
+        };
+        // On a dead pair this is an error that asks for a retry.
+        let update = match pair.size(Side::Source, path).await {
+            Ok(None) => settled(format!("source already deleted (DELE now answers: {refused})")),
+            Ok(Some(_)) | Err(_) if refused.disposition().is_transient() => {
+                let reason = format!("copied, but deleting the source failed: {refused}");
+                // The intent stays: the next attempt deletes again.
+                self.update(index, MemberUpdate { detail: Some(format!("{evidence}; {reason}")), ..Default::default() }).await.map_err(store_failed)?;
+                return Ok(Some(reason));
+            }
+            Ok(Some(_)) => settled(format!("the source could not be deleted: {refused}")),
+            Err(e) if e.disposition().is_transient() => {
+                let reason = format!("copied, but deleting the source failed ({refused}) and SIZE cannot tell whether it is still there ({e})");
+                self.update(index, MemberUpdate { detail: Some(format!("{evidence}; {reason}")), ..Default::default() }).await.map_err(store_failed)?;
+                return Ok(Some(reason));
+            }
+            Err(e) => settled(format!("the source may still be there: DELE answered {refused}, and SIZE cannot tell ({e})")),
+        };
+        tracing::warn!(job = self.id.0, path, reply = %refused, "DELE of a moved file's source refused");
+        self.update(index, update).await.map_err(store_failed)?;
+        Ok(None)
     }
 }

@@ -1101,6 +1101,12 @@ impl Attempt<'_> {
                     .close_all("could not return to the login directory after STOU");
             }
         }
+        // A 421, a transport failure or a protocol error means the control connection is
+        // gone or out of step, even when our side of the socket still looks open: close the
+        // pair so the caller reopens instead of spending the next member on a dead one.
+        if matches!(&result, Ok(CopyOutcome::Transient { kind, .. }) if kind.connection_lost()) {
+            self.pair.close_all("the server closed or desynchronised the control connection");
+        }
         let usable = self.pair.is_usable();
         let mut report = std::mem::take(&mut self.report);
         report.source_reply = self.pair.last[0].take();
