@@ -1061,7 +1061,8 @@ fn greeting_obeys_the_configured_reply_limits() -> Result<()> {
         }
         Err(_) => {}
     }
-    for (case, greeting) in [("60 KiB greeting line", Action::reply(long))] {
+    let (case, greeting) = ("60 KiB greeting line", Action::reply(long));
+    {
         let src = HostileServer::start(script(HOSTILE, "src").greeting(greeting))?;
         let result = block_on(Pair::open(
             &hostile_login(&src),

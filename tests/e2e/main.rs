@@ -4,5 +4,7 @@ mod frontend_ftp;
 mod hostile;
 mod hostile_infra;
 mod infra;
+mod scheduler;
 mod slow;
 mod slow_engine;
+mod slow_scheduler;

@@ -9,18 +9,28 @@
 //! - STOU: that a unique file may be created; a crash before its name was recorded cannot
 //!   be resolved (`uncertain`), a failed STOU whose name is known is deleted;
 //! - DELE of the source of a `move`: recorded together with the member's success, so that
-//!   after a crash the delete is completed (a 550 then means it already happened).
+//!   after a crash the delete is completed; of a `delete` job's file: recorded before it. A
+//!   refused DELE is checked with SIZE: a file that is gone was deleted (by us, before the
+//!   crash, when the intent was already there).
+//!
+//! At shutdown the file in flight may finish within the grace period, but no new file starts
+//! (the `drain` signal); the job goes back to the queue.
 
 use std::sync::Arc;
 
 use bftp_core::{DestCommand, Disposition, Endpoint, JobSpec, MemberState, Secret, Timestamp};
-use bftp_ftp::{AddressCheck, CopyOutcome, Limits, Pair, PairError, ServerLogin, Side};
-use bftp_store::{Job, JobId, JobStore, LastReply, Member, MemberUpdate, NewMember, SealedEndpoint, SealedSpec, StoreError};
+use bftp_ftp::{
+    ActionError, AddressCheck, CopyOutcome, Limits, Pair, PairError, ServerLogin, Side,
+};
+use bftp_store::{
+    Job, JobId, JobStore, LastReply, Member, MemberUpdate, NewMember, SealedEndpoint, SealedSpec,
+    StoreError,
+};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::ftp::{copy_request, source_path};
-use crate::scheduler::{AttemptEnd, AttemptFuture, Executor};
+use crate::scheduler::{AttemptEnd, AttemptFuture, AttemptSignals, Executor};
 use crate::secrets::Secrets;
 
 /// What is about to happen that must not happen twice, stored in the member before it.
@@ -50,13 +60,22 @@ pub struct FtpExecutor {
 }
 
 impl Executor for FtpExecutor {
-    fn attempt(&self, job: Job, attempt: u32, cancel: CancellationToken) -> AttemptFuture {
-        let run = Run { store: self.store.clone(), secrets: self.secrets.clone(), limits: self.limits.clone(), check: self.check.clone(), id: job.id };
+    fn attempt(&self, job: Job, attempt: u32, signals: AttemptSignals) -> AttemptFuture {
+        let run = Run {
+            store: self.store.clone(),
+            secrets: self.secrets.clone(),
+            limits: self.limits.clone(),
+            check: self.check.clone(),
+            hosts: self.hosts.clone(),
+            drain: signals.drain,
+            id: job.id,
+        };
+        let abort = signals.abort;
         Box::pin(async move {
             tokio::select! {
                 end = run.run(job, attempt) => end,
                 // Dropping the attempt closes both control connections: the servers abort.
-                _ = cancel.cancelled() => AttemptEnd::Interrupted,
+                _ = abort.cancelled() => AttemptEnd::Interrupted,
             }
         })
     }
@@ -67,7 +86,12 @@ fn now() -> Timestamp {
 }
 
 fn unseal_endpoint(secrets: &Secrets, e: &SealedEndpoint) -> Result<Endpoint, String> {
-    let open = |s: &bftp_store::Sealed| secrets.unseal(&s.0).map(Secret::new).map_err(|e| e.to_string());
+    let open = |s: &bftp_store::Sealed| {
+        secrets
+            .unseal(&s.0)
+            .map(Secret::new)
+            .map_err(|e| e.to_string())
+    };
     Ok(Endpoint {
         host: e.host.clone(),
         port: e.port,
@@ -81,7 +105,11 @@ fn unseal_endpoint(secrets: &Secrets, e: &SealedEndpoint) -> Result<Endpoint, St
 pub fn unseal_spec(secrets: &Secrets, s: &SealedSpec) -> Result<JobSpec, String> {
     Ok(JobSpec {
         source: unseal_endpoint(secrets, &s.source)?,
-        destination: s.destination.as_ref().map(|d| unseal_endpoint(secrets, d)).transpose()?,
+        destination: s
+            .destination
+            .as_ref()
+            .map(|d| unseal_endpoint(secrets, d))
+            .transpose()?,
         disposition: s.disposition,
         dest_command: s.dest_command,
         params: s.params,
@@ -93,7 +121,10 @@ pub fn unseal_spec(secrets: &Secrets, s: &SealedSpec) -> Result<JobSpec, String>
 }
 
 fn last(r: Option<&bftp_ftp::LastReply>) -> Option<LastReply> {
-    r.map(|r| LastReply { code: r.code.map(u16::from), text: format!("{}: {}", r.command, r.text) })
+    r.map(|r| LastReply {
+        code: r.code.map(u16::from),
+        text: format!("{}: {}", r.command, r.text),
+    })
 }
 
 struct Run {
@@ -101,46 +132,155 @@ struct Run {
     secrets: Arc<Secrets>,
     limits: Limits,
     check: Arc<dyn AddressCheck>,
+    /// Connection slots per host, shared with every other job and `bftp transfer`.
+    hosts: Arc<crate::ftp::HostLimits>,
+    /// Shutdown began: finish the file in flight, start no other.
+    drain: CancellationToken,
     id: JobId,
+}
+
+/// What a DELE of a source file did, with SIZE as the evidence when it was refused.
+enum Dele {
+    Deleted(bftp_ftp::parse::Reply),
+    /// Refused, and SIZE says there is no such file.
+    Absent(ActionError),
+    /// Refused, and the file is still there. `retry`: the refusal was transient.
+    Refused {
+        refused: ActionError,
+        retry: bool,
+    },
+    /// Refused, and SIZE cannot tell whether the file is there.
+    Unknown {
+        refused: ActionError,
+        size: ActionError,
+        retry: bool,
+    },
+}
+
+impl Dele {
+    fn retry(&self) -> bool {
+        matches!(
+            self,
+            Dele::Refused { retry: true, .. } | Dele::Unknown { retry: true, .. }
+        )
+    }
+}
+
+async fn dele(pair: &mut Pair, path: &str) -> Dele {
+    let refused = match pair.delete(Side::Source, path).await {
+        Ok(reply) => return Dele::Deleted(reply),
+        Err(e) => e,
+    };
+    // On a dead pair SIZE is an error that asks for a retry.
+    match pair.size(Side::Source, path).await {
+        Ok(None) => Dele::Absent(refused),
+        Ok(Some(_)) => {
+            let retry = refused.disposition().is_transient();
+            Dele::Refused { refused, retry }
+        }
+        Err(size) => {
+            let retry = refused.disposition().is_transient() || size.disposition().is_transient();
+            Dele::Unknown {
+                refused,
+                size,
+                retry,
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Dele {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dele::Deleted(reply) => write!(f, "deleted ({reply})"),
+            Dele::Absent(refused) => write!(f, "no such file ({refused})"),
+            Dele::Refused { refused, .. } => write!(f, "not deleted: {refused}"),
+            Dele::Unknown { refused, size, .. } => write!(
+                f,
+                "not deleted ({refused}), and SIZE cannot tell whether it is still there ({size})"
+            ),
+        }
+    }
+}
+
+/// Pending, or succeeded with an effect still to complete (the DELE of a `move`).
+fn needs_work(m: &Member) -> bool {
+    m.state == MemberState::Pending || (m.state == MemberState::Succeeded && m.intent.is_some())
 }
 
 /// A store failure inside an attempt: the attempt stops; what was not recorded is done again.
 fn store_failed(e: StoreError) -> AttemptEnd {
     tracing::error!(error = %e, "store write failed during an attempt");
-    AttemptEnd::Transient { reason: format!("the daemon could not record progress: {e}") }
+    AttemptEnd::Transient {
+        reason: format!("the daemon could not record progress: {e}"),
+    }
 }
 
 fn pair_failed(e: &PairError) -> AttemptEnd {
     if e.is_permanent() {
-        AttemptEnd::JobPermanent { reason: e.to_string() }
+        AttemptEnd::JobPermanent {
+            reason: e.to_string(),
+        }
     } else {
-        AttemptEnd::Transient { reason: e.to_string() }
+        AttemptEnd::Transient {
+            reason: e.to_string(),
+        }
     }
 }
 
 impl Run {
-    async fn blocking<T: Send + 'static>(&self, f: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static) -> Result<T, StoreError> {
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(&*store)).await.expect("store task panicked")
+        tokio::task::spawn_blocking(move || f(&*store))
+            .await
+            .expect("store task panicked")
     }
 
     async fn update(&self, index: u32, u: MemberUpdate) -> Result<Member, StoreError> {
         let id = self.id;
-        self.blocking(move |s| s.update_member(id, index, u, now())).await
+        self.blocking(move |s| s.update_member(id, index, u, now()))
+            .await
     }
 
     async fn open(&self, spec: &JobSpec) -> Result<Pair, PairError> {
         let src = ServerLogin::from_endpoint(&spec.source);
         // A delete job has no destination: both connections go to the source.
-        let dst = spec.destination.as_ref().map(ServerLogin::from_endpoint).unwrap_or_else(|| src.clone());
+        let dst = spec
+            .destination
+            .as_ref()
+            .map(ServerLogin::from_endpoint)
+            .unwrap_or_else(|| src.clone());
         Pair::open(&src, &dst, spec.params, &self.limits, self.check.clone()).await
     }
 
     async fn run(self, job: Job, attempt: u32) -> AttemptEnd {
         let spec = match unseal_spec(&self.secrets, &job.spec) {
             Ok(s) => s,
-            Err(e) => return AttemptEnd::JobPermanent { reason: format!("the job's passwords cannot be read: {e}") },
+            Err(e) => {
+                return AttemptEnd::JobPermanent {
+                    reason: format!("the job's passwords cannot be read: {e}"),
+                }
+            }
         };
+        let id = self.id;
+        // An attempt interrupted after its last member (a crash before the job's finish was
+        // recorded) has nothing left to do: no connection is needed to say so.
+        if job.members_frozen {
+            match self.blocking(move |s| s.members(id)).await {
+                Ok(members) if !members.iter().any(needs_work) => return AttemptEnd::Complete,
+                Ok(_) => {}
+                Err(e) => return store_failed(e),
+            }
+        }
+        let dst_host = spec
+            .destination
+            .as_ref()
+            .map_or(spec.source.host.as_str(), |d| d.host.as_str());
+        // Held while this attempt has connections open.
+        let _permits = self.hosts.acquire(&spec.source.host, dst_host).await;
         let mut pair = match self.open(&spec).await {
             Ok(p) => p,
             Err(e) => return pair_failed(&e),
@@ -150,16 +290,18 @@ impl Run {
                 return end;
             }
         }
-        let id = self.id;
         let members = match self.blocking(move |s| s.members(id)).await {
             Ok(m) => m,
             Err(e) => return store_failed(e),
         };
         let mut transient: Option<String> = None;
         for m in members {
-            let needs_work = m.state == MemberState::Pending || (m.state == MemberState::Succeeded && m.intent.is_some());
-            if !needs_work {
+            if !needs_work(&m) {
                 continue;
+            }
+            if self.drain.is_cancelled() {
+                pair.close().await;
+                return AttemptEnd::Interrupted;
             }
             if !pair.is_usable() {
                 pair = match self.open(&spec).await {
@@ -182,78 +324,206 @@ impl Run {
 
     /// SPEC §4.4: the first successful listing, matched by us, durable before any member moves.
     async fn freeze(&self, pair: &mut Pair, spec: &JobSpec) -> Result<(), AttemptEnd> {
-        let listing = pair.list_source(spec.source.dir(), spec.source.file_name()).await.map_err(|e| {
-            if e.disposition().is_permanent() {
-                AttemptEnd::JobPermanent { reason: format!("listing the source: {e}") }
-            } else {
-                AttemptEnd::Transient { reason: format!("listing the source: {e}") }
-            }
-        })?;
+        let listing = pair
+            .list_source(spec.source.dir(), spec.source.file_name())
+            .await
+            .map_err(|e| {
+                if e.disposition().is_permanent() {
+                    AttemptEnd::JobPermanent {
+                        reason: format!("listing the source: {e}"),
+                    }
+                } else {
+                    AttemptEnd::Transient {
+                        reason: format!("listing the source: {e}"),
+                    }
+                }
+            })?;
         for r in &listing.rejected {
             tracing::warn!(job = self.id.0, line = ?r.line, reason = %r.reason, "a listed name was refused");
         }
         if listing.members.is_empty() {
-            return Err(AttemptEnd::JobPermanent { reason: format!("no file matches {:?}", spec.source.path) });
+            return Err(AttemptEnd::JobPermanent {
+                reason: format!("no file matches {:?}", spec.source.path),
+            });
         }
         // Name order: the ledger reads the same whatever order the server listed in.
         let mut listed = listing.members;
         listed.sort_by(|a, b| a.name.cmp(&b.name));
         let members: Vec<NewMember> = listed
             .iter()
-            .map(|l| NewMember { name: l.name.clone(), size: l.size, modified: l.modified.as_ref().map(|m| m.to_string()) })
+            .map(|l| NewMember {
+                name: l.name.clone(),
+                size: l.size,
+                modified: l.modified.as_ref().map(|m| m.to_string()),
+            })
             .collect();
         let id = self.id;
-        self.blocking(move |s| s.freeze_members(id, members, now())).await.map_err(store_failed)
+        self.blocking(move |s| s.freeze_members(id, members, now()))
+            .await
+            .map_err(store_failed)
     }
 
     /// One member. `Ok(Some(reason))`: it stays pending for a retry; `Err`: the attempt ends.
-    async fn member(&self, pair: &mut Pair, spec: &JobSpec, m: &Member, attempt: u32) -> Result<Option<String>, AttemptEnd> {
+    async fn member(
+        &self,
+        pair: &mut Pair,
+        spec: &JobSpec,
+        m: &Member,
+        attempt: u32,
+    ) -> Result<Option<String>, AttemptEnd> {
         let index = m.index;
         let src_path = source_path(spec, &m.name);
         if let Some(intent) = m.intent.as_deref().and_then(Intent::decode) {
             match intent {
-                Intent::Dele => return self.delete_source(pair, index, &src_path, m.detail.as_deref().unwrap_or("copied")).await,
+                Intent::Dele if spec.disposition == Disposition::Delete => {
+                    return self.delete_only(pair, m, &src_path, true).await
+                }
+                Intent::Dele => {
+                    return self
+                        .delete_source(
+                            pair,
+                            index,
+                            &src_path,
+                            m.detail.as_deref().unwrap_or("copied"),
+                        )
+                        .await
+                }
                 Intent::Stou => {
                     self.update(index, MemberUpdate { state: Some(MemberState::Uncertain), intent: Some(None), detail: Some("bftpd stopped during STOU: a file with a name the server chose may exist on the destination; it was not repeated".into()), ..Default::default() }).await.map_err(store_failed)?;
                     return Ok(None);
                 }
-                Intent::Appe { before, source_size } => {
+                Intent::Appe {
+                    before,
+                    source_size,
+                } => {
                     let req = copy_request(spec, &m.name);
                     match pair.size(Side::Destination, &req.dest_path).await {
                         Ok(Some(now_size)) if now_size == before + source_size => {
                             let evidence = format!("append resolved after an interruption: the destination grew from {before} to {now_size} bytes");
-                            self.succeed(spec, index, Some(source_size), evidence.clone()).await?;
-                            return if spec.disposition == Disposition::Move { self.delete_source(pair, index, &src_path, &evidence).await } else { Ok(None) };
+                            self.succeed(spec, index, Some(source_size), evidence.clone())
+                                .await?;
+                            return if spec.disposition == Disposition::Move {
+                                self.delete_source(pair, index, &src_path, &evidence).await
+                            } else {
+                                Ok(None)
+                            };
                         }
                         Ok(size) if size.unwrap_or(0) == before => {
-                            self.update(index, MemberUpdate { intent: Some(None), ..Default::default() }).await.map_err(store_failed)?;
+                            self.update(
+                                index,
+                                MemberUpdate {
+                                    intent: Some(None),
+                                    ..Default::default()
+                                },
+                            )
+                            .await
+                            .map_err(store_failed)?;
                         }
                         Ok(size) => {
                             self.update(index, MemberUpdate { state: Some(MemberState::Uncertain), intent: Some(None), detail: Some(format!("an interrupted append left the destination at {} bytes; before it was {before}, a complete append gives {}: not repeated", size.map_or("unknown".into(), |s| s.to_string()), before + source_size)), ..Default::default() }).await.map_err(store_failed)?;
                             return Ok(None);
                         }
-                        Err(e) => return Ok(Some(format!("cannot resolve an interrupted append yet: {e}"))),
+                        Err(e) => {
+                            return Ok(Some(format!(
+                                "cannot resolve an interrupted append yet: {e}"
+                            )))
+                        }
                     }
                 }
             }
+        }
+        if spec.disposition == Disposition::Delete {
+            self.update(
+                index,
+                MemberUpdate {
+                    attempts: Some(m.attempts + 1),
+                    intent: Some(Some(Intent::Dele.encode())),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(store_failed)?;
+            return self.delete_only(pair, m, &src_path, false).await;
         }
         let req = copy_request(spec, &m.name);
         // Fence the unrepeatable effects before they happen.
         match spec.dest_command {
             DestCommand::Append => {
+                // No source file, or no SIZE to fence with: retrying cannot help.
+                let fail = |detail: String| MemberUpdate {
+                    state: Some(MemberState::FailedPermanent),
+                    attempts: Some(m.attempts + 1),
+                    detail: Some(detail),
+                    ..Default::default()
+                };
                 let source_size = match pair.size(Side::Source, &req.source_path).await {
                     Ok(Some(s)) => s,
-                    Ok(None) => return Ok(Some("SIZE of the source is needed to fence an append and is not available".into())),
-                    Err(e) => return Ok(Some(e.to_string())),
+                    Ok(None) => {
+                        self.update(
+                            index,
+                            fail(format!(
+                                "the source file does not exist: SIZE {} answered 550",
+                                req.source_path
+                            )),
+                        )
+                        .await
+                        .map_err(store_failed)?;
+                        return Ok(None);
+                    }
+                    Err(e) if e.disposition().is_transient() => return Ok(Some(e.to_string())),
+                    Err(e) => {
+                        self.update(
+                            index,
+                            fail(format!(
+                                "an append is fenced by SIZE of the source, which failed: {e}"
+                            )),
+                        )
+                        .await
+                        .map_err(store_failed)?;
+                        return Ok(None);
+                    }
                 };
                 let before = match pair.size(Side::Destination, &req.dest_path).await {
                     Ok(s) => s.unwrap_or(0),
-                    Err(e) => return Ok(Some(e.to_string())),
+                    Err(e) if e.disposition().is_transient() => return Ok(Some(e.to_string())),
+                    Err(e) => {
+                        self.update(
+                            index,
+                            fail(format!(
+                                "an append is fenced by SIZE of the destination, which failed: {e}"
+                            )),
+                        )
+                        .await
+                        .map_err(store_failed)?;
+                        return Ok(None);
+                    }
                 };
-                self.update(index, MemberUpdate { intent: Some(Some(Intent::Appe { before, source_size }.encode())), ..Default::default() }).await.map_err(store_failed)?;
+                self.update(
+                    index,
+                    MemberUpdate {
+                        intent: Some(Some(
+                            Intent::Appe {
+                                before,
+                                source_size,
+                            }
+                            .encode(),
+                        )),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(store_failed)?;
             }
             DestCommand::Unique => {
-                self.update(index, MemberUpdate { intent: Some(Some(Intent::Stou.encode())), ..Default::default() }).await.map_err(store_failed)?;
+                self.update(
+                    index,
+                    MemberUpdate {
+                        intent: Some(Some(Intent::Stou.encode())),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(store_failed)?;
             }
             DestCommand::Replace => {}
         }
@@ -262,7 +532,15 @@ impl Run {
             Err(e) => {
                 // A job-level failure in the middle of a copy: an append or STOU may be half done.
                 if spec.dest_command != DestCommand::Replace {
-                    let _ = self.update(index, MemberUpdate { attempts: Some(m.attempts + 1), ..Default::default() }).await;
+                    let _ = self
+                        .update(
+                            index,
+                            MemberUpdate {
+                                attempts: Some(m.attempts + 1),
+                                ..Default::default()
+                            },
+                        )
+                        .await;
                 }
                 return Err(pair_failed(&e));
             }
@@ -270,17 +548,38 @@ impl Run {
         let report = outcome.report().clone();
         let replies = MemberUpdate {
             attempts: Some(m.attempts + 1),
-            source_reply: last(report.source_final.as_ref().or(report.source_reply.as_ref())),
-            dest_reply: last(report.destination_final.as_ref().or(report.destination_reply.as_ref())),
+            source_reply: last(
+                report
+                    .source_final
+                    .as_ref()
+                    .or(report.source_reply.as_ref()),
+            ),
+            dest_reply: last(
+                report
+                    .destination_final
+                    .as_ref()
+                    .or(report.destination_reply.as_ref()),
+            ),
             ..Default::default()
         };
         match outcome {
-            CopyOutcome::Succeeded { bytes, size_check, stou_name, .. } => {
+            CopyOutcome::Succeeded {
+                bytes,
+                size_check,
+                stou_name,
+                ..
+            } => {
                 let mut detail = crate::ftp::evidence(&size_check);
                 if let Some(n) = &stou_name {
                     detail = format!("stored as {n:?}; {detail}");
                 }
-                let mut u = MemberUpdate { state: Some(MemberState::Succeeded), bytes, detail: Some(detail.clone()), intent: Some(None), ..replies };
+                let mut u = MemberUpdate {
+                    state: Some(MemberState::Succeeded),
+                    bytes,
+                    detail: Some(detail.clone()),
+                    intent: Some(None),
+                    ..replies
+                };
                 if spec.disposition == Disposition::Move {
                     u.intent = Some(Some(Intent::Dele.encode()));
                 }
@@ -292,19 +591,48 @@ impl Run {
                 Ok(None)
             }
             CopyOutcome::Permanent { failure, .. } => {
-                let state = if spec.dest_command != DestCommand::Replace && report.destination_touched { MemberState::Uncertain } else { MemberState::FailedPermanent };
-                self.update(index, MemberUpdate { state: Some(state), detail: Some(failure.to_string()), intent: Some(None), ..replies }).await.map_err(store_failed)?;
+                let state =
+                    if spec.dest_command != DestCommand::Replace && report.destination_touched {
+                        MemberState::Uncertain
+                    } else {
+                        MemberState::FailedPermanent
+                    };
+                self.update(
+                    index,
+                    MemberUpdate {
+                        state: Some(state),
+                        detail: Some(failure.to_string()),
+                        intent: Some(None),
+                        ..replies
+                    },
+                )
+                .await
+                .map_err(store_failed)?;
                 Ok(None)
             }
             CopyOutcome::Transient { failure, .. } => {
                 let reason = failure.to_string();
-                let mut u = MemberUpdate { detail: Some(reason.clone()), ..replies };
+                let mut u = MemberUpdate {
+                    detail: Some(reason.clone()),
+                    ..replies
+                };
                 if !report.destination_touched || spec.dest_command == DestCommand::Replace {
                     u.intent = Some(None);
                 } else if spec.dest_command == DestCommand::Unique {
                     // A partial unique file: delete it if its name is known, else it is uncertain.
                     match &report.stou_name {
-                        Some(name) if pair.is_usable() && pair.delete(Side::Destination, &crate::ftp::join_path(&req.dest_path, name)).await.is_ok() => u.intent = Some(None),
+                        Some(name)
+                            if pair.is_usable()
+                                && pair
+                                    .delete(
+                                        Side::Destination,
+                                        &crate::ftp::join_path(&req.dest_path, name),
+                                    )
+                                    .await
+                                    .is_ok() =>
+                        {
+                            u.intent = Some(None)
+                        }
                         _ => {
                             u.state = Some(MemberState::Uncertain);
                             u.intent = Some(None);
@@ -318,47 +646,140 @@ impl Run {
         }
     }
 
-    async fn succeed(&self, spec: &JobSpec, index: u32, bytes: Option<u64>, detail: String) -> Result<(), AttemptEnd> {
-        let intent = if spec.disposition == Disposition::Move { Some(Some(Intent::Dele.encode())) } else { Some(None) };
-        self.update(index, MemberUpdate { state: Some(MemberState::Succeeded), bytes, detail: Some(detail), intent, ..Default::default() }).await.map_err(store_failed)?;
+    async fn succeed(
+        &self,
+        spec: &JobSpec,
+        index: u32,
+        bytes: Option<u64>,
+        detail: String,
+    ) -> Result<(), AttemptEnd> {
+        let intent = if spec.disposition == Disposition::Move {
+            Some(Some(Intent::Dele.encode()))
+        } else {
+            Some(None)
+        };
+        self.update(
+            index,
+            MemberUpdate {
+                state: Some(MemberState::Succeeded),
+                bytes,
+                detail: Some(detail),
+                intent,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(store_failed)?;
         Ok(())
     }
 
     /// `move`: the copy is proven and recorded (with the `Dele` intent); now the source goes.
     /// `evidence` is the member's detail so far (the copy's evidence), kept in front of what
-    /// happened to the source.
-    ///
-    /// A refused DELE is checked with SIZE: after a restart the intent is resolved again, and
-    /// a DELE that reached the server before the crash makes this one answer 550 "no such
-    /// file", which must settle the member, not keep it retrying until the job is exhausted.
-    async fn delete_source(&self, pair: &mut Pair, index: u32, path: &str, evidence: &str) -> Result<Option<String>, AttemptEnd> {
-        let settled = |note: String| MemberUpdate { intent: Some(None), detail: Some(format!("{evidence}; {note}")), ..Default::default() };
-        let refused = match pair.delete(Side::Source, path).await {
-            Ok(_) => {
-                self.update(index, settled("source deleted".into())).await.map_err(store_failed)?;
-                return Ok(None);
+    /// happened to the source. After a restart the intent is resolved again: a DELE that
+    /// reached the server before the crash makes this one answer 550, and SIZE then finds
+    /// no file, which settles the member instead of retrying it until the job is exhausted.
+    async fn delete_source(
+        &self,
+        pair: &mut Pair,
+        index: u32,
+        path: &str,
+        evidence: &str,
+    ) -> Result<Option<String>, AttemptEnd> {
+        let result = dele(pair, path).await;
+        let note = match &result {
+            Dele::Deleted(_) => "source deleted".to_string(),
+            Dele::Absent(refused) => {
+                format!("source already deleted (DELE now answers: {refused})")
             }
-            Err(e) => e,
+            other => format!("source {other}"),
         };
-        // On a dead pair this is an error that asks for a retry.
-        let update = match pair.size(Side::Source, path).await {
-            Ok(None) => settled(format!("source already deleted (DELE now answers: {refused})")),
-            Ok(Some(_)) | Err(_) if refused.disposition().is_transient() => {
-                let reason = format!("copied, but deleting the source failed: {refused}");
-                // The intent stays: the next attempt deletes again.
-                self.update(index, MemberUpdate { detail: Some(format!("{evidence}; {reason}")), ..Default::default() }).await.map_err(store_failed)?;
-                return Ok(Some(reason));
-            }
-            Ok(Some(_)) => settled(format!("the source could not be deleted: {refused}")),
-            Err(e) if e.disposition().is_transient() => {
-                let reason = format!("copied, but deleting the source failed ({refused}) and SIZE cannot tell whether it is still there ({e})");
-                self.update(index, MemberUpdate { detail: Some(format!("{evidence}; {reason}")), ..Default::default() }).await.map_err(store_failed)?;
-                return Ok(Some(reason));
-            }
-            Err(e) => settled(format!("the source may still be there: DELE answered {refused}, and SIZE cannot tell ({e})")),
+        let detail = Some(format!("{evidence}; {note}"));
+        if result.retry() {
+            // The intent stays: the next attempt deletes again.
+            self.update(
+                index,
+                MemberUpdate {
+                    detail,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(store_failed)?;
+            return Ok(Some(format!("copied, but the {note}")));
+        }
+        if !matches!(result, Dele::Deleted(_)) {
+            tracing::warn!(job = self.id.0, path, "{note}");
+        }
+        self.update(
+            index,
+            MemberUpdate {
+                intent: Some(None),
+                detail,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(store_failed)?;
+        Ok(None)
+    }
+
+    /// A `delete` job's file, its `Dele` intent recorded. `resumed`: the intent was there
+    /// before this attempt, so a file found gone was deleted by the interrupted one.
+    async fn delete_only(
+        &self,
+        pair: &mut Pair,
+        m: &Member,
+        path: &str,
+        resumed: bool,
+    ) -> Result<Option<String>, AttemptEnd> {
+        let result = dele(pair, path).await;
+        let reply = |r: &bftp_ftp::parse::Reply| {
+            Some(LastReply {
+                code: Some(r.code().get()),
+                text: format!("DELE: {}", r.text()),
+            })
         };
-        tracing::warn!(job = self.id.0, path, reply = %refused, "DELE of a moved file's source refused");
-        self.update(index, update).await.map_err(store_failed)?;
+        let mut u = MemberUpdate {
+            detail: Some(result.to_string()),
+            intent: Some(None),
+            ..Default::default()
+        };
+        match &result {
+            Dele::Deleted(r) => {
+                u.state = Some(MemberState::Succeeded);
+                u.source_reply = reply(r);
+            }
+            Dele::Absent(_) if resumed => {
+                u.state = Some(MemberState::Succeeded);
+                u.detail = Some(format!("deleted before bftpd restarted: {result}"));
+            }
+            _ if result.retry() => {
+                self.update(
+                    m.index,
+                    MemberUpdate {
+                        detail: u.detail,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(store_failed)?;
+                return Ok(Some(result.to_string()));
+            }
+            _ => u.state = Some(MemberState::FailedPermanent),
+        }
+        if let Dele::Absent(ActionError::Refused { reply: r, .. })
+        | Dele::Refused {
+            refused: ActionError::Refused { reply: r, .. },
+            ..
+        }
+        | Dele::Unknown {
+            refused: ActionError::Refused { reply: r, .. },
+            ..
+        } = &result
+        {
+            u.source_reply = reply(r);
+        }
+        self.update(m.index, u).await.map_err(store_failed)?;
         Ok(None)
     }
 }

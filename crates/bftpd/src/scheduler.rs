@@ -30,15 +30,25 @@ pub enum AttemptEnd {
     /// The job cannot succeed (login refused, source directory missing, no file matches,
     /// FXP refused by both servers): every pending member fails with the reason.
     JobPermanent { reason: String },
-    /// Stopped by a cancel or by shutdown before it ended.
+    /// Stopped by a cancel, or by shutdown (aborted after the grace period, or drained
+    /// between two files), before it ended.
     Interrupted,
+}
+
+/// How the scheduler tells a running attempt to stop.
+#[derive(Debug, Clone, Default)]
+pub struct AttemptSignals {
+    /// Stop now: a cancel, or the end of the grace period at shutdown.
+    pub abort: CancellationToken,
+    /// Shutdown began: let the work in flight finish within the grace period, start no more.
+    pub drain: CancellationToken,
 }
 
 pub type AttemptFuture = Pin<Box<dyn Future<Output = AttemptEnd> + Send>>;
 
 /// Runs one attempt of one job.
 pub trait Executor: Send + Sync + 'static {
-    fn attempt(&self, job: Job, attempt: u32, cancel: CancellationToken) -> AttemptFuture;
+    fn attempt(&self, job: Job, attempt: u32, signals: AttemptSignals) -> AttemptFuture;
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -63,7 +73,11 @@ fn now() -> Timestamp {
 }
 
 impl Scheduler {
-    pub fn new(store: Arc<dyn JobStore>, executor: Arc<dyn Executor>, limits: SchedulerLimits) -> Arc<Scheduler> {
+    pub fn new(
+        store: Arc<dyn JobStore>,
+        executor: Arc<dyn Executor>,
+        limits: SchedulerLimits,
+    ) -> Arc<Scheduler> {
         Arc::new(Scheduler {
             store,
             executor,
@@ -81,7 +95,12 @@ impl Scheduler {
 
     /// Stops the running attempt of a job that was just cancelled in the store.
     pub fn cancel(&self, id: JobId) {
-        if let Some(token) = self.running.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+        if let Some(token) = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+        {
             token.cancel();
         }
         self.notify();
@@ -100,8 +119,18 @@ impl Scheduler {
             for id in &ids {
                 let at = now();
                 let job = store.get(*id)?.ok_or(StoreError::NotFound(*id))?;
-                let detail = format!("bftpd restarted during attempt {}; unfinished members will be done again", job.attempts);
-                store.apply(*id, JobEvent::Requeue { next_attempt_at: at }, at, Some(detail))?;
+                let detail = format!(
+                    "bftpd restarted during attempt {}; unfinished members will be done again",
+                    job.attempts
+                );
+                store.apply(
+                    *id,
+                    JobEvent::Requeue {
+                        next_attempt_at: at,
+                    },
+                    at,
+                    Some(detail),
+                )?;
                 tracing::info!(job = id.0, "recovered an interrupted attempt");
             }
             Ok(ids.len())
@@ -117,7 +146,7 @@ impl Scheduler {
             if shutdown.is_cancelled() {
                 break;
             }
-            let next = match self.start_due(&attempts_token).await {
+            let next = match self.start_due(&attempts_token, &shutdown).await {
                 Ok(next) => next,
                 Err(e) => {
                     tracing::error!(error = %e, "the scheduler cannot read the queue; retrying in 5 s");
@@ -135,63 +164,106 @@ impl Scheduler {
             }
         }
         self.tracker.close();
-        if tokio::time::timeout(self.limits.grace, self.tracker.wait()).await.is_err() {
-            tracing::warn!(running = self.running_count(), "grace period over: aborting running attempts; they stay queued");
+        if tokio::time::timeout(self.limits.grace, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                running = self.running_count(),
+                "grace period over: aborting running attempts; they stay queued"
+            );
             attempts_token.cancel();
             self.tracker.wait().await;
         }
     }
 
     /// Starts what is due and fits; returns when to look again (the next due time, if any).
-    async fn start_due(self: &Arc<Self>, parent: &CancellationToken) -> Result<Option<Timestamp>, StoreError> {
-        let free = self.limits.max_running_jobs.saturating_sub(self.running_count());
+    async fn start_due(
+        self: &Arc<Self>,
+        parent: &CancellationToken,
+        drain: &CancellationToken,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        let free = self
+            .limits
+            .max_running_jobs
+            .saturating_sub(self.running_count());
         let store = self.store.clone();
         let t = now();
-        let due = tokio::task::spawn_blocking(move || store.due(t, free.max(1))).await.expect("queue read panicked")?;
+        let due = tokio::task::spawn_blocking(move || store.due(t, free.max(1)))
+            .await
+            .expect("queue read panicked")?;
         if free == 0 {
             // Full: a finishing attempt wakes us.
             return Ok(None);
         }
         for (_, id) in due {
-            if self.running.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&id) {
+            if self
+                .running
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(&id)
+            {
                 continue;
             }
-            self.start(id, parent).await?;
+            self.start(id, parent, drain).await?;
         }
         let store = self.store.clone();
-        let next = tokio::task::spawn_blocking(move || store.next_due()).await.expect("queue read panicked")?;
+        let next = tokio::task::spawn_blocking(move || store.next_due())
+            .await
+            .expect("queue read panicked")?;
         // Due but not started (no free slot): a finishing attempt will wake us.
         Ok(next.filter(|n| *n > now() || self.running_count() < self.limits.max_running_jobs))
     }
 
-    async fn start(self: &Arc<Self>, id: JobId, parent: &CancellationToken) -> Result<(), StoreError> {
+    async fn start(
+        self: &Arc<Self>,
+        id: JobId,
+        parent: &CancellationToken,
+        drain: &CancellationToken,
+    ) -> Result<(), StoreError> {
         let store = self.store.clone();
         let t = now();
-        let started = tokio::task::spawn_blocking(move || -> Result<Option<(Job, u32)>, StoreError> {
-            let Some(job) = store.get(id)? else { return Ok(None) };
-            let JobState::Queued { .. } = job.state else { return Ok(None) };
-            // A job whose deadline passed while it waited (say, the daemon was down) ends here.
-            if t > job.spec.start_at.saturating_add(job.spec.retry.deadline) {
-                store.settle_and_finish(id, MemberState::FailedRetriesExhausted, t, Some("the retry deadline passed before the next attempt".into()))?;
-                return Ok(None);
-            }
-            let attempt = job.attempts + 1;
-            match store.apply(id, JobEvent::Start { attempt }, t, None) {
-                Ok(job) => Ok(Some((job, attempt))),
-                // Cancelled between the due read and now.
-                Err(StoreError::InvalidTransition { .. }) => Ok(None),
-                Err(e) => Err(e),
-            }
-        })
-        .await
-        .expect("start task panicked")?;
-        let Some((job, attempt)) = started else { return Ok(()) };
+        let started =
+            tokio::task::spawn_blocking(move || -> Result<Option<(Job, u32)>, StoreError> {
+                let Some(job) = store.get(id)? else {
+                    return Ok(None);
+                };
+                let JobState::Queued { .. } = job.state else {
+                    return Ok(None);
+                };
+                // A job whose deadline passed while it waited (say, the daemon was down) ends here.
+                if t > job.spec.start_at.saturating_add(job.spec.retry.deadline) {
+                    store.settle_and_finish(
+                        id,
+                        MemberState::FailedRetriesExhausted,
+                        t,
+                        Some("the retry deadline passed before the next attempt".into()),
+                    )?;
+                    return Ok(None);
+                }
+                let attempt = job.attempts + 1;
+                match store.apply(id, JobEvent::Start { attempt }, t, None) {
+                    Ok(job) => Ok(Some((job, attempt))),
+                    // Cancelled between the due read and now.
+                    Err(StoreError::InvalidTransition { .. }) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .await
+            .expect("start task panicked")?;
+        let Some((job, attempt)) = started else {
+            return Ok(());
+        };
         let token = parent.child_token();
-        self.running.lock().unwrap_or_else(|p| p.into_inner()).insert(id, token.clone());
+        let drain = drain.clone();
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, token.clone());
         tracing::info!(job = id.0, attempt, "attempt started");
         let me = Arc::clone(self);
         self.tracker.spawn(async move {
-            let end = me.executor.attempt(job.clone(), attempt, token.clone()).await;
+            let end = me.executor.attempt(job.clone(), attempt, AttemptSignals { abort: token.clone(), drain }).await;
             if let Err(e) = me.conclude(&job, attempt, end).await {
                 tracing::error!(job = id.0, error = %e, "cannot record the end of an attempt; the job stays running until restart recovery");
             }
