@@ -1,0 +1,1542 @@
+//! Benchmark of third-party (FXP) copies, bftp against lftp: run with
+//!   cargo build --release --bins && cargo run --release -p bftp-tests --bin bench-fxp
+//!
+//! Two real FTP servers on loopback (source vsftpd, destination proFTPD; `BENCH_SRC` and
+//! `BENCH_DST` choose among vsftpd, proftpd, pure-ftpd), two data sets:
+//! - one big file (`BENCH_BIG_MIB`, default 1024 MiB) of a fast non-repeating pattern,
+//! - many small files (`BENCH_SMALL`, default 2,000) of 4 KiB each,
+//!
+//! each copied by four controllers:
+//! - `bftp p1`: `bftp transfer` through a fresh release bftpd with `[ftp] parallel_pairs = 1`,
+//! - `bftp p4`: the same with `parallel_pairs = 4` (the default),
+//! - `lftp seq`: `lftp -c 'set ftp:use-fxp yes; set ftp:fxp-force yes; set ftp:ssl-allow no;
+//!   mirror SRC DST'` (the big file is alone in its directory),
+//! - `lftp par4`: the same with `set mirror:parallel-transfer-count 4`.
+//!
+//! For each, over the wall time of the command (`bftp` or `lftp`): files/s and MB/s; the
+//! controller's CPU seconds (bftpd: utime+stime delta from /proc/PID/stat, the `bftp` CLI
+//! apart from its wait4 rusage; lftp: its wait4 rusage, children included); the two servers'
+//! CPU (their master's own and reaped children's times); the controller's peak RSS (bftpd
+//! VmHWM of a fresh daemon per run; lftp and bftp VmHWM sampled every 5 ms); the controller's
+//! /proc/PID/io rchar+wchar delta (NOT an upper bound on its network traffic: recv(2) on a
+//! socket does not count in rchar, and wchar also holds bftpd's log and its event stream to
+//! `bftp`); and, exactly, the TCP payload the controller sent and received: a tap thread dups
+//! every TCP socket of the controller as it appears (pidfd_getfd(2), every `BENCH_TAP_MS`
+//! ms, default 2; 0 turns it off) and reads TCP_INFO bytes_acked/bytes_received after the
+//! run. Each run is checked (every file there with the same size, the small ones compared
+//! in full, the big one compared in full), the destination is emptied and `sync` run before
+//! the next, and each run is bounded by `BENCH_TIMEOUT` seconds (default 600).
+//!
+//! Also printed: bftp's phases (start to the listing, listing to the last file), and the FTP
+//! commands per file each server received (from vsftpd's protocol log and proFTPD's
+//! ExtendedLog; Pure-FTPd logs none), which is where the round trips go.
+//!
+//! On a loaded machine the numbers vary from run to run: `BENCH_ROUNDS=N` runs the four
+//! controllers N times, interleaved, and judges the goals on the medians. Under CPU
+//! saturation the column that varies least is CPU/file (controller, CLI and both servers).
+//!
+//! `BENCH_DATA=big,small` and `BENCH_TOOLS=bftp1,bftp4,lftp1,lftp4` pick a subset;
+//! `BENCH_LOG` is bftpd's log level (default info). For a profile: `BENCH_LFTP_DEBUG=DIR`
+//! writes lftp's debug logs there, `BENCH_STRACE=DIR` bftpd's and lftp's timed network
+//! system calls, `BENCH_PERF=DIR` a perf profile of bftpd (both slow them down: not for the
+//! numbers).
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use bftp_tests::daemon::{bin, Bftpd};
+use bftp_tests::{FtpOptions, FtpServer, ServerKind};
+
+/// Size of each small file.
+const SMALL_SIZE: usize = 4096;
+/// Where the data sets live on the source, and where copies go on the destination.
+const BIG_DIR: &str = "big";
+const BIG_NAME: &str = "big.bin";
+const SMALL_DIR: &str = "small";
+const DST_DIR: &str = "dst";
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn env_list(name: &str, default: &str) -> Vec<String> {
+    env_or(name, default.to_string())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect()
+}
+
+fn server_kind(name: &str, default: ServerKind) -> Result<ServerKind> {
+    match std::env::var(name) {
+        Err(_) => Ok(default),
+        Ok(v) => ServerKind::ALL
+            .into_iter()
+            .find(|k| k.name() == v.trim())
+            .with_context(|| format!("{name}={v}: not one of vsftpd, proftpd, pure-ftpd")),
+    }
+}
+
+// ---- the data ----
+
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut s = seed;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        v.extend_from_slice(&splitmix(&mut s).to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// The big file: a 1 MiB pseudo-random block, stamped every 4 KiB with the block number and
+/// offset, so that no two 4 KiB pieces of the file are equal (a misplaced or repeated
+/// piece shows in the compare). 1 MiB writes: disk speed, no /dev/urandom, no holes.
+fn write_big(src: &FtpServer, mib: u64) -> Result<u64> {
+    const BLOCK: usize = 1 << 20;
+    src.mkdir(BIG_DIR)?;
+    let path = src.path(&format!("{BIG_DIR}/{BIG_NAME}"));
+    let mut block = pattern(0xb16_f11e, BLOCK);
+    let mut f = std::io::BufWriter::with_capacity(BLOCK, File::create(&path)?);
+    for i in 0..mib {
+        for off in (0..BLOCK).step_by(4096) {
+            let stamp = (i << 20 | off as u64) ^ 0x5a5a_5a5a_5a5a_5a5a;
+            block[off..off + 8].copy_from_slice(&stamp.to_le_bytes());
+        }
+        f.write_all(&block)?;
+    }
+    f.into_inner()?.sync_all()?;
+    // Owned like the root, so the server's session may read it.
+    let root = std::fs::metadata(src.root())?;
+    std::os::unix::fs::chown(&path, Some(root.uid()), Some(root.gid()))?;
+    Ok(mib * BLOCK as u64)
+}
+
+fn write_small(src: &FtpServer, count: usize) -> Result<u64> {
+    for i in 0..count {
+        src.put_file(
+            &format!("{SMALL_DIR}/f{i:06}.dat"),
+            &pattern(i as u64 + 1, SMALL_SIZE),
+        )?;
+    }
+    Ok((count * SMALL_SIZE) as u64)
+}
+
+/// Byte-for-byte compare, 4 MiB at a time.
+fn same_contents(a: &Path, b: &Path) -> Result<()> {
+    const CHUNK: usize = 4 << 20;
+    let (mut fa, mut fb) = (File::open(a)?, File::open(b)?);
+    let (mut ba, mut bb) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
+    let mut pos = 0u64;
+    loop {
+        let na = read_full(&mut fa, &mut ba)?;
+        let nb = read_full(&mut fb, &mut bb)?;
+        ensure!(na == nb, "lengths differ near byte {pos}");
+        if na == 0 {
+            return Ok(());
+        }
+        if ba[..na] != bb[..nb] {
+            let i = ba.iter().zip(&bb).position(|(x, y)| x != y).unwrap_or(0);
+            bail!("contents differ at byte {}", pos + i as u64);
+        }
+        pos += na as u64;
+    }
+}
+
+fn read_full(f: &mut File, buf: &mut [u8]) -> Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+// ---- processes ----
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf takes no pointers.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// The fields of /proc/PID/stat after `(comm)`: state is [0], ppid [1], utime [11], stime
+/// [12], cutime [13], cstime [14].
+fn stat_fields(pid: u32) -> Result<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = &stat[stat.rfind(')').context("odd /proc stat")? + 1..];
+    Ok(rest.split_whitespace().map(str::to_string).collect())
+}
+
+fn ticks(f: &[String], i: usize) -> Result<f64> {
+    Ok(f.get(i).context("short /proc stat")?.parse::<u64>()? as f64 / clock_ticks())
+}
+
+/// CPU seconds (own; with `reaped`, also its waited-for children's) of a process.
+fn cpu_seconds(pid: u32, reaped: bool) -> Result<f64> {
+    let f = stat_fields(pid)?;
+    let own = ticks(&f, 11)? + ticks(&f, 12)?;
+    Ok(if reaped {
+        own + ticks(&f, 13)? + ticks(&f, 14)?
+    } else {
+        own
+    })
+}
+
+/// rchar and wchar of /proc/PID/io (also readable for a zombie, before it is reaped).
+fn proc_io(pid: u32) -> Result<(u64, u64)> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io"))?;
+    let field = |name: &str| -> Result<u64> {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .context("io field")?
+            .trim()
+            .parse()
+            .context("io value")
+    };
+    Ok((field("rchar:")?, field("wchar:")?))
+}
+
+fn status_kib(pid: u32, key: &str) -> Result<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    s.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("{key} of {pid}"))
+}
+
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| {
+            stat_fields(p).is_ok_and(|f| f.get(1).is_some_and(|pp| pp == &pid.to_string()))
+        })
+        .collect()
+}
+
+fn load1() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// (busy, total) jiffies of all CPUs, from /proc/stat.
+fn cpu_jiffies() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> = s
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// The process listening on `server`'s control port: its master (the one of the socket's
+/// holders whose parent is not one).
+fn server_master(server: &FtpServer) -> Option<u32> {
+    let want = format!(
+        "{:08X}:{:04X}",
+        u32::from_ne_bytes(server.host().octets()),
+        server.port()
+    );
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let inode = table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&"0A")).then(|| f[9].to_string())
+    })?;
+    let link = format!("socket:[{inode}]");
+    let holders: Vec<u32> = std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.flatten().any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|t| t.to_str() == Some(&link))
+                })
+            })
+        })
+        .collect();
+    holders.iter().copied().find(|&pid| {
+        stat_fields(pid)
+            .ok()
+            .and_then(|f| f.get(1)?.parse::<u32>().ok())
+            .is_none_or(|pp| !holders.contains(&pp))
+    })
+}
+
+/// A server's CPU so far: its master and every session it reaped. Waits (10 s at most)
+/// for the sessions of the last run to be gone and reaped (not even zombies), so that
+/// they count.
+fn server_cpu(master: Option<u32>) -> f64 {
+    let Some(pid) = master else { return f64::NAN };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = children_of(pid);
+        if left.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            eprintln!(
+                "warning: server {pid} still has sessions {left:?}: their CPU is not counted"
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cpu_seconds(pid, true).unwrap_or(f64::NAN)
+}
+
+// ---- the TCP tap ----
+
+/// Payload bytes over the TCP connections of a process.
+#[derive(Clone, Copy, Default, Debug)]
+struct TcpTotals {
+    sockets: u32,
+    /// Connections to one of `control_ports` (the servers' control ports).
+    control: u32,
+    sent: u64,
+    received: u64,
+}
+
+impl TcpTotals {
+    fn bytes(&self) -> u64 {
+        self.sent + self.received
+    }
+}
+
+/// Counts the TCP payload of a process: scans /proc/PID/fd every `interval`, takes a
+/// duplicate of each new TCP socket (pidfd_getfd(2)), and once the process no longer has it
+/// (or at the end) reads its TCP_INFO bytes_acked/bytes_received and closes the duplicate.
+/// Two costs: a socket opened and closed between two scans is missed (the count of sockets
+/// says so), and the duplicate delays the FIN of a socket the process closed by up to two
+/// intervals (held to the end, it would stall a server that waits for the client's FIN,
+/// as proFTPD does after a listing, for its 10 s TimeoutLinger).
+struct Tap {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<TcpTotals>,
+}
+
+fn getsockopt_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int) -> Option<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: v and len are valid out-parameters of the right size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(v)
+}
+
+fn is_tcp(fd: &OwnedFd) -> bool {
+    let domain = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN);
+    let proto = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL);
+    matches!(domain, Some(libc::AF_INET | libc::AF_INET6)) && proto == Some(libc::IPPROTO_TCP)
+}
+
+fn inode_of(fd: &OwnedFd) -> Option<u64> {
+    // SAFETY: zeroed stat is a valid out-parameter.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid fd and out-parameter.
+    (unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0).then_some(st.st_ino)
+}
+
+fn pidfd_open(pid: u32) -> Result<OwnedFd> {
+    // SAFETY: pidfd_open(2) takes no pointers; a non-negative result is a new fd we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    ensure!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+    // SAFETY: fd was just returned by pidfd_open and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// What the tap holds of one socket.
+struct Held {
+    fd: OwnedFd,
+    /// Taken while the socket was surely connected (a reset one has no peer).
+    peer: Option<u16>,
+    /// Whole scans of the fd table in a row that did not find it.
+    misses: u8,
+}
+
+impl Held {
+    fn add_to(self, totals: &mut TcpTotals, control_ports: &[u16]) {
+        // SAFETY: zeroed tcp_info is a valid out-parameter; len says its size.
+        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        // SAFETY: a valid fd and out-parameters.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&mut info as *mut libc::tcp_info).cast(),
+                &mut len,
+            )
+        };
+        if r != 0 {
+            return;
+        }
+        if std::env::var_os("BENCH_TAP_DEBUG").is_some() {
+            eprintln!(
+                "tap: peer port {:?} state {} sent {} received {}",
+                self.peer.or_else(|| peer_port(&self.fd)),
+                info.tcpi_state,
+                info.tcpi_bytes_acked,
+                info.tcpi_bytes_received
+            );
+        }
+        totals.sockets += 1;
+        totals.sent += info.tcpi_bytes_acked;
+        totals.received += info.tcpi_bytes_received;
+        if self
+            .peer
+            .or_else(|| peer_port(&self.fd))
+            .is_some_and(|p| control_ports.contains(&p))
+        {
+            totals.control += 1;
+        }
+    }
+}
+
+/// The socket inodes in a process's fd table, with an fd number of each; None when the
+/// table could not be read whole (an fd closed while being read, the process gone).
+fn socket_fds(pid: u32) -> Option<BTreeMap<u64, i32>> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd")).ok()? {
+        let e = e.ok()?;
+        let target = std::fs::read_link(e.path()).ok()?;
+        let inode = target
+            .to_str()
+            .and_then(|t| t.strip_prefix("socket:["))
+            .and_then(|t| t.strip_suffix(']'))
+            .and_then(|t| t.parse::<u64>().ok());
+        let num = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok());
+        if let (Some(inode), Some(num)) = (inode, num) {
+            out.insert(inode, num);
+        }
+    }
+    Some(out)
+}
+
+impl Tap {
+    fn start(pid: u32, interval: Duration, control_ports: [u16; 2]) -> Result<Tap> {
+        let pidfd = pidfd_open(pid)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut totals = TcpTotals::default();
+            let mut seen = HashSet::new();
+            let mut held: BTreeMap<u64, Held> = BTreeMap::new();
+            loop {
+                let last = flag.load(Ordering::SeqCst);
+                let scan = socket_fds(pid);
+                let now = scan.clone().unwrap_or_default();
+                for (&inode, &num) in &now {
+                    if seen.contains(&inode) {
+                        continue;
+                    }
+                    // SAFETY: pidfd_getfd(2) takes no pointers; a non-negative result
+                    // is a new fd we own.
+                    let fd =
+                        unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), num, 0) };
+                    if fd < 0 {
+                        continue;
+                    }
+                    // SAFETY: a new fd nothing else owns.
+                    let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
+                    // The fd number may have been reused since the readlink: trust the dup.
+                    let Some(real) = inode_of(&fd) else { continue };
+                    if seen.insert(real) && is_tcp(&fd) {
+                        let peer = peer_port(&fd);
+                        held.insert(
+                            real,
+                            Held {
+                                fd,
+                                peer,
+                                misses: 0,
+                            },
+                        );
+                    }
+                }
+                // Gone: missing from two whole scans in a row (or the end).
+                if let Some(scan) = &scan {
+                    for (inode, h) in held.iter_mut() {
+                        h.misses = if scan.contains_key(inode) {
+                            0
+                        } else {
+                            h.misses + 1
+                        };
+                    }
+                }
+                let gone: Vec<u64> = held
+                    .iter()
+                    .filter(|(_, h)| last || h.misses >= 2)
+                    .map(|(i, _)| *i)
+                    .collect();
+                for inode in gone {
+                    if let Some(h) = held.remove(&inode) {
+                        h.add_to(&mut totals, &control_ports);
+                    }
+                }
+                if last {
+                    return totals;
+                }
+                std::thread::sleep(interval);
+            }
+        });
+        Ok(Tap { stop, thread })
+    }
+
+    /// One last scan; every socket still held is counted and released.
+    fn finish(self) -> TcpTotals {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+fn peer_port(fd: &OwnedFd) -> Option<u16> {
+    // SAFETY: zeroed sockaddr_storage is a valid out-parameter; len says its size.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: valid fd and out-parameters.
+    let r = unsafe {
+        libc::getpeername(
+            fd.as_raw_fd(),
+            (&mut ss as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the kernel filled a sockaddr_in.
+            let sin: &libc::sockaddr_in =
+                unsafe { &*(&ss as *const _ as *const libc::sockaddr_in) };
+            Some(u16::from_be(sin.sin_port))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the kernel filled a sockaddr_in6.
+            let sin6: &libc::sockaddr_in6 =
+                unsafe { &*(&ss as *const _ as *const libc::sockaddr_in6) };
+            Some(u16::from_be(sin6.sin6_port))
+        }
+        _ => None,
+    }
+}
+
+// ---- a measured child ----
+
+/// What a child command cost, measured by its parent.
+struct ChildRun {
+    wall: Duration,
+    success: bool,
+    timed_out: bool,
+    /// user+system seconds, its waited-for children included (wait4's rusage).
+    cpu: f64,
+    /// Its peak RSS (VmHWM), sampled every 5 ms until it exits. Not ru_maxrss: that also
+    /// holds the RSS of the image the child was forked from (this benchmark's).
+    hwm_kib: u64,
+    /// /proc/PID/io of the exited (zombie) process.
+    rchar: u64,
+    wchar: u64,
+    /// Its stdout lines, with when each arrived (since the start).
+    lines: Vec<(Duration, String)>,
+    /// Its own TCP traffic, when tapped.
+    tcp: Option<TcpTotals>,
+}
+
+/// Runs `cmd` to its end, or SIGKILLs it after `limit`: waits on a pidfd (sampling its
+/// VmHWM every 5 ms), reads the zombie's I/O counters, then reaps it with wait4 for its
+/// rusage.
+fn run_child(
+    cmd: &mut Command,
+    limit: Duration,
+    tap: Option<(Duration, [u16; 2])>,
+) -> Result<ChildRun> {
+    cmd.stdout(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {:?}", cmd.get_program()))?;
+    let pid = child.id();
+    let tapped = match tap {
+        Some((interval, ports)) => Some(Tap::start(pid, interval, ports)?),
+        None => None,
+    };
+    let stdout = child.stdout.take().context("stdout")?;
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(|l| l.ok())
+            .map(|l| (start.elapsed(), l))
+            .collect::<Vec<_>>()
+    });
+    let pidfd = pidfd_open(pid)?;
+    // The name it has once it runs the program (before the exec it is a copy of us).
+    let comm: String = Path::new(cmd.get_program())
+        .file_name()
+        .map(|n| n.to_string_lossy().chars().take(15).collect())
+        .unwrap_or_default();
+    let mut hwm_kib = 0;
+    let mut timed_out = false;
+    loop {
+        let execed = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|c| c.trim_end() == comm);
+        if execed {
+            hwm_kib = hwm_kib.max(status_kib(pid, "VmHWM:").unwrap_or(0));
+        }
+        let left = limit.saturating_sub(start.elapsed());
+        if left.is_zero() && !timed_out {
+            timed_out = true;
+            // SAFETY: kill(2) on our own unreaped child.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+        let mut pfd = libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = left.as_millis().clamp(1, 5) as libc::c_int;
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut pfd, 1, ms) } > 0 {
+            break;
+        }
+    }
+    let wall = start.elapsed();
+    let (rchar, wchar) = proc_io(pid).unwrap_or_default();
+    let tcp = tapped.map(Tap::finish);
+    let mut status = 0;
+    // SAFETY: zeroed rusage is a valid out-parameter.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: reaps our own child; status and ru are valid out-parameters.
+    let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut ru) };
+    ensure!(
+        r == pid as libc::pid_t,
+        "wait4: {}",
+        std::io::Error::last_os_error()
+    );
+    // Reaped here: std's Child must not wait for it again (it does not on drop).
+    drop(child);
+    let lines = reader.join().unwrap_or_default();
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok(ChildRun {
+        wall,
+        success: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        timed_out,
+        cpu: tv(ru.ru_utime) + tv(ru.ru_stime),
+        hwm_kib,
+        rchar,
+        wchar,
+        lines,
+        tcp,
+    })
+}
+
+// ---- server command logs ----
+
+/// FTP commands a server received, by verb, from its protocol log (vsftpd: `FTP command:`
+/// lines of log_ftp_protocol; proFTPD: its ExtendedLog, a line a command). None for
+/// Pure-FTPd, which logs only to syslog.
+struct CommandLog {
+    path: Option<PathBuf>,
+    kind: ServerKind,
+}
+
+impl CommandLog {
+    fn new(server: &FtpServer) -> CommandLog {
+        let path = match server.kind() {
+            ServerKind::PureFtpd => None,
+            _ => Some(server.log_file()),
+        };
+        CommandLog {
+            path,
+            kind: server.kind(),
+        }
+    }
+
+    fn offset(&self) -> u64 {
+        self.path
+            .as_ref()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map_or(0, |m| m.len())
+    }
+
+    /// Verbs counted from `from` to the end of the log.
+    fn verbs_since(&self, from: u64) -> Option<BTreeMap<String, u64>> {
+        let path = self.path.as_ref()?;
+        let mut f = File::open(path).ok()?;
+        f.seek(SeekFrom::Start(from)).ok()?;
+        let mut text = String::new();
+        f.read_to_string(&mut text).ok()?;
+        let mut verbs = BTreeMap::new();
+        for line in text.lines() {
+            let command = match self.kind {
+                // ... [pid 12] [bftp-ftp] FTP command: Client "127.0.0.1", "RETR x"
+                ServerKind::Vsftpd => line
+                    .split_once("FTP command: Client ")
+                    .and_then(|(_, r)| r.split_once(", \""))
+                    .map(|(_, c)| c),
+                // 127.0.0.1 UNKNOWN bftp-ftp [30/Nov/2026:12:00:00 +0000] "RETR x" 150 -
+                _ => line.split_once('"').map(|(_, c)| c),
+            };
+            let Some(command) = command else { continue };
+            let verb = command
+                .chars()
+                .take_while(char::is_ascii_alphabetic)
+                .collect::<String>()
+                .to_ascii_uppercase();
+            if !verb.is_empty() {
+                *verbs.entry(verb).or_insert(0) += 1;
+            }
+        }
+        Some(verbs)
+    }
+}
+
+// ---- the runs ----
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Data {
+    Big,
+    Small,
+}
+
+impl Data {
+    fn label(self) -> &'static str {
+        match self {
+            Data::Big => "big",
+            Data::Small => "small",
+        }
+    }
+    fn src_dir(self) -> &'static str {
+        match self {
+            Data::Big => BIG_DIR,
+            Data::Small => SMALL_DIR,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Tool {
+    Bftp(usize),
+    Lftp(usize),
+}
+
+impl Tool {
+    fn label(self) -> String {
+        match self {
+            Tool::Bftp(n) => format!("bftp p{n}"),
+            Tool::Lftp(1) => "lftp seq".into(),
+            Tool::Lftp(n) => format!("lftp par{n}"),
+        }
+    }
+    fn key(self) -> String {
+        match self {
+            Tool::Bftp(n) => format!("bftp{n}"),
+            Tool::Lftp(n) => format!("lftp{n}"),
+        }
+    }
+}
+
+/// bftp's phases, from the arrival times of its events.
+#[derive(Clone, Copy, Debug)]
+struct Phases {
+    /// Start to the `listed` event: connect, log in, list (and per-file probes).
+    listed: f64,
+    first_file: f64,
+    last_file: f64,
+}
+
+/// One measured run.
+struct Row {
+    data: Data,
+    tool: Tool,
+    round: usize,
+    files: u64,
+    bytes: u64,
+    wall: f64,
+    ctl_cpu: f64,
+    /// The `bftp` CLI (bftp runs only).
+    cli_cpu: Option<f64>,
+    cli_rss_kib: Option<u64>,
+    /// Source and destination server CPU.
+    srv_cpu: (f64, f64),
+    ctl_rss_kib: u64,
+    ctl_rchar: u64,
+    ctl_wchar: u64,
+    tcp: Option<TcpTotals>,
+    /// What bftpd wrote to its log during the run.
+    log_bytes: Option<u64>,
+    phases: Option<Phases>,
+    load: (f64, f64),
+    busy: f64,
+    check: Result<(), String>,
+    src_verbs: Option<BTreeMap<String, u64>>,
+    dst_verbs: Option<BTreeMap<String, u64>>,
+}
+
+impl Row {
+    fn new(run: &ChildRun) -> Row {
+        Row {
+            data: Data::Big,
+            tool: Tool::Bftp(1),
+            round: 1,
+            files: 0,
+            bytes: 0,
+            wall: run.wall.as_secs_f64(),
+            ctl_cpu: 0.0,
+            cli_cpu: None,
+            cli_rss_kib: None,
+            srv_cpu: (0.0, 0.0),
+            ctl_rss_kib: 0,
+            ctl_rchar: 0,
+            ctl_wchar: 0,
+            tcp: None,
+            log_bytes: None,
+            phases: None,
+            load: (0.0, 0.0),
+            busy: 0.0,
+            check: Ok(()),
+            src_verbs: None,
+            dst_verbs: None,
+        }
+    }
+    fn ok(&self) -> bool {
+        self.check.is_ok()
+    }
+    fn files_per_s(&self) -> f64 {
+        self.files as f64 / self.wall
+    }
+    fn mb_per_s(&self) -> f64 {
+        self.bytes as f64 / 1e6 / self.wall
+    }
+    fn io(&self) -> u64 {
+        self.ctl_rchar + self.ctl_wchar
+    }
+    /// The controller's network traffic as a share of the bytes copied: TCP payload when
+    /// tapped, else the /proc io counters.
+    fn traffic_ratio(&self) -> f64 {
+        let b = self.tcp.map_or(self.io(), |t| t.bytes());
+        b as f64 / self.bytes as f64
+    }
+}
+
+struct Bench {
+    src: FtpServer,
+    dst: FtpServer,
+    src_log: CommandLog,
+    dst_log: CommandLog,
+    src_master: Option<u32>,
+    dst_master: Option<u32>,
+    small: usize,
+    big_bytes: u64,
+    small_bytes: u64,
+    limit: Duration,
+    tap: Option<Duration>,
+    log_level: String,
+}
+
+impl Bench {
+    fn data_files(&self, data: Data) -> (u64, u64) {
+        match data {
+            Data::Big => (1, self.big_bytes),
+            Data::Small => (self.small as u64, self.small_bytes),
+        }
+    }
+
+    fn control_ports(&self) -> [u16; 2] {
+        [self.src.port(), self.dst.port()]
+    }
+
+    /// An empty destination directory, and nothing dirty in the page cache from the
+    /// previous run to be written back during the next.
+    fn clean_destination(&self) -> Result<()> {
+        let dir = self.dst.path(DST_DIR);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        self.dst.mkdir(DST_DIR)?;
+        // SAFETY: sync(2) takes no arguments.
+        unsafe { libc::sync() };
+        Ok(())
+    }
+
+    /// Every source file is at the destination with the same bytes, and nothing else is.
+    fn verify(&self, data: Data) -> Result<()> {
+        let src_dir = self.src.path(data.src_dir());
+        let dst_dir = self.dst.path(DST_DIR);
+        let names = |d: &Path| -> Result<BTreeSet<String>> {
+            std::fs::read_dir(d)?
+                .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+                .collect()
+        };
+        let want = names(&src_dir)?;
+        let have = names(&dst_dir)?;
+        if want != have {
+            let missing = want.difference(&have).count();
+            let extra: Vec<&String> = have.difference(&want).take(5).collect();
+            bail!(
+                "{missing} of {} files missing at the destination, extra: {extra:?}",
+                want.len()
+            );
+        }
+        for name in &want {
+            let (a, b) = (src_dir.join(name), dst_dir.join(name));
+            let (la, lb) = (std::fs::metadata(&a)?.len(), std::fs::metadata(&b)?.len());
+            ensure!(
+                la == lb,
+                "{name}: {lb} bytes at the destination, {la} at the source"
+            );
+            match data {
+                Data::Small => ensure!(
+                    std::fs::read(&a)? == std::fs::read(&b)?,
+                    "{name}: contents differ"
+                ),
+                Data::Big => same_contents(&a, &b).with_context(|| name.clone())?,
+            }
+        }
+        Ok(())
+    }
+
+    fn run(&self, data: Data, tool: Tool) -> Result<Row> {
+        self.clean_destination()?;
+        let (files, bytes) = self.data_files(data);
+        let (src_off, dst_off) = (self.src_log.offset(), self.dst_log.offset());
+        let srv_before = (server_cpu(self.src_master), server_cpu(self.dst_master));
+        let load_before = load1();
+        let jiffies = cpu_jiffies();
+        let mut row = match tool {
+            Tool::Bftp(pairs) => self.run_bftp(data, pairs)?,
+            Tool::Lftp(parallel) => self.run_lftp(data, parallel)?,
+        };
+        let now = cpu_jiffies();
+        row.busy = (now.0 - jiffies.0) as f64 / (now.1 - jiffies.1).max(1) as f64;
+        row.load = (load_before, load1());
+        let srv_after = (server_cpu(self.src_master), server_cpu(self.dst_master));
+        row.srv_cpu = (srv_after.0 - srv_before.0, srv_after.1 - srv_before.1);
+        row.data = data;
+        row.tool = tool;
+        row.files = files;
+        row.bytes = bytes;
+        if row.check.is_ok() {
+            row.check = self.verify(data).map_err(|e| format!("{e:#}"));
+        }
+        row.src_verbs = self.src_log.verbs_since(src_off);
+        row.dst_verbs = self.dst_log.verbs_since(dst_off);
+        Ok(row)
+    }
+
+    fn run_bftp(&self, data: Data, pairs: usize) -> Result<Row> {
+        let level = &self.log_level;
+        let d = Bftpd::start_with(|dir| {
+            Bftpd::default_config(dir).replace("level = \"debug\"", &format!("level = \"{level}\""))
+                + &format!("[ftp]\nparallel_pairs = {pairs}\n")
+        })?;
+        let pid = d.pid().context("bftpd pid")?;
+        let home = d.dir().join("home");
+        std::fs::create_dir_all(&home)?;
+        let source = match data {
+            Data::Big => self.src.url(&format!("{BIG_DIR}/{BIG_NAME}")),
+            Data::Small => self.src.url(&format!("{SMALL_DIR}/*")),
+        };
+        let dest = self.dst.url(&format!("{DST_DIR}/"));
+        let err_path = d.dir().join("bftp.err");
+        let mut cmd = Command::new(bin("bftp"));
+        cmd.arg("--socket")
+            .arg(d.socket())
+            .args(["--json", "transfer", &source, &dest])
+            .env("HOME", &home)
+            .env("BFTP_SOURCE_PASSWORD", self.src.password())
+            .env("BFTP_DEST_PASSWORD", self.dst.password())
+            .stdin(Stdio::null())
+            .stderr(File::create(&err_path)?);
+        let ports = self.control_ports();
+        let tap = match self.tap {
+            Some(interval) => Some(Tap::start(pid, interval, ports)?),
+            None => None,
+        };
+        // BENCH_STRACE=DIR: bftpd's network system calls, timed; BENCH_PERF=DIR: a perf
+        // profile of bftpd; both for a profile, not for the numbers.
+        let mut profilers = Vec::new();
+        if let Ok(dir) = std::env::var("BENCH_STRACE") {
+            let out = format!("{dir}/bftpd-{}-p{pairs}.strace", data.label());
+            let trace = "trace=network,read,write,writev";
+            profilers.push(
+                Command::new("strace")
+                    .args(["-f", "-tt", "-T", "-s", "120", "-e", trace, "-o", &out])
+                    .args(["-p", &pid.to_string()])
+                    .stderr(Stdio::null())
+                    .spawn()?,
+            );
+        }
+        if let Ok(dir) = std::env::var("BENCH_PERF") {
+            let out = format!("{dir}/bftpd-{}-p{pairs}.perf", data.label());
+            profilers.push(
+                Command::new("perf")
+                    .args(["record", "-g", "-F", "2000", "-o", &out])
+                    .args(["-p", &pid.to_string()])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()?,
+            );
+        }
+        if !profilers.is_empty() {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let log_before = d.logs().len() as u64;
+        let cpu_before = cpu_seconds(pid, false)?;
+        let io_before = proc_io(pid)?;
+        let run = run_child(&mut cmd, self.limit, None)?;
+        let cpu_after = cpu_seconds(pid, false)?;
+        let io_after = proc_io(pid)?;
+        let hwm = status_kib(pid, "VmHWM:")?;
+        let tcp = tap.map(Tap::finish);
+        let log_after = d.logs().len() as u64;
+        for mut child in profilers {
+            // SAFETY: kill(2) on our own child.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+            let _ = child.wait();
+        }
+        let check = bftp_outcome(&run, self.data_files(data).0).map_err(|e| {
+            let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+            format!("{e}; stderr: {}", err.trim())
+        });
+        Ok(Row {
+            ctl_cpu: cpu_after - cpu_before,
+            cli_cpu: Some(run.cpu),
+            cli_rss_kib: Some(run.hwm_kib),
+            ctl_rss_kib: hwm,
+            ctl_rchar: io_after.0 - io_before.0,
+            ctl_wchar: io_after.1 - io_before.1,
+            tcp,
+            log_bytes: Some(log_after.saturating_sub(log_before)),
+            phases: phases(&run.lines),
+            check,
+            ..Row::new(&run)
+        })
+    }
+
+    fn lftp_url(server: &FtpServer, path: &str) -> String {
+        format!(
+            "ftp://{}:{}@{}:{}/{}",
+            server.user(),
+            server.password(),
+            server.host(),
+            server.port(),
+            path
+        )
+    }
+
+    fn run_lftp(&self, data: Data, parallel: usize) -> Result<Row> {
+        let home = tempfile::Builder::new().prefix("bench-lftp-").tempdir()?;
+        let mut script = String::new();
+        if let Ok(dir) = std::env::var("BENCH_LFTP_DEBUG") {
+            write!(
+                script,
+                "debug -t -o {dir}/lftp-{}-{parallel}.log 9; ",
+                data.label()
+            )?;
+        }
+        script.push_str("set ftp:use-fxp yes; set ftp:fxp-force yes; set ftp:ssl-allow no; ");
+        if parallel > 1 {
+            write!(script, "set mirror:parallel-transfer-count {parallel}; ")?;
+        }
+        write!(
+            script,
+            "mirror {} {}",
+            Self::lftp_url(&self.src, data.src_dir()),
+            Self::lftp_url(&self.dst, DST_DIR)
+        )?;
+        let err_path = home.path().join("lftp.err");
+        let mut cmd = match std::env::var("BENCH_STRACE") {
+            Ok(dir) => {
+                let mut c = Command::new("strace");
+                let out = format!("{dir}/lftp-{}-{parallel}.strace", data.label());
+                c.args(["-f", "-tt", "-T", "-s", "120"])
+                    .args(["-e", "trace=network,read,write,writev,select,poll"])
+                    .args(["-o", &out, "lftp"]);
+                c
+            }
+            Err(_) => Command::new("lftp"),
+        };
+        cmd.arg("-c")
+            .arg(&script)
+            .env("HOME", home.path())
+            .stdin(Stdio::null())
+            .stderr(File::create(&err_path)?);
+        let ports = self.control_ports();
+        let run = run_child(&mut cmd, self.limit, self.tap.map(|i| (i, ports)))?;
+        let check = if run.timed_out {
+            Err(format!("timed out after {:?}", self.limit))
+        } else if !run.success {
+            let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+            let out: Vec<&str> = run.lines.iter().map(|(_, l)| l.as_str()).collect();
+            Err(format!("lftp failed: {} {}", out.join(" "), err.trim()))
+        } else {
+            Ok(())
+        };
+        Ok(Row {
+            ctl_cpu: run.cpu,
+            ctl_rss_kib: run.hwm_kib,
+            ctl_rchar: run.rchar,
+            ctl_wchar: run.wchar,
+            tcp: run.tcp,
+            check,
+            ..Row::new(&run)
+        })
+    }
+}
+
+fn event(line: &str) -> Option<serde_json::Value> {
+    serde_json::from_str::<serde_json::Value>(line).ok()
+}
+
+/// The CLI's exit and its summary event: every file succeeded.
+fn bftp_outcome(run: &ChildRun, files: u64) -> Result<(), String> {
+    if run.timed_out {
+        return Err("timed out".into());
+    }
+    let summary = run
+        .lines
+        .iter()
+        .rev()
+        .find_map(|(_, l)| event(l).filter(|v| v["event"] == "summary"))
+        .ok_or_else(|| format!("no summary from bftp (exit ok: {})", run.success))?;
+    let (n, ok) = (summary["files"].as_u64(), summary["succeeded"].as_u64());
+    if !run.success || n != Some(files) || ok != Some(files) {
+        return Err(format!("bftp summary: {summary}"));
+    }
+    Ok(())
+}
+
+fn phases(lines: &[(Duration, String)]) -> Option<Phases> {
+    let at = |kind: &str| -> Vec<f64> {
+        lines
+            .iter()
+            .filter(|(_, l)| event(l).is_some_and(|v| v["event"] == kind))
+            .map(|(t, _)| t.as_secs_f64())
+            .collect()
+    };
+    let files = at("file");
+    Some(Phases {
+        listed: *at("listed").first()?,
+        first_file: *files.first()?,
+        last_file: *files.last()?,
+    })
+}
+
+// ---- the report ----
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn human_bytes(b: u64) -> String {
+    match b {
+        b if b >= 10 << 20 => format!("{:.1}MiB", b as f64 / 1048576.0),
+        b if b >= 10 << 10 => format!("{:.1}KiB", b as f64 / 1024.0),
+        b => format!("{b}B"),
+    }
+}
+
+/// A share as a percentage with 3 significant digits (0.0000843% for a big file).
+fn percent(share: f64) -> String {
+    let p = share * 100.0;
+    let decimals = if p >= 1.0 || p == 0.0 {
+        3
+    } else {
+        (2.0 - p.log10().floor()).clamp(3.0, 9.0) as usize
+    };
+    format!("{p:.decimals$}%")
+}
+
+fn table(rows: &[Row]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "{:<5} {:<9} {:>2} {:>5} {:>7} {:>7} {:>6} {:>7} {:>7} {:>11} {:>8} {:>7} {:>7} {:>10} {:>10} {:>8} {:>5} {:>9}  check",
+        "data",
+        "tool",
+        "#",
+        "files",
+        "wall s",
+        "files/s",
+        "MB/s",
+        "ctl CPU",
+        "CLI CPU",
+        "srv CPU s/d",
+        "CPU/file",
+        "ctl RSS",
+        "CLI RSS",
+        "proc r+w",
+        "TCP tx+rx",
+        "TCP/copy",
+        "busy",
+        "load1",
+    );
+    for r in rows {
+        let _ = writeln!(
+            t,
+            "{:<5} {:<9} {:>2} {:>5} {:>7.2} {:>7.1} {:>6.1} {:>6.2}s {:>7} {:>5.2}/{:<5.2} {:>6.2}ms {:>6.1}M {:>7} {:>10} {:>10} {:>8} {:>4.0}% {:>4.1}-{:<4.1}  {}",
+            r.data.label(),
+            r.tool.label(),
+            r.round,
+            r.files,
+            r.wall,
+            r.files_per_s(),
+            r.mb_per_s(),
+            r.ctl_cpu,
+            r.cli_cpu.map_or("-".into(), |c| format!("{c:.2}s")),
+            r.srv_cpu.0,
+            r.srv_cpu.1,
+            all_cpu_per_file(r) * 1e3,
+            mib(r.ctl_rss_kib),
+            r.cli_rss_kib
+                .map_or("-".into(), |k| format!("{:.1}M", mib(k))),
+            human_bytes(r.io()),
+            r.tcp.map_or("-".into(), |t| human_bytes(t.bytes())),
+            percent(r.traffic_ratio()),
+            r.busy * 100.0,
+            r.load.0,
+            r.load.1,
+            match &r.check {
+                Ok(()) => "identical".to_string(),
+                Err(e) => format!("FAILED: {e}"),
+            }
+        );
+    }
+    t
+}
+
+fn details(rows: &[Row]) -> String {
+    let mut t = String::new();
+    for r in rows {
+        let _ = write!(t, "{:<5} {:<9}", r.data.label(), r.tool.label());
+        if let Some(tcp) = r.tcp {
+            let _ = write!(
+                t,
+                " TCP: {} sockets ({} control), sent {} received {}, {:.0} B/file;",
+                tcp.sockets,
+                tcp.control,
+                human_bytes(tcp.sent),
+                human_bytes(tcp.received),
+                tcp.bytes() as f64 / r.files as f64
+            );
+        }
+        let _ = write!(
+            t,
+            " proc io: rchar {} wchar {}",
+            human_bytes(r.ctl_rchar),
+            human_bytes(r.ctl_wchar)
+        );
+        if let Some(log) = r.log_bytes {
+            let _ = write!(t, " (log {})", human_bytes(log));
+        }
+        if let Some(p) = r.phases {
+            let copy = p.last_file - p.listed;
+            let _ = write!(
+                t,
+                "; phases: listed at {:.2} s, first file at {:.2} s, last at {:.2} s: copying {:.2} s = {:.2} ms/file",
+                p.listed,
+                p.first_file,
+                p.last_file,
+                copy,
+                copy * 1e3 / r.files as f64
+            );
+        }
+        let total = r.ctl_cpu + r.cli_cpu.unwrap_or(0.0) + r.srv_cpu.0 + r.srv_cpu.1;
+        let _ = writeln!(
+            t,
+            "; CPU all parties {:.2} s = {:.2} ms/file",
+            total,
+            total * 1e3 / r.files as f64
+        );
+    }
+    t
+}
+
+fn verbs_line(verbs: &Option<BTreeMap<String, u64>>, files: u64) -> String {
+    let Some(v) = verbs else {
+        return "(no protocol log)".into();
+    };
+    let total: u64 = v.values().sum();
+    let mut s = format!("{:.2}/file:", total as f64 / files as f64);
+    let mut sorted: Vec<(&String, &u64)> = v.iter().collect();
+    sorted.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    for (verb, n) in sorted {
+        let _ = write!(s, " {verb} {n}");
+    }
+    s
+}
+
+fn commands(rows: &[Row], src: ServerKind, dst: ServerKind) -> String {
+    let mut t = String::new();
+    for r in rows {
+        let _ = writeln!(
+            t,
+            "{:<5} {:<9} source ({src}) {}\n{:16}destination ({dst}) {}",
+            r.data.label(),
+            r.tool.label(),
+            verbs_line(&r.src_verbs, r.files),
+            "",
+            verbs_line(&r.dst_verbs, r.files),
+        );
+    }
+    t
+}
+
+const TOOLS: [Tool; 4] = [Tool::Bftp(1), Tool::Bftp(4), Tool::Lftp(1), Tool::Lftp(4)];
+
+/// The median of `metric` over the verified runs of `tool` on `data` (over the rounds).
+fn median(rows: &[Row], data: Data, tool: Tool, metric: impl Fn(&Row) -> f64) -> Option<f64> {
+    let mut v: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.data == data && r.tool == tool && r.ok())
+        .map(metric)
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+fn all_cpu_per_file(r: &Row) -> f64 {
+    (r.ctl_cpu + r.cli_cpu.unwrap_or(0.0) + r.srv_cpu.0 + r.srv_cpu.1) / r.files as f64
+}
+
+fn goals(rows: &[Row], rounds: usize) -> String {
+    let mut t = String::new();
+    if rounds > 1 {
+        let _ = writeln!(t, "(medians over {rounds} rounds)");
+    }
+    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    for data in [Data::Big, Data::Small] {
+        for tool in TOOLS {
+            if let Some(ratio) = median(rows, data, tool, Row::traffic_ratio) {
+                let _ = writeln!(
+                    t,
+                    "controller traffic < 0.1% of copied, {} {}: {} -> {}",
+                    data.label(),
+                    tool.label(),
+                    percent(ratio),
+                    verdict(ratio < 0.001)
+                );
+            }
+        }
+    }
+    let lftp_big = median(rows, Data::Big, Tool::Lftp(1), Row::mb_per_s);
+    for pairs in [1, 4] {
+        if let (Some(b), Some(l)) = (
+            median(rows, Data::Big, Tool::Bftp(pairs), Row::mb_per_s),
+            lftp_big,
+        ) {
+            let _ = writeln!(
+                t,
+                "big file at least as fast as lftp seq: bftp p{pairs} {b:.1} MB/s vs {l:.1} MB/s ({:.2}x) -> {}",
+                b / l,
+                verdict(b >= l)
+            );
+        }
+    }
+    let lftp_seq = median(rows, Data::Small, Tool::Lftp(1), Row::files_per_s);
+    let lftp_par = median(rows, Data::Small, Tool::Lftp(4), Row::files_per_s);
+    for pairs in [1, 4] {
+        let Some(b) = median(rows, Data::Small, Tool::Bftp(pairs), Row::files_per_s) else {
+            continue;
+        };
+        if let Some(l) = lftp_seq {
+            let _ = writeln!(
+                t,
+                "small files >= 2x lftp seq: bftp p{pairs} {b:.0} files/s vs 2 x {l:.0} ({:.2}x lftp) -> {}",
+                b / l,
+                verdict(b >= 2.0 * l)
+            );
+        }
+        if let (4, Some(l)) = (pairs, lftp_par) {
+            let _ = writeln!(
+                t,
+                "small files >= lftp par4 at equal parallelism: bftp p4 {b:.0} files/s vs {l:.0} ({:.2}x) -> {}",
+                b / l,
+                verdict(b >= l)
+            );
+        }
+    }
+    for tool in TOOLS {
+        if let Some(c) = median(rows, Data::Small, tool, all_cpu_per_file) {
+            let _ = writeln!(
+                t,
+                "(CPU per small file, controller + CLI + both servers: {} {:.2} ms)",
+                tool.label(),
+                c * 1e3
+            );
+        }
+    }
+    t
+}
+
+fn main() -> Result<()> {
+    std::env::set_var(
+        "BFTP_TEST_PROFILE",
+        std::env::var("BFTP_TEST_PROFILE").unwrap_or_else(|_| "release".into()),
+    );
+    let src_kind = server_kind("BENCH_SRC", ServerKind::Vsftpd)?;
+    let dst_kind = server_kind("BENCH_DST", ServerKind::Proftpd)?;
+    let big_mib: u64 = env_or("BENCH_BIG_MIB", 1024);
+    let small: usize = env_or("BENCH_SMALL", 2000);
+    let limit = Duration::from_secs(env_or("BENCH_TIMEOUT", 600));
+    let tap_ms: u64 = env_or("BENCH_TAP_MS", 2);
+    let want_data = env_list("BENCH_DATA", "big,small");
+    let want_tools = env_list("BENCH_TOOLS", "bftp1,bftp4,lftp1,lftp4");
+    let log_level = env_or("BENCH_LOG", "info".to_string());
+    let rounds: usize = env_or("BENCH_ROUNDS", 1).max(1);
+    ensure!(
+        Command::new("lftp")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success()),
+        "lftp missing: run tests/install-deps"
+    );
+    // Both binaries must be there (release builds, unless BFTP_TEST_PROFILE says).
+    let _ = (bin("bftpd"), bin("bftp"));
+
+    let out = &mut std::io::stdout();
+    let src = FtpServer::start(src_kind, FtpOptions::default())?;
+    let dst = FtpServer::start(dst_kind, FtpOptions::default())?;
+    let t = Instant::now();
+    let wants = |d: Data| want_data.iter().any(|w| w == d.label());
+    let big_bytes = if wants(Data::Big) {
+        write_big(&src, big_mib)?
+    } else {
+        0
+    };
+    let small_bytes = if wants(Data::Small) {
+        write_small(&src, small)?
+    } else {
+        0
+    };
+    writeln!(
+        out,
+        "source {src_kind} on {}, destination {dst_kind} on {}; data written in {:.1} s: \
+         {:.0} MiB file, {} x {SMALL_SIZE} B files; {} CPUs, loadavg {}",
+        src.addr(),
+        dst.addr(),
+        t.elapsed().as_secs_f64(),
+        big_bytes as f64 / 1048576.0,
+        small_bytes as usize / SMALL_SIZE,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    )?;
+    let bench = Bench {
+        src_log: CommandLog::new(&src),
+        dst_log: CommandLog::new(&dst),
+        src_master: server_master(&src),
+        dst_master: server_master(&dst),
+        src,
+        dst,
+        small,
+        big_bytes,
+        small_bytes,
+        limit,
+        tap: (tap_ms > 0).then(|| Duration::from_millis(tap_ms)),
+        log_level,
+    };
+    let mut rows = Vec::new();
+    for data in [Data::Big, Data::Small] {
+        if !wants(data) {
+            continue;
+        }
+        // Rounds interleave the tools, so that a change of the machine's load hits all.
+        for round in 1..=rounds {
+            for tool in TOOLS {
+                if !want_tools.contains(&tool.key()) {
+                    continue;
+                }
+                let mut row = bench.run(data, tool)?;
+                row.round = round;
+                // Progress on stderr, as each run ends.
+                eprintln!(
+                    "{} {} #{round}: {:.2} s, {}",
+                    data.label(),
+                    tool.label(),
+                    row.wall,
+                    match &row.check {
+                        Ok(()) => "identical".to_string(),
+                        Err(e) => format!("FAILED: {e}"),
+                    }
+                );
+                rows.push(row);
+            }
+        }
+    }
+    bench.clean_destination()?;
+
+    writeln!(out)?;
+    write!(out, "{}", table(&rows))?;
+    writeln!(
+        out,
+        "(MB = 10^6 B; rates over the command's wall time; ctl = bftpd or lftp, CLI = the bftp \
+         process; srv = source/destination server CPU s; CPU/file = ctl+CLI+srv CPU per file; RSS = peak (bftpd VmHWM, fresh daemon \
+         per run; lftp and bftp VmHWM sampled every 5 ms); proc r+w = /proc/PID/io rchar+wchar delta (misses \
+         socket recv(2)); TCP = payload over the controller's own TCP connections (TCP_INFO); \
+         busy = all CPUs, whole machine; load1 before-after)"
+    )?;
+    writeln!(out, "\ndetails:")?;
+    write!(out, "{}", details(&rows))?;
+    writeln!(out, "\nFTP commands received per file:")?;
+    write!(out, "{}", commands(&rows, src_kind, dst_kind))?;
+    writeln!(out, "\ngoals:")?;
+    write!(out, "{}", goals(&rows, rounds))?;
+    Ok(())
+}
