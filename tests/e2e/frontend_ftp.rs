@@ -12,7 +12,10 @@ fn servers() -> (FtpServer, FtpServer) {
 }
 
 fn pw_env<'a>(src: &'a FtpServer, dst: &'a FtpServer) -> [(&'static str, &'a str); 2] {
-    [("BFTP_SOURCE_PASSWORD", src.password()), ("BFTP_DEST_PASSWORD", dst.password())]
+    [
+        ("BFTP_SOURCE_PASSWORD", src.password()),
+        ("BFTP_DEST_PASSWORD", dst.password()),
+    ]
 }
 
 #[test]
@@ -24,26 +27,61 @@ fn transfer_copies_server_to_server_and_reports_each_file() {
     src.put_file("data/b.bin", b"second file").unwrap();
     src.put_file("data/skip.txt", b"not matched").unwrap();
     let d = Bftpd::start().unwrap();
-    let o = d.bftp_env(None, &["--json", "transfer", &src.url("data/*.bin"), &dst.url("in/")], &pw_env(&src, &dst));
+    let o = d.bftp_env(
+        None,
+        &[
+            "--json",
+            "transfer",
+            &src.url("data/*.bin"),
+            &dst.url("in/"),
+        ],
+        &pw_env(&src, &dst),
+    );
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
-    let events: Vec<Value> = String::from_utf8_lossy(&o.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let summary = events.last().unwrap();
-    assert_eq!((summary["event"].as_str(), summary["files"].as_u64(), summary["succeeded"].as_u64()), (Some("summary"), Some(2), Some(2)), "{out}");
+    assert_eq!(
+        (
+            summary["event"].as_str(),
+            summary["files"].as_u64(),
+            summary["succeeded"].as_u64()
+        ),
+        (Some("summary"), Some(2), Some(2)),
+        "{out}"
+    );
     let files: Vec<&Value> = events.iter().filter(|e| e["event"] == "file").collect();
-    assert!(files.iter().all(|f| f["evidence"].as_str().unwrap_or("").contains("sizes equal")), "{out}");
+    assert!(
+        files
+            .iter()
+            .all(|f| f["evidence"].as_str().unwrap_or("").contains("sizes equal")),
+        "{out}"
+    );
     assert_eq!(dst.read_file("in/a.bin").unwrap(), a);
     assert_eq!(dst.read_file("in/b.bin").unwrap(), b"second file");
-    assert!(dst.read_file("in/skip.txt").is_err(), "a file outside the pattern was copied");
+    assert!(
+        dst.read_file("in/skip.txt").is_err(),
+        "a file outside the pattern was copied"
+    );
     assert!(!out.contains(src.password()), "a password in the output");
-    assert!(!d.logs().contains(src.password()), "a password in the daemon's log");
+    assert!(
+        !d.logs().contains(src.password()),
+        "a password in the daemon's log"
+    );
 }
 
 #[test]
 fn transfer_of_a_missing_file_fails_with_the_servers_reply() {
     let (src, dst) = servers();
     let d = Bftpd::start().unwrap();
-    let o = d.bftp_env(None, &["transfer", &src.url("nope.bin"), &dst.url("")], &pw_env(&src, &dst));
+    let o = d.bftp_env(
+        None,
+        &["transfer", &src.url("nope.bin"), &dst.url("")],
+        &pw_env(&src, &dst),
+    );
     assert_eq!(o.status.code(), Some(8), "{}", text(&o));
     assert!(text(&o).contains("550"), "the 550 is shown: {}", text(&o));
 }
@@ -53,13 +91,24 @@ fn verify_passes_for_a_good_job_and_names_the_failing_check() {
     let (src, dst) = servers();
     src.put_file("f.bin", b"x").unwrap();
     let d = Bftpd::start().unwrap();
-    let o = d.bftp_env(None, &["--json", "verify", &src.url("f.bin"), &dst.url("")], &pw_env(&src, &dst));
+    let o = d.bftp_env(
+        None,
+        &["--json", "verify", &src.url("f.bin"), &dst.url("")],
+        &pw_env(&src, &dst),
+    );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["ok"], true, "{v}");
     assert!(v["checks"].as_array().unwrap().len() >= 5, "{v}");
 
-    let o = d.bftp_env(None, &["verify", &src.url("f.bin"), &dst.url("")], &[("BFTP_SOURCE_PASSWORD", "wrong"), ("BFTP_DEST_PASSWORD", dst.password())]);
+    let o = d.bftp_env(
+        None,
+        &["verify", &src.url("f.bin"), &dst.url("")],
+        &[
+            ("BFTP_SOURCE_PASSWORD", "wrong"),
+            ("BFTP_DEST_PASSWORD", dst.password()),
+        ],
+    );
     assert_eq!(o.status.code(), Some(8), "{}", text(&o));
     assert!(text(&o).contains("source login"), "{}", text(&o));
     assert!(!text(&o).contains(dst.password()), "{}", text(&o));
@@ -68,9 +117,16 @@ fn verify_passes_for_a_good_job_and_names_the_failing_check() {
 #[test]
 fn the_host_policy_applies_to_verify_and_transfer() {
     let (src, dst) = servers();
-    let d = Bftpd::start_with(|dir| Bftpd::default_config(dir).replace("allow_loopback = true", "allow_loopback = false")).unwrap();
+    let d = Bftpd::start_with(|dir| {
+        Bftpd::default_config(dir).replace("allow_loopback = true", "allow_loopback = false")
+    })
+    .unwrap();
     for cmd in ["verify", "transfer"] {
-        let o = d.bftp_env(None, &[cmd, &src.url("f.bin"), &dst.url("")], &pw_env(&src, &dst));
+        let o = d.bftp_env(
+            None,
+            &[cmd, &src.url("f.bin"), &dst.url("")],
+            &pw_env(&src, &dst),
+        );
         assert_eq!(o.status.code(), Some(4), "{cmd}: {}", text(&o));
         assert!(text(&o).contains("loopback"), "{cmd}: {}", text(&o));
     }

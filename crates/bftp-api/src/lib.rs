@@ -238,7 +238,10 @@ pub struct VerifyResponse {
 pub enum TransferEvent {
     /// The files the job covers (for a wildcard: what the listing matched), and the names a
     /// server listed that were refused (CR/LF/NUL, `..`, foreign paths).
-    Listed { files: Vec<String>, rejected: Vec<String> },
+    Listed {
+        files: Vec<String>,
+        rejected: Vec<String>,
+    },
     /// A file's phase changed: `preparing`, `transferring`, `checking`.
     Progress { name: String, phase: String },
     /// A file is done, one way or the other.

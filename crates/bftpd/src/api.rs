@@ -213,7 +213,9 @@ async fn verify(
 ) -> Result<Json<bftp_api::VerifyResponse>, ApiError> {
     let (_, spec) = checked_spec(&app, &body).await?;
     tracing::info!(uid = caller.uid, source = %spec.source.display_url(), "verify");
-    Ok(Json(crate::ftp::verify(&spec, &app.limits, address_check(&app)).await))
+    Ok(Json(
+        crate::ftp::verify(&spec, &app.limits, address_check(&app)).await,
+    ))
 }
 
 /// A foreground copy, streamed as NDJSON; the client hanging up abandons it.

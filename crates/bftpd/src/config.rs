@@ -63,7 +63,10 @@ fn d_grace() -> Duration {
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        SchedulerConfig { max_running_jobs: d_running(), grace: d_grace() }
+        SchedulerConfig {
+            max_running_jobs: d_running(),
+            grace: d_grace(),
+        }
     }
 }
 

@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use bftp_api::{CheckView, FileResult, ReplyView, TransferEvent, TransferSummary, VerifyResponse};
 use bftp_core::reply::{ReplyCode, ReplyOverride, TreatAs};
 use bftp_core::{DestCommand, JobSpec};
-use bftp_ftp::{AddressCheck, CopyOutcome, CopyRequest, LastReply, Limits, Pair, Progress, ServerLogin, SizeCheck, Transcript, VerifyRequest};
+use bftp_ftp::{
+    AddressCheck, CopyOutcome, CopyRequest, LastReply, Limits, Pair, Progress, ServerLogin,
+    SizeCheck, Transcript, VerifyRequest,
+};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
@@ -84,13 +87,22 @@ impl FtpConfig {
     pub fn limits(&self) -> anyhow::Result<Limits> {
         let mut overrides = Vec::new();
         for o in &self.overrides {
-            let code = ReplyCode::new(o.code).ok_or_else(|| anyhow::anyhow!("[ftp] override for {}: {} is not a reply code", o.host, o.code))?;
+            let code = ReplyCode::new(o.code).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "[ftp] override for {}: {} is not a reply code",
+                    o.host,
+                    o.code
+                )
+            })?;
             let treat = match o.treat_as.as_str() {
                 "transient" => TreatAs::Transient,
                 "permanent" => TreatAs::Permanent,
                 other => anyhow::bail!("[ftp] override for {}: treat_as {other:?} is neither \"transient\" nor \"permanent\"", o.host),
             };
-            overrides.push(ReplyOverride::new(&o.host, code, treat).map_err(|e| anyhow::anyhow!("[ftp] override for {}: {e}", o.host))?);
+            overrides.push(
+                ReplyOverride::new(&o.host, code, treat)
+                    .map_err(|e| anyhow::anyhow!("[ftp] override for {}: {e}", o.host))?,
+            );
         }
         Ok(Limits {
             connect_timeout: self.connect_timeout,
@@ -133,7 +145,11 @@ pub fn source_path(spec: &JobSpec, name: &str) -> String {
 /// multi-file job, when it is empty or ends with `/`, and always for `unique` (STOU takes
 /// no name); otherwise it is the file name itself.
 pub fn copy_request(spec: &JobSpec, name: &str) -> CopyRequest {
-    let dst = spec.destination.as_ref().map(|d| d.path.as_str()).unwrap_or("");
+    let dst = spec
+        .destination
+        .as_ref()
+        .map(|d| d.path.as_str())
+        .unwrap_or("");
     let is_dir = spec.is_multi_file() || dst.is_empty() || dst.ends_with('/');
     let dest_path = match spec.dest_command {
         DestCommand::Unique if is_dir => dst.trim_end_matches('/').to_string(),
@@ -141,7 +157,11 @@ pub fn copy_request(spec: &JobSpec, name: &str) -> CopyRequest {
         _ if is_dir => join_path(dst, name),
         _ => dst.to_string(),
     };
-    CopyRequest { source_path: source_path(spec, name), dest_path, dest_command: spec.dest_command }
+    CopyRequest {
+        source_path: source_path(spec, name),
+        dest_path,
+        dest_command: spec.dest_command,
+    }
 }
 
 pub fn transcript_lines(t: &Transcript) -> Vec<String> {
@@ -149,39 +169,81 @@ pub fn transcript_lines(t: &Transcript) -> Vec<String> {
 }
 
 pub fn reply_view(r: &LastReply) -> ReplyView {
-    ReplyView { code: r.code.map(u16::from), text: format!("{}: {}", r.command, r.text) }
+    ReplyView {
+        code: r.code.map(u16::from),
+        text: format!("{}: {}", r.command, r.text),
+    }
 }
 
 pub fn evidence(c: &SizeCheck) -> String {
     match c {
-        SizeCheck::Equal { source, destination, destination_before: Some(before) } => {
+        SizeCheck::Equal {
+            source,
+            destination,
+            destination_before: Some(before),
+        } => {
             format!("sizes agree: destination grew from {before} to {destination} bytes by the source's {source}")
         }
         SizeCheck::Equal { destination, .. } => format!("sizes equal ({destination} bytes)"),
-        SizeCheck::TextType { source, destination } => format!(
+        SizeCheck::TextType {
+            source,
+            destination,
+        } => format!(
             "text type: sizes not compared (source {}, destination {})",
             source.map_or("?".into(), |s| s.to_string()),
             destination.map_or("?".into(), |s| s.to_string())
         ),
-        SizeCheck::NotAvailable(why) => format!("no size evidence: {why}; both servers reported success"),
+        SizeCheck::NotAvailable(why) => {
+            format!("no size evidence: {why}; both servers reported success")
+        }
     }
 }
 
 fn logins(spec: &JobSpec) -> Option<(ServerLogin, ServerLogin)> {
     let dst = spec.destination.as_ref()?;
-    Some((ServerLogin::from_endpoint(&spec.source), ServerLogin::from_endpoint(dst)))
+    Some((
+        ServerLogin::from_endpoint(&spec.source),
+        ServerLogin::from_endpoint(dst),
+    ))
 }
 
 /// `bftp verify`: the engine's checks, from the daemon's vantage point.
-pub async fn verify(spec: &JobSpec, limits: &Limits, check: Arc<dyn AddressCheck>) -> VerifyResponse {
+pub async fn verify(
+    spec: &JobSpec,
+    limits: &Limits,
+    check: Arc<dyn AddressCheck>,
+) -> VerifyResponse {
     let Some((src, dst)) = logins(spec) else {
-        return VerifyResponse { ok: false, checks: vec![CheckView { name: "destination".into(), ok: false, detail: "a job without a destination has nothing to verify on a destination".into() }], transcript: vec![] };
+        return VerifyResponse {
+            ok: false,
+            checks: vec![CheckView {
+                name: "destination".into(),
+                ok: false,
+                detail: "a job without a destination has nothing to verify on a destination".into(),
+            }],
+            transcript: vec![],
+        };
     };
-    let request = VerifyRequest { source_path: spec.source.path.clone(), destination_path: spec.destination.as_ref().map(|d| d.path.clone()).unwrap_or_default() };
+    let request = VerifyRequest {
+        source_path: spec.source.path.clone(),
+        destination_path: spec
+            .destination
+            .as_ref()
+            .map(|d| d.path.clone())
+            .unwrap_or_default(),
+    };
     let report = bftp_ftp::verify(&src, &dst, spec.params, limits, check, &request).await;
     VerifyResponse {
         ok: report.ok(),
-        checks: report.checks.iter().map(|c| CheckView { name: c.name.clone(), ok: c.ok, detail: c.detail.clone() }).collect(),
+        checks: report
+            .checks
+            .iter()
+            .map(|c| CheckView {
+                name: c.name.clone(),
+                ok: c.ok,
+                detail: c.detail.clone(),
+            })
+            .collect(),
         transcript: transcript_lines(&report.transcript),
     }
 }
@@ -189,9 +251,32 @@ pub async fn verify(spec: &JobSpec, limits: &Limits, check: Arc<dyn AddressCheck
 fn file_result(name: &str, outcome: &CopyOutcome, seconds: f64) -> FileResult {
     let report = outcome.report();
     let (state, bytes, evidence_text, stored_as, detail) = match outcome {
-        CopyOutcome::Succeeded { bytes, size_check, stou_name, .. } => ("succeeded", *bytes, Some(evidence(size_check)), stou_name.clone(), None),
-        CopyOutcome::Transient { failure, .. } => ("failed_transient", None, None, report.stou_name.clone(), Some(failure.to_string())),
-        CopyOutcome::Permanent { failure, .. } => ("failed_permanent", None, None, report.stou_name.clone(), Some(failure.to_string())),
+        CopyOutcome::Succeeded {
+            bytes,
+            size_check,
+            stou_name,
+            ..
+        } => (
+            "succeeded",
+            *bytes,
+            Some(evidence(size_check)),
+            stou_name.clone(),
+            None,
+        ),
+        CopyOutcome::Transient { failure, .. } => (
+            "failed_transient",
+            None,
+            None,
+            report.stou_name.clone(),
+            Some(failure.to_string()),
+        ),
+        CopyOutcome::Permanent { failure, .. } => (
+            "failed_permanent",
+            None,
+            None,
+            report.stou_name.clone(),
+            Some(failure.to_string()),
+        ),
     };
     FileResult {
         name: name.to_string(),
@@ -199,8 +284,16 @@ fn file_result(name: &str, outcome: &CopyOutcome, seconds: f64) -> FileResult {
         bytes,
         evidence: evidence_text,
         stored_as,
-        source_reply: report.source_final.as_ref().or(report.source_reply.as_ref()).map(reply_view),
-        dest_reply: report.destination_final.as_ref().or(report.destination_reply.as_ref()).map(reply_view),
+        source_reply: report
+            .source_final
+            .as_ref()
+            .or(report.source_reply.as_ref())
+            .map(reply_view),
+        dest_reply: report
+            .destination_final
+            .as_ref()
+            .or(report.destination_reply.as_ref())
+            .map(reply_view),
         fallbacks: report.fallbacks.iter().map(|f| format!("{f:?}")).collect(),
         detail,
         seconds,
@@ -218,7 +311,13 @@ fn phase(p: &Progress) -> Option<(String, &'static str)> {
 
 /// `bftp transfer`: a foreground copy without the queue, reported as events on `tx`.
 /// Returns when done, or as soon as the receiver is gone (the client hung up).
-pub async fn transfer(spec: JobSpec, limits: Limits, check: Arc<dyn AddressCheck>, hosts: Arc<HostLimits>, tx: mpsc::Sender<TransferEvent>) {
+pub async fn transfer(
+    spec: JobSpec,
+    limits: Limits,
+    check: Arc<dyn AddressCheck>,
+    hosts: Arc<HostLimits>,
+    tx: mpsc::Sender<TransferEvent>,
+) {
     let started = Instant::now();
     let closed = tx.clone();
     tokio::select! {
@@ -227,8 +326,23 @@ pub async fn transfer(spec: JobSpec, limits: Limits, check: Arc<dyn AddressCheck
     }
 }
 
-async fn run_transfer(spec: &JobSpec, limits: &Limits, check: Arc<dyn AddressCheck>, hosts: Arc<HostLimits>, tx: &mpsc::Sender<TransferEvent>, started: Instant) {
-    let mut summary = TransferSummary { files: 0, succeeded: 0, failed: 0, bytes: 0, seconds: 0.0, error: None, transcript: vec![] };
+async fn run_transfer(
+    spec: &JobSpec,
+    limits: &Limits,
+    check: Arc<dyn AddressCheck>,
+    hosts: Arc<HostLimits>,
+    tx: &mpsc::Sender<TransferEvent>,
+    started: Instant,
+) {
+    let mut summary = TransferSummary {
+        files: 0,
+        succeeded: 0,
+        failed: 0,
+        bytes: 0,
+        seconds: 0.0,
+        error: None,
+        transcript: vec![],
+    };
     let finish = |mut summary: TransferSummary| {
         summary.seconds = started.elapsed().as_secs_f64();
         TransferEvent::Summary(summary)
@@ -249,11 +363,23 @@ async fn run_transfer(spec: &JobSpec, limits: &Limits, check: Arc<dyn AddressChe
         }
     };
     let names = if spec.is_multi_file() {
-        match pair.list_source(spec.source.dir(), spec.source.file_name()).await {
+        match pair
+            .list_source(spec.source.dir(), spec.source.file_name())
+            .await
+        {
             Ok(listing) => {
-                let rejected = listing.rejected.iter().map(|r| format!("{:?}: {}", r.line, r.reason)).collect();
+                let rejected = listing
+                    .rejected
+                    .iter()
+                    .map(|r| format!("{:?}: {}", r.line, r.reason))
+                    .collect();
                 let names: Vec<String> = listing.members.into_iter().map(|m| m.name).collect();
-                let _ = tx.send(TransferEvent::Listed { files: names.clone(), rejected }).await;
+                let _ = tx
+                    .send(TransferEvent::Listed {
+                        files: names.clone(),
+                        rejected,
+                    })
+                    .await;
                 names
             }
             Err(e) => {
@@ -264,7 +390,12 @@ async fn run_transfer(spec: &JobSpec, limits: &Limits, check: Arc<dyn AddressChe
         }
     } else {
         let name = spec.source.file_name().to_string();
-        let _ = tx.send(TransferEvent::Listed { files: vec![name.clone()], rejected: vec![] }).await;
+        let _ = tx
+            .send(TransferEvent::Listed {
+                files: vec![name.clone()],
+                rejected: vec![],
+            })
+            .await;
         vec![name]
     };
     if names.is_empty() {
@@ -298,7 +429,15 @@ async fn run_transfer(spec: &JobSpec, limits: &Limits, check: Arc<dyn AddressChe
     while tasks.join_next().await.is_some() {}
     let summary = std::mem::replace(
         &mut *shared.summary.lock().unwrap_or_else(|p| p.into_inner()),
-        TransferSummary { files: 0, succeeded: 0, failed: 0, bytes: 0, seconds: 0.0, error: None, transcript: vec![] },
+        TransferSummary {
+            files: 0,
+            succeeded: 0,
+            failed: 0,
+            bytes: 0,
+            seconds: 0.0,
+            error: None,
+            transcript: vec![],
+        },
     );
     let _ = tx.send(finish(summary)).await;
 }
@@ -325,8 +464,14 @@ struct Worker {
 
 impl Worker {
     fn fail(&self, error: String, transcript: Vec<String>) {
-        self.shared.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        let mut s = self.shared.summary.lock().unwrap_or_else(|p| p.into_inner());
+        self.shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut s = self
+            .shared
+            .summary
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if s.error.is_none() {
             s.error = Some(error);
             s.transcript = transcript;
@@ -340,12 +485,28 @@ impl Worker {
             if self.shared.stop.load(std::sync::atomic::Ordering::SeqCst) {
                 break;
             }
-            let Some(name) = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front() else { break };
+            let Some(name) = self
+                .shared
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front()
+            else {
+                break;
+            };
             if !pair.as_ref().is_some_and(Pair::is_usable) {
                 if _permits.is_none() {
                     _permits = Some(self.hosts.acquire(&self.src.host, &self.dst.host).await);
                 }
-                pair = match Pair::open(&self.src, &self.dst, self.spec.params, &self.limits, self.check.clone()).await {
+                pair = match Pair::open(
+                    &self.src,
+                    &self.dst,
+                    self.spec.params,
+                    &self.limits,
+                    self.check.clone(),
+                )
+                .await
+                {
                     Ok(p) => Some(p),
                     Err(e) => {
                         self.fail(e.to_string(), transcript_lines(&e.transcript));
@@ -361,7 +522,12 @@ impl Worker {
                 while progress.changed().await.is_ok() {
                     let p = progress.borrow_and_update().clone();
                     if let Some((_, phase)) = phase(&p) {
-                        let _ = ptx.send(TransferEvent::Progress { name: member.clone(), phase: phase.into() }).await;
+                        let _ = ptx
+                            .send(TransferEvent::Progress {
+                                name: member.clone(),
+                                phase: phase.into(),
+                            })
+                            .await;
                     }
                 }
             });
@@ -376,7 +542,11 @@ impl Worker {
                 }
             };
             {
-                let mut s = self.shared.summary.lock().unwrap_or_else(|p| p.into_inner());
+                let mut s = self
+                    .shared
+                    .summary
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
                 s.files += 1;
                 if let CopyOutcome::Succeeded { bytes, .. } = &outcome {
                     s.succeeded += 1;
@@ -385,9 +555,12 @@ impl Worker {
                     s.failed += 1;
                 }
             }
-            let event = TransferEvent::File(file_result(&name, &outcome, t.elapsed().as_secs_f64()));
+            let event =
+                TransferEvent::File(file_result(&name, &outcome, t.elapsed().as_secs_f64()));
             if self.tx.send(event).await.is_err() {
-                self.shared.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                self.shared
+                    .stop
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
                 break;
             }
         }
@@ -408,12 +581,18 @@ pub struct HostLimits {
 
 impl HostLimits {
     pub fn new(parallel_pairs: usize, per_host: usize) -> Arc<HostLimits> {
-        Arc::new(HostLimits { parallel_pairs: parallel_pairs.max(1), per_host: per_host.max(1), hosts: Default::default() })
+        Arc::new(HostLimits {
+            parallel_pairs: parallel_pairs.max(1),
+            per_host: per_host.max(1),
+            hosts: Default::default(),
+        })
     }
 
     fn semaphore(&self, host: &str) -> Arc<tokio::sync::Semaphore> {
         let mut m = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
-        m.entry(host.to_ascii_lowercase()).or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.per_host))).clone()
+        m.entry(host.to_ascii_lowercase())
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.per_host)))
+            .clone()
     }
 
     /// Waits for a connection slot on both hosts. Hosts are taken in name order, so two
@@ -422,7 +601,11 @@ impl HostLimits {
         let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
         let mut out = Vec::new();
         if a == b {
-            if let Ok(p) = self.semaphore(&a).acquire_many_owned(2.min(self.per_host as u32)).await {
+            if let Ok(p) = self
+                .semaphore(&a)
+                .acquire_many_owned(2.min(self.per_host as u32))
+                .await
+            {
                 out.push(p);
             }
             return out;
@@ -443,7 +626,14 @@ mod tests {
     use bftp_core::{Disposition, Endpoint, FtpParams, RetryPolicy, Timestamp};
 
     fn spec(src: &str, dst: &str, cmd: DestCommand) -> JobSpec {
-        let ep = |p: &str| Endpoint { host: "h".into(), port: 21, user: "u".into(), password: None, acct: None, path: p.into() };
+        let ep = |p: &str| Endpoint {
+            host: "h".into(),
+            port: 21,
+            user: "u".into(),
+            password: None,
+            acct: None,
+            path: p.into(),
+        };
         JobSpec {
             source: ep(src),
             destination: Some(ep(dst)),
@@ -461,17 +651,42 @@ mod tests {
     fn member_paths_table() {
         use DestCommand::*;
         let cases = [
-            ("pub/a.bin", "in/", Replace, "a.bin", "pub/a.bin", "in/a.bin"),
+            (
+                "pub/a.bin",
+                "in/",
+                Replace,
+                "a.bin",
+                "pub/a.bin",
+                "in/a.bin",
+            ),
             ("pub/a.bin", "", Replace, "a.bin", "pub/a.bin", "a.bin"),
-            ("pub/a.bin", "in/b.bin", Replace, "a.bin", "pub/a.bin", "in/b.bin"),
+            (
+                "pub/a.bin",
+                "in/b.bin",
+                Replace,
+                "a.bin",
+                "pub/a.bin",
+                "in/b.bin",
+            ),
             ("pub/*.bin", "in", Append, "x.bin", "pub/x.bin", "in/x.bin"),
-            ("*.bin", "/abs/in/", Replace, "x.bin", "x.bin", "/abs/in/x.bin"),
+            (
+                "*.bin",
+                "/abs/in/",
+                Replace,
+                "x.bin",
+                "x.bin",
+                "/abs/in/x.bin",
+            ),
             ("/srv/*.bin", "in/", Unique, "x.bin", "/srv/x.bin", "in"),
             ("a.bin", "in", Unique, "a.bin", "a.bin", "in"),
         ];
         for (src, dst, cmd, name, want_src, want_dst) in cases {
             let r = copy_request(&spec(src, dst, cmd), name);
-            assert_eq!((r.source_path.as_str(), r.dest_path.as_str()), (want_src, want_dst), "{src} -> {dst} ({cmd:?})");
+            assert_eq!(
+                (r.source_path.as_str(), r.dest_path.as_str()),
+                (want_src, want_dst),
+                "{src} -> {dst} ({cmd:?})"
+            );
         }
     }
 }

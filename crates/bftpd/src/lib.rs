@@ -41,7 +41,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 config.state_dir.display()
             )
         })?;
-    let secrets = Arc::new(secrets::Secrets::load_or_create(&config.state_dir.join("secret.key"))?);
+    let secrets = Arc::new(secrets::Secrets::load_or_create(
+        &config.state_dir.join("secret.key"),
+    )?);
     let store_dir = config.state_dir.join("store");
     let opts = StoreOptions {
         cache_capacity_bytes: config.store.cache_mib * 1024 * 1024,
@@ -61,7 +63,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let admins = identity::AdminPolicy::new(config.admin_group.as_deref())?;
     let policy = policy::HostPolicy::new(&config.policy);
     let limits = config.ftp.limits()?;
-    let hosts = ftp::HostLimits::new(config.ftp.parallel_pairs, config.ftp.max_connections_per_host);
+    let hosts = ftp::HostLimits::new(
+        config.ftp.parallel_pairs,
+        config.ftp.max_connections_per_host,
+    );
     let executor = Arc::new(attempt::FtpExecutor {
         store: store.clone(),
         secrets: secrets.clone(),
@@ -77,9 +82,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             grace: config.scheduler.grace,
         },
     );
-    let recovered = scheduler.recover().await.context("recovering interrupted attempts")?;
+    let recovered = scheduler
+        .recover()
+        .await
+        .context("recovering interrupted attempts")?;
     if recovered > 0 {
-        tracing::info!(jobs = recovered, "requeued attempts interrupted by the last stop");
+        tracing::info!(
+            jobs = recovered,
+            "requeued attempts interrupted by the last stop"
+        );
     }
     let state = Arc::new(api::AppState {
         store: store.clone(),

@@ -118,7 +118,12 @@ mod tests {
     }
 
     /// allow_loopback, extra deny ranges, address, Ok or a piece of the error.
-    type Case = (bool, &'static [&'static str], &'static str, Result<(), &'static str>);
+    type Case = (
+        bool,
+        &'static [&'static str],
+        &'static str,
+        Result<(), &'static str>,
+    );
 
     #[test]
     fn policy_table() {

@@ -1105,7 +1105,8 @@ impl Attempt<'_> {
         // gone or out of step, even when our side of the socket still looks open: close the
         // pair so the caller reopens instead of spending the next member on a dead one.
         if matches!(&result, Ok(CopyOutcome::Transient { kind, .. }) if kind.connection_lost()) {
-            self.pair.close_all("the server closed or desynchronised the control connection");
+            self.pair
+                .close_all("the server closed or desynchronised the control connection");
         }
         let usable = self.pair.is_usable();
         let mut report = std::mem::take(&mut self.report);
