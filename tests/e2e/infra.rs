@@ -12,6 +12,14 @@ use bftp_tests::rawftp::connect_from;
 use bftp_tests::{Direction, FtpOptions, FtpServer, RawFtp, ServerKind, SmtpSink, XferEntry};
 
 const DATA_TIMEOUT: Duration = Duration::from_secs(10);
+/// For a reply that comes only after a server's deliberate delay (Pure-FTPd waits 3 to 6 s
+/// before refusing a wrong password), or after the server has noticed something: with
+/// several test binaries in parallel on a loaded 2-core machine, the default 10 s of
+/// [`RawFtp`] leaves too little margin. Only a failing test ever waits this long.
+const SLOW_REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a server that should stay silent is watched: long enough for a wrong answer to
+/// show, and not a limit on a right one.
+const SILENCE_WINDOW: Duration = Duration::from_secs(3);
 /// A loopback address no test server or client uses: it stands for a third host.
 const THIRD_HOST: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
 
@@ -182,7 +190,13 @@ fn refuses_foreign_data_connection(kind: ServerKind) -> Result<()> {
     ftp.expect("TYPE I", 200)?;
     let pasv = ftp.pasv()?;
     let _data = connect_from(IpAddr::V4(THIRD_HOST), pasv.into(), DATA_TIMEOUT)?;
-    ftp.set_timeout(Duration::from_secs(3))?;
+    // Pure-FTPd's refusal is silence, watched for a while; vsftpd's and proFTPD's is a 425,
+    // which a loaded machine may take a few seconds to send.
+    ftp.set_timeout(if kind == ServerKind::PureFtpd {
+        SILENCE_WINDOW
+    } else {
+        SLOW_REPLY_TIMEOUT
+    })?;
     match (kind, ftp.cmd("STOR foreign.bin")) {
         (ServerKind::PureFtpd, Err(e)) if is_timeout(&e) => {}
         (ServerKind::Vsftpd | ServerKind::Proftpd, Ok(reply)) if reply.code == 425 => {}
@@ -216,6 +230,8 @@ fn killed_server_restarts_on_its_port(kind: ServerKind) -> Result<()> {
     server.put_file("/kept.txt", b"kept")?;
     let port = server.port();
     let mut ftp = server.login()?;
+    // kill() returns once every process is gone and the listening socket is closed (for
+    // Pure-FTPd, whose sessions inherit it, that is later than the server process's death).
     server.kill();
     ensure!(!server.is_running());
     ftp.set_timeout(Duration::from_secs(5))?;
@@ -403,6 +419,7 @@ fn wrong_password_is_refused_by_each_server() -> Result<()> {
                     let server = start(kind)?;
                     let (mut ftp, _) = RawFtp::connect(server.addr())?;
                     ftp.expect(&format!("USER {}", server.user()), 331)?;
+                    ftp.set_timeout(SLOW_REPLY_TIMEOUT)?;
                     let reply = ftp.cmd("PASS not-the-password")?;
                     ensure!(
                         reply.code == 530,
