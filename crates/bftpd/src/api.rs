@@ -397,11 +397,21 @@ async fn list(
         limit: Some(q.limit.unwrap_or(1000).min(10_000)),
     };
     let store = app.store.clone();
-    let jobs = blocking(move || store.list(&filter)).await?;
-    let mut views = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        views.push(load_view(&app, job).await?);
-    }
+    // One trip to the blocking pool for the whole list, not one per job.
+    let views = blocking(move || {
+        store
+            .list(&filter)?
+            .into_iter()
+            .map(|job| {
+                Ok(job_view(
+                    &job,
+                    &store.members(job.id)?,
+                    &store.history(job.id)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()
+    })
+    .await?;
     Ok(Json(JobList { jobs: views }))
 }
 
