@@ -11,7 +11,7 @@ use crate::types::JobId;
 ///
 /// Three families, which callers treat differently:
 /// - refusals of the request (`NotFound`, `InvalidTransition`, `RequestKeyConflict`,
-///   `MembersAlreadyFrozen`, `MemberNotFound`, `MemberIsTerminal`, `JobIsFinal`,
+///   `MembersAlreadyFrozen`, `MemberNotFound`, `NoReport`, `MemberIsTerminal`, `JobIsFinal`,
 ///   `TooManyMembers`): nothing was
 ///   written, the store is fine;
 /// - a store that cannot be opened (`NotAStore`, `Locked`, `Damaged`, `SchemaTooNew`, `Io`);
@@ -38,6 +38,9 @@ pub enum StoreError {
 
     #[error("job {job} has no member {index}")]
     MemberNotFound { job: JobId, index: u32 },
+
+    #[error("job {0} has no report in the outbox")]
+    NoReport(JobId),
 
     #[error("member {index} of job {job} is already {state}; a terminal member never changes state again")]
     MemberIsTerminal {
@@ -103,6 +106,7 @@ impl StoreError {
                 | StoreError::RequestKeyConflict { .. }
                 | StoreError::MembersAlreadyFrozen { .. }
                 | StoreError::MemberNotFound { .. }
+                | StoreError::NoReport(_)
                 | StoreError::MemberIsTerminal { .. }
                 | StoreError::JobIsFinal { .. }
                 | StoreError::TooManyMembers { .. }

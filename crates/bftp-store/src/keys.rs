@@ -12,6 +12,9 @@
 //! | `keywords` | keyword hash (32), id            | empty          |
 //! | `states`   | state code (u8), id              | empty          |
 //! | `due`      | next_attempt_at (u64 ms), id     | empty (only while queued) |
+//! | `outbox`   | id                               | outbox record (a final job's report) |
+//! | `outbox_due` | next_try_at (u64 ms), id       | empty (only while the report is pending) |
+//! | `transcripts` | id                            | transcript record (the last attempt) |
 
 use bftp_core::{JobState, Timestamp};
 

@@ -24,8 +24,9 @@ mod types;
 pub use error::{BackendError, StoreError};
 pub use sled_store::{SledStore, StoreOptions, VerifyReport, MAX_MEMBERS, SCHEMA_VERSION};
 pub use types::{
-    HistoryEvent, Job, JobFilter, JobId, KeyHash, LastReply, Member, MemberUpdate, NewJob,
-    NewMember, RequestKey, Sealed, SealedEndpoint, SealedSpec, StateCounts, StateFilter, Submitted,
+    AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, KeyHash, LastReply,
+    Member, MemberUpdate, NewJob, NewMember, OutboxEntry, OutboxState, RequestKey, Sealed,
+    SealedEndpoint, SealedSpec, StateCounts, StateFilter, Submitted,
 };
 
 use bftp_core::{JobEvent, MemberState, Timestamp};
@@ -59,7 +60,8 @@ pub trait JobStore: Send + Sync {
     /// Applies `event` through `bftp_core::transition` (an invalid one is
     /// `InvalidTransition` and changes nothing) and records it in the history with `detail`.
     /// `Start { attempt }` sets `attempts`; `Cancel` also makes every pending member
-    /// `Cancelled`. One transaction, durable before it returns.
+    /// `Cancelled`. `Finish` and `Cancel` also put the job's report in the outbox, due now.
+    /// One transaction, durable before it returns.
     fn apply(
         &self,
         id: JobId,
@@ -70,7 +72,8 @@ pub trait JobStore: Send + Sync {
 
     /// Finishes the job after making every pending member `pending_become` (with `detail`),
     /// with the outcome its members add up to: a job-level permanent failure or exhausted
-    /// retries (SPEC §3, §5). One transaction, durable before it returns.
+    /// retries (SPEC §3, §5). The job's report goes into the outbox, due now. One
+    /// transaction, durable before it returns.
     fn settle_and_finish(
         &self,
         id: JobId,
@@ -110,6 +113,34 @@ pub trait JobStore: Send + Sync {
 
     /// Jobs left `Running`: at start, the attempts a crash interrupted.
     fn running_jobs(&self) -> Result<Vec<JobId>, StoreError>;
+
+    /// The outbox entry of a job's report; `None` while the job is not final (and for jobs
+    /// that became final before the outbox existed).
+    fn outbox_entry(&self, id: JobId) -> Result<Option<OutboxEntry>, StoreError>;
+
+    /// Pending reports whose next try is due at or before `until`, earliest first.
+    fn outbox_due(&self, until: Timestamp, limit: usize) -> Result<Vec<OutboxEntry>, StoreError>;
+
+    /// The earliest next try of any pending report.
+    fn outbox_next_due(&self) -> Result<Option<Timestamp>, StoreError>;
+
+    /// Reports still pending (the outbox depth).
+    fn outbox_pending(&self) -> Result<u64, StoreError>;
+
+    /// Records a delivery try of a pending report. A report already delivered or given up
+    /// stays as it is (returned unchanged): a late second try cannot undo the first.
+    /// Durable before it returns.
+    fn record_delivery(
+        &self,
+        id: JobId,
+        result: DeliveryTry,
+        now: Timestamp,
+    ) -> Result<OutboxEntry, StoreError>;
+
+    /// Keeps the transcript of the job's latest attempt, replacing the previous one. Durable.
+    fn set_transcript(&self, id: JobId, transcript: AttemptTranscript) -> Result<(), StoreError>;
+
+    fn transcript(&self, id: JobId) -> Result<Option<AttemptTranscript>, StoreError>;
 }
 
 /// The text of a panic payload.

@@ -18,7 +18,8 @@ use bftp_core::{
 
 use crate::error::StoreError;
 use crate::types::{
-    HistoryEvent, Job, JobId, KeyHash, LastReply, Member, Sealed, SealedEndpoint, SealedSpec,
+    AttemptTranscript, HistoryEvent, Job, JobId, KeyHash, LastReply, Member, OutboxEntry,
+    OutboxState, Sealed, SealedEndpoint, SealedSpec,
 };
 
 /// The record version this code writes. Also the schema version in the `meta` tree.
@@ -154,6 +155,37 @@ pub(crate) struct RequestV1 {
     /// Fingerprint hash, hex.
     pub fp: String,
     pub job: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct OutboxV1 {
+    pub v: u32,
+    pub created: u64,
+    pub tries: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<u64>,
+    pub state: OutboxStateV1,
+    /// When it was delivered or given up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub err: Option<String>,
+    pub updated: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum OutboxStateV1 {
+    Pending,
+    Delivered,
+    GaveUp,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct TranscriptV1 {
+    pub v: u32,
+    pub attempt: u32,
+    pub lines: Vec<String>,
 }
 
 // ---- encoding ----
@@ -468,6 +500,54 @@ impl RequestV1 {
     }
 }
 
+impl OutboxV1 {
+    pub(crate) fn new(now: Timestamp) -> OutboxV1 {
+        OutboxV1 {
+            v: RECORD_VERSION,
+            created: now.0,
+            tries: 0,
+            next: Some(now.0),
+            state: OutboxStateV1::Pending,
+            done: None,
+            err: None,
+            updated: now.0,
+        }
+    }
+
+    pub(crate) fn to_api(&self, job: JobId) -> Result<OutboxEntry, StoreError> {
+        let state = match (self.state, self.done) {
+            (OutboxStateV1::Pending, _) => OutboxState::Pending,
+            (OutboxStateV1::Delivered, Some(at)) => OutboxState::Delivered { at: Timestamp(at) },
+            (OutboxStateV1::GaveUp, Some(at)) => OutboxState::GaveUp { at: Timestamp(at) },
+            (_, None) => {
+                return Err(StoreError::Corrupt {
+                    what: "outbox",
+                    key: hex(&crate::keys::job(job)),
+                    reason: "a delivered or given-up report without its time".into(),
+                })
+            }
+        };
+        Ok(OutboxEntry {
+            job,
+            created_at: Timestamp(self.created),
+            tries: self.tries,
+            next_try_at: self.next.map(Timestamp),
+            state,
+            last_error: self.err.clone(),
+            updated_at: Timestamp(self.updated),
+        })
+    }
+}
+
+impl TranscriptV1 {
+    pub(crate) fn to_api(&self) -> AttemptTranscript {
+        AttemptTranscript {
+            attempt: self.attempt,
+            lines: self.lines.clone(),
+        }
+    }
+}
+
 // ---- records to API types ----
 
 /// Turns a decoded job record into the API type; a field that does not parse is `Corrupt`.
@@ -633,6 +713,32 @@ mod tests {
         )
         .unwrap();
         assert_eq!(h.to_api().kind, "requeue");
+
+        let o: OutboxV1 = decode(
+            "outbox",
+            b"fixture",
+            include_bytes!("../tests/fixtures/outbox_v1.json"),
+        )
+        .unwrap();
+        let o = o.to_api(JobId(7)).unwrap();
+        assert_eq!(
+            o.state,
+            OutboxState::Delivered {
+                at: Timestamp(1_796_040_400_000)
+            }
+        );
+        assert_eq!((o.tries, o.next_try_at), (2, None));
+        assert_eq!(o.created_at, Timestamp(1_796_040_300_000));
+
+        let t: TranscriptV1 = decode(
+            "transcript",
+            b"fixture",
+            include_bytes!("../tests/fixtures/transcript_v1.json"),
+        )
+        .unwrap();
+        let t = t.to_api();
+        assert_eq!(t.attempt, 3);
+        assert_eq!(t.lines[1], "[      3 ms] source> PASS ****");
 
         let r: RequestV1 = decode(
             "request",

@@ -17,12 +17,12 @@ use crate::error::{backend, StoreError};
 use crate::files::{self, SledFlush, Watermark};
 use crate::keys;
 use crate::record::{
-    decode, encode, job_to_api, HistoryV1, JobV1, MemberStateV1, MemberV1, ReplyV1, RequestV1,
-    StateV1, RECORD_VERSION,
+    decode, encode, job_to_api, HistoryV1, JobV1, MemberStateV1, MemberV1, OutboxStateV1, OutboxV1,
+    ReplyV1, RequestV1, StateV1, TranscriptV1, RECORD_VERSION,
 };
 use crate::types::{
-    HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate, NewJob, NewMember, StateCounts,
-    StateFilter, Submitted,
+    AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
+    NewJob, NewMember, OutboxEntry, StateCounts, StateFilter, Submitted,
 };
 use crate::JobStore;
 
@@ -32,8 +32,19 @@ pub const SCHEMA_VERSION: u32 = RECORD_VERSION;
 /// Most members one job may have (one wildcard listing).
 pub const MAX_MEMBERS: usize = 1_000_000;
 
-const TREES: [&str; 9] = [
-    "meta", "jobs", "members", "history", "requests", "owners", "keywords", "states", "due",
+const TREES: [&str; 12] = [
+    "meta",
+    "jobs",
+    "members",
+    "history",
+    "requests",
+    "owners",
+    "keywords",
+    "states",
+    "due",
+    "outbox",
+    "outbox_due",
+    "transcripts",
 ];
 
 #[derive(Clone, Debug)]
@@ -82,6 +93,9 @@ struct Trees {
     keywords: sled::Tree,
     states: sled::Tree,
     due: sled::Tree,
+    outbox: sled::Tree,
+    outbox_due: sled::Tree,
+    transcripts: sled::Tree,
 }
 
 /// The trees inside one transaction.
@@ -95,6 +109,9 @@ struct Tx<'a> {
     keywords: &'a TransactionalTree,
     states: &'a TransactionalTree,
     due: &'a TransactionalTree,
+    outbox: &'a TransactionalTree,
+    outbox_due: &'a TransactionalTree,
+    transcripts: &'a TransactionalTree,
 }
 
 const EMPTY: &[u8] = &[];
@@ -281,7 +298,8 @@ impl SledStore {
                 )),
             }
         };
-        let [meta, jobs, members, history, requests, owners, keywords, states, due] = TREES;
+        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts] =
+            TREES;
         Ok(Trees {
             meta: open(meta)?,
             jobs: open(jobs)?,
@@ -292,6 +310,9 @@ impl SledStore {
             keywords: open(keywords)?,
             states: open(states)?,
             due: open(due)?,
+            outbox: open(outbox)?,
+            outbox_due: open(outbox_due)?,
+            transcripts: open(transcripts)?,
         })
     }
 
@@ -342,11 +363,23 @@ impl SledStore {
                 r.requests += 1;
                 r.bytes += (k.len() + v.len()) as u64;
             }
-            let indexes: [(&'static str, &sled::Tree, usize); 4] = [
+            for kv in self.t.outbox.iter() {
+                let (k, v) = kv.map_err(backend("verify"))?;
+                let id = keys::trailing_id("outbox", &k, 8)?;
+                decode::<OutboxV1>("outbox", &k, &v)?.to_api(id)?;
+                r.bytes += (k.len() + v.len()) as u64;
+            }
+            for kv in self.t.transcripts.iter() {
+                let (k, v) = kv.map_err(backend("verify"))?;
+                decode::<TranscriptV1>("transcript", &k, &v)?;
+                r.bytes += (k.len() + v.len()) as u64;
+            }
+            let indexes: [(&'static str, &sled::Tree, usize); 5] = [
                 ("owners index", &self.t.owners, 12),
                 ("keywords index", &self.t.keywords, 40),
                 ("states index", &self.t.states, 9),
                 ("due index", &self.t.due, 16),
+                ("outbox due index", &self.t.outbox_due, 16),
             ];
             for (what, tree, len) in indexes {
                 for k in tree.iter().keys() {
@@ -386,7 +419,8 @@ impl SledStore {
         self.guarded(op, || {
             self.commit.check(op)?;
             let t = &self.t;
-            let trees = (
+            // sled implements `Transactional` for tuples of at most 9 trees; a slice has no limit.
+            let trees: [&sled::Tree; 12] = [
                 &t.meta,
                 &t.jobs,
                 &t.members,
@@ -396,29 +430,33 @@ impl SledStore {
                 &t.keywords,
                 &t.states,
                 &t.due,
-            );
-            let r = trees.transaction(
-                |(meta, jobs, members, history, requests, owners, keywords, states, due)| {
-                    let tx = Tx {
-                        meta,
-                        jobs,
-                        members,
-                        history,
-                        requests,
-                        owners,
-                        keywords,
-                        states,
-                        due,
-                    };
-                    let seq = match tx.meta.get(keys::META_SEQ)? {
-                        Some(v) => keys::u64_value("meta", keys::META_SEQ, &v).or_abort()?,
-                        None => return abort(keys::corrupt_key("meta", keys::META_SEQ, "missing")),
-                    };
-                    tx.meta
-                        .insert(keys::META_SEQ, &(seq + 1).to_be_bytes()[..])?;
-                    f(&tx)
-                },
-            );
+                &t.outbox,
+                &t.outbox_due,
+                &t.transcripts,
+            ];
+            let r = trees[..].transaction(|v: &Vec<TransactionalTree>| {
+                let tx = Tx {
+                    meta: &v[0],
+                    jobs: &v[1],
+                    members: &v[2],
+                    history: &v[3],
+                    requests: &v[4],
+                    owners: &v[5],
+                    keywords: &v[6],
+                    states: &v[7],
+                    due: &v[8],
+                    outbox: &v[9],
+                    outbox_due: &v[10],
+                    transcripts: &v[11],
+                };
+                let seq = match tx.meta.get(keys::META_SEQ)? {
+                    Some(v) => keys::u64_value("meta", keys::META_SEQ, &v).or_abort()?,
+                    None => return abort(keys::corrupt_key("meta", keys::META_SEQ, "missing")),
+                };
+                tx.meta
+                    .insert(keys::META_SEQ, &(seq + 1).to_be_bytes()[..])?;
+                f(&tx)
+            });
             let value = match r {
                 Ok(v) => v,
                 Err(TransactionError::Abort(e)) => return Err(e),
@@ -617,6 +655,20 @@ fn tx_settle_pending(
     Ok(all)
 }
 
+/// Writes a report's outbox record and moves its due-index entry from `old_next` (the
+/// record's previous next try) to its new one.
+fn tx_outbox_put(tx: &Tx<'_>, id: JobId, rec: &OutboxV1, old_next: Option<u64>) -> TxResult<()> {
+    if let Some(at) = old_next {
+        tx.outbox_due.remove(&keys::due(Timestamp(at), id)[..])?;
+    }
+    if let (OutboxStateV1::Pending, Some(at)) = (rec.state, rec.next) {
+        tx.outbox_due
+            .insert(&keys::due(Timestamp(at), id)[..], EMPTY)?;
+    }
+    tx.outbox.insert(&keys::job(id)[..], encode(rec))?;
+    Ok(())
+}
+
 fn check_member_count(n: usize) -> Result<u32, StoreError> {
     if n > MAX_MEMBERS {
         return Err(StoreError::TooManyMembers {
@@ -811,6 +863,9 @@ impl JobStore for SledStore {
             if event == JobEvent::Cancel {
                 tx_settle_pending(tx, id, rec.members, MemberState::Cancelled, None, now)?;
             }
+            if new.is_final() {
+                tx_outbox_put(tx, id, &OutboxV1::new(now), None)?;
+            }
             rec.state = StateV1::from_api(&new);
             rec.updated = now.0;
             tx_reindex(tx, id, Some(&old), &new)?;
@@ -844,6 +899,7 @@ impl JobStore for SledStore {
             tx_reindex(tx, id, Some(&old), &new)?;
             tx_history(tx, id, &mut rec, now, event.name(), detail.as_deref())?;
             tx_put_job(tx, id, &rec)?;
+            tx_outbox_put(tx, id, &OutboxV1::new(now), None)?;
             job_to_api(id, &rec).or_abort()
         })
     }
@@ -1001,6 +1057,132 @@ impl JobStore for SledStore {
             )
             .collect()
         })
+    }
+
+    fn outbox_entry(&self, id: JobId) -> Result<Option<OutboxEntry>, StoreError> {
+        self.guarded("outbox_entry", || self.read_outbox(id))
+    }
+
+    fn outbox_due(&self, until: Timestamp, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
+        self.guarded("outbox_due", || {
+            let mut out = Vec::new();
+            for k in self
+                .t
+                .outbox_due
+                .range(..=keys::due(until, JobId(u64::MAX)))
+                .keys()
+                .take(limit)
+            {
+                let (_, id) = due_entry(&k.map_err(backend("outbox_due"))?)?;
+                match self.read_outbox(id)? {
+                    Some(e) => out.push(e),
+                    None => {
+                        return Err(keys::corrupt_key(
+                            "outbox due index",
+                            &keys::job(id),
+                            "names a report the outbox does not have",
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn outbox_next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.guarded("outbox_next_due", || {
+            match self
+                .t
+                .outbox_due
+                .first()
+                .map_err(backend("outbox_next_due"))?
+            {
+                Some((k, _)) => Ok(Some(due_entry(&k)?.0)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn outbox_pending(&self) -> Result<u64, StoreError> {
+        self.guarded("outbox_pending", || Ok(self.t.outbox_due.len() as u64))
+    }
+
+    fn record_delivery(
+        &self,
+        id: JobId,
+        result: DeliveryTry,
+        now: Timestamp,
+    ) -> Result<OutboxEntry, StoreError> {
+        self.write("record_delivery", |tx| {
+            let k = keys::job(id);
+            let mut rec: OutboxV1 = match tx.outbox.get(k)? {
+                Some(v) => decode("outbox", &k, &v).or_abort()?,
+                None => return abort(StoreError::NoReport(id)),
+            };
+            if rec.state != OutboxStateV1::Pending {
+                return rec.to_api(id).or_abort();
+            }
+            let old_next = rec.next;
+            match &result {
+                DeliveryTry::Delivered => {
+                    rec.tries += 1;
+                    rec.state = OutboxStateV1::Delivered;
+                    rec.done = Some(now.0);
+                    rec.next = None;
+                }
+                DeliveryTry::Failed { error, next_try_at } => {
+                    rec.tries += 1;
+                    rec.err = Some(error.clone());
+                    rec.next = Some(next_try_at.0);
+                }
+                DeliveryTry::GaveUp { error } => {
+                    rec.tries += 1;
+                    rec.err = Some(error.clone());
+                    rec.state = OutboxStateV1::GaveUp;
+                    rec.done = Some(now.0);
+                    rec.next = None;
+                }
+                DeliveryTry::Postponed { next_try_at } => rec.next = Some(next_try_at.0),
+            }
+            rec.updated = now.0;
+            tx_outbox_put(tx, id, &rec, old_next)?;
+            rec.to_api(id).or_abort()
+        })
+    }
+
+    fn set_transcript(&self, id: JobId, transcript: AttemptTranscript) -> Result<(), StoreError> {
+        let value = encode(&TranscriptV1 {
+            v: RECORD_VERSION,
+            attempt: transcript.attempt,
+            lines: transcript.lines,
+        });
+        self.write("set_transcript", |tx| {
+            if tx.jobs.get(keys::job(id))?.is_none() {
+                return abort(StoreError::NotFound(id));
+            }
+            tx.transcripts.insert(&keys::job(id)[..], value.clone())?;
+            Ok(())
+        })
+    }
+
+    fn transcript(&self, id: JobId) -> Result<Option<AttemptTranscript>, StoreError> {
+        self.guarded("transcript", || {
+            let k = keys::job(id);
+            match self.t.transcripts.get(k).map_err(backend("transcript"))? {
+                Some(v) => Ok(Some(decode::<TranscriptV1>("transcript", &k, &v)?.to_api())),
+                None => Ok(None),
+            }
+        })
+    }
+}
+
+impl SledStore {
+    fn read_outbox(&self, id: JobId) -> Result<Option<OutboxEntry>, StoreError> {
+        let k = keys::job(id);
+        match self.t.outbox.get(k).map_err(backend("outbox"))? {
+            Some(v) => Ok(Some(decode::<OutboxV1>("outbox", &k, &v)?.to_api(id)?)),
+            None => Ok(None),
+        }
     }
 }
 

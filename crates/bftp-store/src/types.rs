@@ -232,3 +232,70 @@ pub struct StateCounts {
     pub finished: u64,
     pub cancelled: u64,
 }
+
+/// Where a job's report stands in the outbox (SPEC §4.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutboxState {
+    /// Waiting for its next delivery try, at [`OutboxEntry::next_try_at`].
+    Pending,
+    /// Accepted by the mail transport.
+    Delivered { at: Timestamp },
+    /// Refused for good (a permanent SMTP reply), or still undelivered when the daemon's
+    /// give-up time passed.
+    GaveUp { at: Timestamp },
+}
+
+impl OutboxState {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OutboxState::Pending => "pending",
+            OutboxState::Delivered { .. } => "delivered",
+            OutboxState::GaveUp { .. } => "gave_up",
+        }
+    }
+}
+
+/// The report of a job that reached a final state: written in the same transaction as the
+/// finish or the cancel, so no final job is ever without one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxEntry {
+    pub job: JobId,
+    /// When the job became final: with the job id, what the report's Message-ID is made of,
+    /// so every delivery try of the report carries the same one.
+    pub created_at: Timestamp,
+    /// Delivery tries so far.
+    pub tries: u32,
+    /// The next try, while pending.
+    pub next_try_at: Option<Timestamp>,
+    pub state: OutboxState,
+    /// Why the last try failed.
+    pub last_error: Option<String>,
+    pub updated_at: Timestamp,
+}
+
+/// The result of one delivery try.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeliveryTry {
+    Delivered,
+    /// A transient failure: try again at `next_try_at`.
+    Failed {
+        error: String,
+        next_try_at: Timestamp,
+    },
+    /// A permanent failure, or the give-up time passed.
+    GaveUp {
+        error: String,
+    },
+    /// Not tried (the job's attempt is still winding down): look again at `next_try_at`.
+    /// Counts no try.
+    Postponed {
+        next_try_at: Timestamp,
+    },
+}
+
+/// The bounded transcript of a job's last attempt (PASS masked by the engine).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptTranscript {
+    pub attempt: u32,
+    pub lines: Vec<String>,
+}
