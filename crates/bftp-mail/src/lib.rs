@@ -1,0 +1,26 @@
+//! The report bftpd mails when a job reaches a final state (SPEC §3, §4.6, §8), and its
+//! delivery.
+//!
+//! - [`render`] turns a finished or cancelled job into a [`Report`]: a subject, a plain-text
+//!   body for people and a JSON document (schema [`REPORT_SCHEMA`]) for programs. Pure: no
+//!   I/O, no clock; every secret the daemon hands in is scrubbed from every rendered string.
+//! - [`build_message`] wraps a report into a MIME message with a stable Message-ID
+//!   ([`message_id`]), so a repeated delivery of the same outbox entry is recognizable.
+//! - [`Mailer`] delivers it over SMTP (plain, STARTTLS or implicit TLS) or through a sendmail
+//!   binary, and classifies every failure as [`SendError::Transient`] (retry) or
+//!   [`SendError::Permanent`] (give up); [`next_delay`] is the outbox's backoff.
+
+mod config;
+mod deliver;
+mod error;
+mod message;
+mod render;
+mod retry;
+mod scrub;
+
+pub use config::{MailConfig, MailRetry, SmtpTls, TransportConfig};
+pub use deliver::{classify_sendmail_exit, Class, Mailer, SendError};
+pub use error::MailError;
+pub use message::{build_message, message_id, Envelope};
+pub use render::{render, Report, ReportInput, REPORT_SCHEMA};
+pub use retry::next_delay;

@@ -1,0 +1,154 @@
+//! A report as a MIME message. Deterministic: the same report and envelope give the same
+//! bytes, so every delivery of one outbox entry sends the same message.
+
+use std::time::SystemTime;
+
+use lettre::message::header::{ContentTransferEncoding, ContentType, HeaderName, HeaderValue};
+use lettre::message::{Attachment, Body, Mailbox, MultiPart, SinglePart};
+use lettre::Message;
+
+use crate::error::MailError;
+use crate::render::Report;
+
+/// Who a report goes to, and the identity of the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    pub from: String,
+    pub to: Vec<String>,
+    /// From [`message_id`], stored in the outbox entry so that every delivery reuses it.
+    pub message_id: String,
+    /// When the report was made (the outbox entry's time, not the delivery's).
+    pub date: SystemTime,
+}
+
+/// The Message-ID of job `job_id`'s report made at `stamp_ms` (ms since the Unix epoch):
+/// `<bftp.job-42.1764500000000@host>`. The domain keeps only the characters a domain may
+/// have (`localhost` if none is left).
+pub fn message_id(job_id: u64, stamp_ms: u64, domain: &str) -> String {
+    let domain: String = domain
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'))
+        .collect();
+    let domain = domain.trim_matches('.');
+    let domain = if domain.is_empty() {
+        "localhost"
+    } else {
+        domain
+    };
+    format!("<bftp.job-{job_id}.{stamp_ms}@{domain}>")
+}
+
+/// The report as a `multipart/mixed` message: the text (UTF-8, quoted-printable) and the JSON
+/// as an attachment `bftp-job-<id>.json` (base64). Headers: From, To, Subject, Date,
+/// Message-ID, `Auto-Submitted: auto-generated` (RFC 3834: no auto-replies to it) and
+/// `X-BFTP-Job: <id>`.
+pub fn build_message(report: &Report, env: &Envelope) -> Result<Message, MailError> {
+    let job_id = report.job_id;
+    let mailbox = |field: &'static str, address: &str| -> Result<Mailbox, MailError> {
+        address.parse::<Mailbox>().map_err(|e| MailError::Address {
+            field,
+            address: address.escape_debug().to_string(),
+            reason: e.to_string(),
+        })
+    };
+    if !is_message_id(&env.message_id) {
+        return Err(MailError::MessageId {
+            id: env.message_id.escape_debug().to_string(),
+        });
+    }
+    if env.to.is_empty() {
+        return Err(MailError::NoRecipients { job_id });
+    }
+    let mut builder = Message::builder()
+        .from(mailbox("from", &env.from)?)
+        .subject(report.subject.replace(['\r', '\n'], " "))
+        .date(env.date)
+        .message_id(Some(env.message_id.clone()))
+        .raw_header(HeaderValue::new(
+            HeaderName::new_from_ascii_str("Auto-Submitted"),
+            "auto-generated".to_string(),
+        ))
+        .raw_header(HeaderValue::new(
+            HeaderName::new_from_ascii_str("X-BFTP-Job"),
+            job_id.to_string(),
+        ));
+    for to in &env.to {
+        builder = builder.to(mailbox("to", to)?);
+    }
+    let build = |reason: String| MailError::Build { job_id, reason };
+    // Quoted-printable and base64 both encode '=', so this boundary cannot occur in either
+    // part, whatever a server put in a reply.
+    let boundary = format!(
+        "=_bftp-report-{job_id}-{}",
+        env.message_id
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>()
+    );
+    let text = Body::new_with_encoding(
+        report.text.clone(),
+        ContentTransferEncoding::QuotedPrintable,
+    )
+    .map_err(|_| build("the text cannot be quoted-printable".into()))?;
+    let json = Body::new_with_encoding(report.json.clone(), ContentTransferEncoding::Base64)
+        .map_err(|_| build("the JSON cannot be base64".into()))?;
+    let json_type = ContentType::parse("application/json").map_err(|e| build(e.to_string()))?;
+    let body = MultiPart::mixed()
+        .boundary(boundary)
+        .singlepart(
+            SinglePart::builder()
+                .header(ContentType::TEXT_PLAIN)
+                .body(text),
+        )
+        .singlepart(Attachment::new(format!("bftp-job-{job_id}.json")).body(json, json_type));
+    builder.multipart(body).map_err(|e| build(e.to_string()))
+}
+
+/// `<left@right>` with printable ASCII and no spaces: what a Message-ID header may carry.
+fn is_message_id(id: &str) -> bool {
+    let Some(inner) = id.strip_prefix('<').and_then(|s| s.strip_suffix('>')) else {
+        return false;
+    };
+    let Some((left, right)) = inner.split_once('@') else {
+        return false;
+    };
+    !left.is_empty()
+        && !right.is_empty()
+        && inner
+            .chars()
+            .all(|c| c.is_ascii_graphic() && !matches!(c, '<' | '>' | '"' | '\\'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_id_is_stable_and_clean() {
+        assert_eq!(
+            message_id(42, 1_764_500_000_000, "files.example.org"),
+            "<bftp.job-42.1764500000000@files.example.org>"
+        );
+        assert_eq!(
+            message_id(42, 1_764_500_000_000, "files.example.org"),
+            message_id(42, 1_764_500_000_000, "files.example.org")
+        );
+        assert_eq!(message_id(1, 2, "ev>il\r\nX: y"), "<bftp.job-1.2@evilXy>");
+        assert_eq!(message_id(1, 2, ""), "<bftp.job-1.2@localhost>");
+        assert_eq!(message_id(1, 2, "..."), "<bftp.job-1.2@localhost>");
+    }
+
+    #[test]
+    fn message_ids_are_checked() {
+        for (id, ok) in [
+            ("<bftp.job-1.2@h>", true),
+            ("bftp.job-1.2@h", false),
+            ("<bftp.job-1.2>", false),
+            ("<a@b>\r\nBcc: x@y", false),
+            ("<a b@c>", false),
+            ("<@c>", false),
+        ] {
+            assert_eq!(is_message_id(id), ok, "{id:?}");
+        }
+    }
+}

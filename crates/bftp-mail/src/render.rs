@@ -1,0 +1,495 @@
+//! The report, as text for people and JSON for programs. Pure: no I/O, no clock.
+//!
+//! The outcome comes first, in words, because "finished" only says that bftpd stopped
+//! working on a job (SPEC §3). Every string that came from outside (server replies, file
+//! names, user input) is scrubbed of the job's secrets and has its control characters shown
+//! escaped before it is placed; the finished subject, text and JSON are scrubbed once more.
+
+use std::fmt::Write as _;
+
+use bftp_api::{EndpointView, JobView, MemberView, ReplyView};
+use bftp_core::ftpurl::redact_url;
+use serde::Serialize;
+
+use crate::scrub::{clean, mask_login_secrets, Scrubber, MASK};
+
+/// The `schema` of the JSON report. A change that removes or retypes a field takes a new
+/// number; adding a field does not.
+///
+/// ```json
+/// {
+///   "schema": "bftp-report/1",
+///   "summary": { "outcome": "partial", "state": "finished", "action": "copied",
+///                "files": 4, "succeeded": 3, "failed": 1, "cancelled": 0,
+///                "uncertain": 0, "pending": 0, "bytes": 4096 },
+///   "job": { ... },              // bftp-api's JobView, as `bftp status --json` shows it
+///   "transcript": ["source> USER alice", "source< 331 ...", ...],
+///   "transcript_omitted": 0      // earlier lines left out to bound the report
+/// }
+/// ```
+pub const REPORT_SCHEMA: &str = "bftp-report/1";
+
+/// The transcript keeps the last this many lines of the last attempt...
+pub const TRANSCRIPT_MAX_LINES: usize = 200;
+/// ...each cut to this many characters.
+pub const TRANSCRIPT_MAX_LINE_CHARS: usize = 512;
+
+/// Names listed in the cancel summary before "and N more" (the table lists them all).
+const NAMES_IN_SUMMARY: usize = 10;
+
+pub struct ReportInput<'a> {
+    /// The job in a final state (finished or cancelled), with its members and history.
+    pub job: &'a JobView,
+    /// The last attempt's transcript, bounded, PASS already masked (masked again anyway).
+    pub transcript: &'a [String],
+    /// The job's clear FTP passwords and ACCT strings, given only to be scrubbed: any
+    /// occurrence, plain or encoded, anywhere in the report becomes `****`.
+    pub secrets: &'a [String],
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub job_id: u64,
+    /// `BFTP results: <id>: <outcome> (<counts>)`; ASCII, one line.
+    pub subject: String,
+    pub text: String,
+    /// Pretty JSON, schema [`REPORT_SCHEMA`].
+    pub json: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+struct Summary<'a> {
+    outcome: &'a str,
+    state: &'a str,
+    /// `copied` or `deleted`: what a succeeded file had done to it.
+    action: &'static str,
+    files: usize,
+    succeeded: usize,
+    failed: usize,
+    cancelled: usize,
+    uncertain: usize,
+    pending: usize,
+    bytes: u64,
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    schema: &'static str,
+    summary: Summary<'a>,
+    job: &'a JobView,
+    transcript: &'a [String],
+    transcript_omitted: usize,
+}
+
+pub fn render(input: &ReportInput) -> Report {
+    let scrubber = Scrubber::new(input.secrets);
+    let safe = |s: &str| clean(&scrubber.scrub(s));
+    let job = safe_view(input.job, &safe);
+    let (transcript, omitted) = bound_transcript(input.transcript, &safe);
+    let summary = summarize(&job);
+
+    let subject = format!(
+        "BFTP results: {}: {} ({})",
+        job.id,
+        summary.outcome,
+        counts_phrase(&summary, false)
+    );
+    let text = render_text(&job, &summary, &transcript, omitted);
+    let json = render_json(&job, summary, &transcript, omitted, &scrubber);
+
+    Report {
+        job_id: job.id,
+        // The subject is ASCII from fixed words and numbers, but the outcome string came
+        // from the view: keep it on one line whatever it holds.
+        subject: scrubber.scrub(&subject).replace(['\r', '\n'], " "),
+        text: scrubber.scrub(&text),
+        json,
+    }
+}
+
+fn safe_view(v: &JobView, safe: &dyn Fn(&str) -> String) -> JobView {
+    let opt = |o: &Option<String>| o.as_deref().map(safe);
+    let endpoint = |e: &EndpointView| EndpointView {
+        host: safe(&e.host),
+        port: e.port,
+        user: safe(&e.user),
+        path: safe(&e.path),
+        has_password: e.has_password,
+        has_acct: e.has_acct,
+        url: safe(&redact_url(&e.url)),
+    };
+    let reply = |r: &Option<ReplyView>| {
+        r.as_ref().map(|r| ReplyView {
+            code: r.code,
+            text: safe(&r.text),
+        })
+    };
+    let mut out = v.clone();
+    out.state = safe(&v.state);
+    out.outcome = opt(&v.outcome);
+    out.next_attempt_at = opt(&v.next_attempt_at);
+    out.created_at = safe(&v.created_at);
+    out.updated_at = safe(&v.updated_at);
+    out.finished_at = opt(&v.finished_at);
+    out.source = endpoint(&v.source);
+    out.destination = v.destination.as_ref().map(endpoint);
+    out.disposition = safe(&v.disposition);
+    out.dest_command = safe(&v.dest_command);
+    out.transfer_type = safe(&v.transfer_type);
+    out.mode = safe(&v.mode);
+    out.structure = safe(&v.structure);
+    out.start_at = safe(&v.start_at);
+    out.retry.first_interval = safe(&v.retry.first_interval);
+    out.retry.cap = safe(&v.retry.cap);
+    out.retry.deadline = safe(&v.retry.deadline);
+    out.notify = v.notify.iter().map(|n| safe(n)).collect();
+    out.members = v
+        .members
+        .iter()
+        .map(|m| MemberView {
+            index: m.index,
+            name: safe(&m.name),
+            state: safe(&m.state),
+            attempts: m.attempts,
+            size: m.size,
+            bytes: m.bytes,
+            source_reply: reply(&m.source_reply),
+            dest_reply: reply(&m.dest_reply),
+            detail: opt(&m.detail),
+            updated_at: safe(&m.updated_at),
+        })
+        .collect();
+    // The report does not describe its own delivery.
+    out.report = None;
+    for (h, orig) in out.history.iter_mut().zip(&v.history) {
+        h.at = safe(&orig.at);
+        h.event = safe(&orig.event);
+        h.detail = opt(&orig.detail);
+    }
+    out
+}
+
+/// The last [`TRANSCRIPT_MAX_LINES`] lines, each cut, PASS/ACCT masked; and how many earlier
+/// lines were left out.
+fn bound_transcript(lines: &[String], safe: &dyn Fn(&str) -> String) -> (Vec<String>, usize) {
+    let omitted = lines.len().saturating_sub(TRANSCRIPT_MAX_LINES);
+    let kept = lines[omitted..]
+        .iter()
+        .map(|l| {
+            // Mask before cutting, so a cut cannot hide a PASS from the masker.
+            let l = safe(&mask_login_secrets(l));
+            match l.char_indices().nth(TRANSCRIPT_MAX_LINE_CHARS) {
+                Some((i, _)) => format!("{} [cut]", &l[..i]),
+                None => l,
+            }
+        })
+        .collect();
+    (kept, omitted)
+}
+
+fn summarize(job: &JobView) -> Summary<'_> {
+    let count = |states: &[&str]| {
+        job.members
+            .iter()
+            .filter(|m| states.contains(&m.state.as_str()))
+            .count()
+    };
+    let succeeded = count(&["succeeded"]);
+    let failed = count(&["failed_permanent", "failed_retries_exhausted"]);
+    let cancelled = count(&["cancelled"]);
+    let uncertain = count(&["uncertain"]);
+    let files = job.members.len();
+    let pending = files - succeeded - failed - cancelled - uncertain;
+    let derived = if job.state == "cancelled" {
+        "cancelled"
+    } else if files > 0 && succeeded == files {
+        "succeeded"
+    } else if succeeded > 0 {
+        "partial"
+    } else {
+        "failed"
+    };
+    Summary {
+        outcome: job.outcome.as_deref().unwrap_or(derived),
+        state: &job.state,
+        action: if job.disposition == "delete" || job.destination.is_none() {
+            "deleted"
+        } else {
+            "copied"
+        },
+        files,
+        succeeded,
+        failed,
+        cancelled,
+        uncertain,
+        pending,
+        bytes: job.members.iter().filter_map(|m| m.bytes).sum(),
+    }
+}
+
+/// `3 of 4 files copied, 1 failed`; with `before_cancel`, `copied before the cancel`.
+fn counts_phrase(s: &Summary, before_cancel: bool) -> String {
+    let files = if s.files == 1 { "file" } else { "files" };
+    let mut out = if s.files == 0 {
+        format!("no file {}", s.action)
+    } else {
+        format!("{} of {} {files} {}", s.succeeded, s.files, s.action)
+    };
+    if before_cancel && s.outcome == "cancelled" && s.files > 0 {
+        out.push_str(" before the cancel");
+    }
+    for (n, what) in [
+        (s.failed, "failed"),
+        (s.cancelled, "cancelled"),
+        (s.uncertain, "uncertain"),
+        (s.pending, "not done"),
+    ] {
+        if n > 0 {
+            let _ = write!(out, ", {n} {what}");
+        }
+    }
+    out
+}
+
+fn render_text(job: &JobView, s: &Summary, transcript: &[String], omitted: usize) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "Outcome: {} \u{2014} {}",
+        s.outcome,
+        counts_phrase(s, true)
+    );
+    t.push('\n');
+    let attempts = match job.attempts {
+        1 => "1 attempt".to_string(),
+        n => format!("{n} attempts"),
+    };
+    let at = job.finished_at.as_deref().unwrap_or(&job.updated_at);
+    if s.outcome == "cancelled" || job.state == "cancelled" {
+        let _ = writeln!(
+            t,
+            "BFTP job {} was cancelled at {at}, after {attempts}.",
+            job.id
+        );
+        let names = |state: &str| -> Vec<&str> {
+            job.members
+                .iter()
+                .filter(|m| m.state == state)
+                .map(|m| m.name.as_str())
+                .collect()
+        };
+        let _ = writeln!(
+            t,
+            "Done before the cancel: {}",
+            name_list(&names("succeeded"))
+        );
+        let _ = writeln!(t, "Cancelled: {}", name_list(&names("cancelled")));
+    } else {
+        let _ = writeln!(t, "BFTP job {} finished at {at}, after {attempts}.", job.id);
+        t.push_str(
+            "\"Finished\" means that bftpd stopped working on the job, not that it succeeded:\n\
+             the outcome is the first line, and each file's line below is the evidence.\n",
+        );
+    }
+    if s.outcome != "succeeded" {
+        if let Some(last) = job.history.last() {
+            if let Some(d) = &last.detail {
+                let _ = writeln!(t, "Last event: {} {}: {d}", last.at, last.event);
+            }
+        }
+    }
+
+    t.push_str("\nRequest\n");
+    let mut field = |name: &str, value: &str| {
+        let _ = writeln!(t, "  {name:<18}{value}");
+    };
+    field("source", &endpoint_line(&job.source));
+    match &job.destination {
+        Some(d) => field("destination", &endpoint_line(d)),
+        None => field("destination", "none"),
+    }
+    field("disposition", &job.disposition);
+    if job.destination.is_some() {
+        field("destination cmd", &job.dest_command);
+    }
+    field(
+        "type/mode/stru",
+        &format!("{} / {} / {}", job.transfer_type, job.mode, job.structure),
+    );
+    field("start", &job.start_at);
+    field(
+        "retry",
+        &format!(
+            "first {}, factor {}, cap {}, at most {} attempts, deadline {}",
+            job.retry.first_interval,
+            job.retry.factor,
+            job.retry.cap,
+            job.retry.max_attempts,
+            job.retry.deadline
+        ),
+    );
+    field(
+        "notify",
+        &if job.notify.is_empty() {
+            "the owner".to_string()
+        } else {
+            job.notify.join(", ")
+        },
+    );
+    field(
+        "keyword",
+        if job.has_keyword {
+            "set (stored only as a hash)"
+        } else {
+            "none"
+        },
+    );
+    field("submitted", &job.created_at);
+
+    let _ = writeln!(t, "\nFiles ({})", job.members.len());
+    if job.members.is_empty() {
+        t.push_str("  none: the job ended before its files were known\n");
+    } else {
+        let _ = writeln!(t, "  {:<26} {:>12} {:>6}  name", "state", "bytes", "tries");
+    }
+    for m in &job.members {
+        let bytes = m.bytes.map_or_else(|| "-".to_string(), |b| b.to_string());
+        let _ = writeln!(
+            t,
+            "  {:<26} {:>12} {:>6}  {}",
+            m.state, bytes, m.attempts, m.name
+        );
+        let source = if job.destination.is_some() {
+            "source:"
+        } else {
+            "server:"
+        };
+        if let Some(r) = &m.source_reply {
+            let _ = writeln!(t, "      {source:<13}{}", reply_line(r));
+        }
+        if let Some(r) = &m.dest_reply {
+            let _ = writeln!(t, "      {:<13}{}", "destination:", reply_line(r));
+        }
+        if let Some(d) = &m.detail {
+            let _ = writeln!(t, "      {:<13}{d}", "detail:");
+        }
+    }
+    if s.uncertain > 0 {
+        t.push_str(
+            "  An uncertain file had an append, unique store or delete under way when an\n  \
+             attempt was interrupted, and its effect could not be established afterwards.\n  \
+             bftpd did not repeat it (nothing was duplicated): check that file by hand.\n",
+        );
+    }
+
+    t.push_str("\nHistory\n");
+    for h in &job.history {
+        let _ = write!(t, "  {}  {}", h.at, h.event);
+        if let Some(d) = &h.detail {
+            let _ = write!(t, "  {d}");
+        }
+        t.push('\n');
+    }
+
+    if transcript.is_empty() {
+        t.push_str("\nTranscript of the last attempt: none recorded\n");
+    } else {
+        let _ = write!(
+            t,
+            "\nTranscript of the last attempt ({} lines",
+            transcript.len()
+        );
+        if omitted > 0 {
+            let _ = write!(t, "; {omitted} earlier lines left out");
+        }
+        t.push_str(")\n");
+        for l in transcript {
+            let _ = writeln!(t, "  {l}");
+        }
+    }
+
+    let _ = writeln!(
+        t,
+        "\nThe same report is attached as bftp-job-{}.json (schema {REPORT_SCHEMA}).",
+        job.id
+    );
+    t
+}
+
+fn endpoint_line(e: &EndpointView) -> String {
+    let mut line = e.url.clone();
+    match (e.has_password, e.has_acct) {
+        (true, true) => line.push_str(" (password and ACCT given, not shown)"),
+        (true, false) => line.push_str(" (password given, not shown)"),
+        (false, true) => line.push_str(" (ACCT given, not shown)"),
+        (false, false) => {}
+    }
+    line
+}
+
+fn reply_line(r: &ReplyView) -> String {
+    match r.code {
+        Some(c) => format!("{c} {}", r.text),
+        None => format!("(no reply code) {}", r.text),
+    }
+}
+
+fn name_list(names: &[&str]) -> String {
+    match names.len() {
+        0 => "none".to_string(),
+        n if n <= NAMES_IN_SUMMARY => names.join(", "),
+        n => format!(
+            "{}, and {} more",
+            names[..NAMES_IN_SUMMARY].join(", "),
+            n - NAMES_IN_SUMMARY
+        ),
+    }
+}
+
+fn render_json(
+    job: &JobView,
+    summary: Summary,
+    transcript: &[String],
+    omitted: usize,
+    scrubber: &Scrubber,
+) -> String {
+    let doc = JsonReport {
+        schema: REPORT_SCHEMA,
+        summary,
+        job,
+        transcript,
+        transcript_omitted: omitted,
+    };
+    let mut value = serde_json::to_value(&doc).expect("plain data serializes");
+    scrub_value(&mut value, scrubber);
+    let json = serde_json::to_string_pretty(&value).expect("a Value serializes");
+    // Strings and numbers were scrubbed one by one; this catches a secret spanning two.
+    let scrubbed = scrubber.scrub(&json);
+    if scrubbed == json || serde_json::from_str::<serde_json::Value>(&scrubbed).is_ok() {
+        return scrubbed;
+    }
+    // A secret that spans JSON syntax: unlikely, and not worth an unreadable attachment.
+    serde_json::to_string_pretty(&serde_json::json!({
+        "schema": REPORT_SCHEMA,
+        "job_id": job.id,
+        "error": "the JSON report was withheld: it could not be written without a secret",
+    }))
+    .expect("a Value serializes")
+}
+
+fn scrub_value(v: &mut serde_json::Value, scrubber: &Scrubber) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => *s = scrubber.scrub(s),
+        // A numeric secret equal to a byte count: the number cannot be half masked.
+        Value::Number(n) => {
+            let shown = n.to_string();
+            if scrubber.scrub(&shown) != shown {
+                *v = Value::String(MASK.to_string());
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| scrub_value(x, scrubber)),
+        Value::Object(o) => o.values_mut().for_each(|x| scrub_value(x, scrubber)),
+        Value::Bool(_) | Value::Null => {}
+    }
+}
