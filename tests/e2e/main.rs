@@ -4,6 +4,8 @@ mod frontend_ftp;
 mod hostile;
 mod hostile_infra;
 mod infra;
+mod mail;
+mod mail_delivery;
 mod scheduler;
 mod slow;
 mod slow_engine;

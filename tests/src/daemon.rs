@@ -29,6 +29,8 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+const NO_MAIL: &str = "[mail]\nenabled = false\n";
+
 /// A bftpd process in its own temporary state directory.
 pub struct Bftpd {
     dir: tempfile::TempDir,
@@ -40,15 +42,31 @@ pub struct Bftpd {
 
 impl Bftpd {
     /// The test config: loopback allowed (the test FTP servers live there), the socket open
-    /// to the test users' group, seconds-scale retry bounds.
+    /// to the test users' group, seconds-scale retry bounds, and no mail (a test that wants
+    /// reports uses [`Bftpd::mail_config`]: nothing may be mailed to a real relay).
     pub fn default_config(dir: &Path) -> String {
         format!(
             "state_dir = \"{state}\"\nsocket = \"{sock}\"\nsocket_mode = \"0660\"\nsocket_group = \"{USERS_GROUP}\"\n\
              [log]\nlevel = \"debug\"\n\
              [policy]\nallow_loopback = true\n\
-             [retry_bounds]\nmin_first_interval = \"1s\"\nmin_cap = \"1s\"\n",
+             [retry_bounds]\nmin_first_interval = \"1s\"\nmin_cap = \"1s\"\n\
+             {NO_MAIL}",
             state = dir.join("state").display(),
             sock = dir.join("run/bftpd.sock").display(),
+        )
+    }
+
+    /// The test config with reports mailed over plain SMTP to `127.0.0.1:smtp_port`, retried
+    /// after 1 s, 2 s, 2 s... and `extra` TOML tables after it.
+    pub fn mail_config(dir: &Path, smtp_port: u16, extra: &str) -> String {
+        let mail = format!(
+            "[mail]\nfrom = \"bftp@bftp-test.invalid\"\nowner_domain = \"bftp-test.invalid\"\n\
+             [mail.transport]\nkind = \"smtp\"\nhost = \"127.0.0.1\"\nport = {smtp_port}\ntimeout = \"5s\"\n\
+             [mail.retry]\nfirst_interval = \"1s\"\ncap = \"2s\"\n"
+        );
+        format!(
+            "{}{extra}",
+            Bftpd::default_config(dir).replace(NO_MAIL, &mail)
         )
     }
 

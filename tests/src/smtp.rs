@@ -2,7 +2,9 @@
 //! /usr/bin/python3) with a small handler that writes each message to a spool directory.
 //!
 //! The sink can be stopped and started again on the same port (a relay that goes away), and
-//! told to answer DATA with a chosen reply instead of storing (a relay that defers or refuses).
+//! told to answer DATA with a chosen reply instead of storing (a relay that defers or refuses),
+//! or to store a message and then hold back its 250 (a relay slow to confirm, so that the
+//! client can be killed between "stored" and "confirmed").
 
 use std::fs::{self, OpenOptions};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -20,12 +22,14 @@ const SPOOL_POLL: Duration = Duration::from_millis(20);
 
 /// The handler. Writes `NNNNNN.env` (envelope) then `NNNNNN.eml` (the message as received),
 /// each through a rename, so a message is complete once its .eml exists. If the file `reply`
-/// exists and is not empty, DATA is answered with its content and nothing is stored.
+/// exists and is not empty, DATA is answered with its content and nothing is stored. If the
+/// file `hold` exists, the 250 for a stored message waits while it does.
 const SINK_PY: &str = r#"
 import asyncio, os, sys
 from aiosmtpd.smtp import SMTP
 
 host, port, spool, reply_file, token = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+hold_file = os.path.join(os.path.dirname(reply_file), "hold")
 
 def write(path, data):
     with open(path + ".tmp", "wb") as f:
@@ -47,6 +51,8 @@ class Sink:
         env += "".join("RCPT TO:<%s>\n" % r for r in envelope.rcpt_tos)
         write(base + ".env", env.encode())
         write(base + ".eml", envelope.original_content)
+        while os.path.exists(hold_file):
+            await asyncio.sleep(0.05)
         return "250 2.0.0 stored as %06d" % n
 
 async def main():
@@ -188,6 +194,17 @@ impl SmtpSink {
                     fs::remove_file(path)?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// While held, a stored message's 250 is not sent (the client waits, or times out).
+    pub fn hold(&self, on: bool) -> Result<()> {
+        let path = self.dir.path().join("hold");
+        if on {
+            fs::write(path, b"")?;
+        } else if path.exists() {
+            fs::remove_file(path)?;
         }
         Ok(())
     }

@@ -193,6 +193,26 @@ pub struct JobView {
     pub has_keyword: bool,
     pub members: Vec<MemberView>,
     pub history: Vec<EventView>,
+    /// The mailed report, once the job is final (SPEC §4.6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<ReportView>,
+}
+
+/// Where a final job's report stands.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReportView {
+    /// `pending`, `delivered`, `gave_up`, or `disabled` (pending, but mail is off in bftpd's
+    /// config).
+    pub state: String,
+    pub message_id: String,
+    pub recipients: Vec<String>,
+    pub tries: u32,
+    /// While pending.
+    pub next_try_at: Option<String>,
+    /// When it was delivered or given up.
+    pub at: Option<String>,
+    /// Why the last try failed.
+    pub last_error: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

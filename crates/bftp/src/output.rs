@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use bftp_api::{EndpointView, JobView, MemberView, ReplyView};
+use bftp_api::{EndpointView, JobView, MemberView, ReplyView, ReportView};
 
 /// Writes to stdout; a closed pipe (`bftp status | head`) is not an error.
 pub fn emit(text: &str) -> anyhow::Result<()> {
@@ -161,6 +161,42 @@ fn bytes(m: &MemberView) -> String {
     }
 }
 
+/// Where the mailed report stands: `delivered 2026-11-30T14:00:00Z to a@b (2 tries)`.
+fn report_line(r: &ReportView) -> String {
+    let to = r.recipients.join(", ");
+    let tries = match r.tries {
+        1 => "1 try".to_string(),
+        n => format!("{n} tries"),
+    };
+    let line = match r.state.as_str() {
+        "delivered" => format!(
+            "delivered {} to {to} ({tries}), {}",
+            r.at.as_deref().unwrap_or("?"),
+            r.message_id
+        ),
+        "gave_up" => format!(
+            "NOT delivered, given up {} after {tries}: {}",
+            r.at.as_deref().unwrap_or("?"),
+            r.last_error.as_deref().unwrap_or("?")
+        ),
+        "disabled" => "not sent: mail is disabled in bftpd's config".to_string(),
+        _ => {
+            let mut l = format!("pending for {to}");
+            if r.tries > 0 {
+                l.push_str(&format!(
+                    ", {tries} failed (last: {})",
+                    r.last_error.as_deref().unwrap_or("?")
+                ));
+            }
+            if let Some(next) = &r.next_try_at {
+                l.push_str(&format!(", next try {next}"));
+            }
+            l
+        }
+    };
+    sanitize(&line)
+}
+
 /// One job: its parameters, the per-file ledger and the history.
 pub fn job_detail(job: &JobView) -> String {
     let opt = |o: &Option<String>| o.as_deref().map_or("-".to_string(), sanitize);
@@ -210,6 +246,9 @@ pub fn job_detail(job: &JobView) -> String {
         ("updated", sanitize(&job.updated_at)),
         ("finished", opt(&job.finished_at)),
     ]);
+    if let Some(r) = &job.report {
+        fields.push(("report", report_line(r)));
+    }
     let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     let mut out = format!("job {}\n", job.id);
     for (k, v) in &fields {
@@ -332,7 +371,45 @@ pub(crate) mod tests {
                 event: "submitted".into(),
                 detail: None,
             }],
+            report: None,
         }
+    }
+
+    #[test]
+    fn detail_says_where_the_report_stands() {
+        let mut j = job(9);
+        assert!(
+            !job_detail(&j).contains("report"),
+            "no report before the job is final"
+        );
+        let mut r = ReportView {
+            state: "pending".into(),
+            message_id: "<bftp.job-9.1@localhost>".into(),
+            recipients: vec!["alice@example.org".into()],
+            tries: 2,
+            next_try_at: Some("2026-12-01T09:00:00Z".into()),
+            at: None,
+            last_error: Some("connection refused\r\nX-Injected: 1".into()),
+        };
+        j.report = Some(r.clone());
+        let d = job_detail(&j);
+        assert!(
+            d.contains("report        pending for alice@example.org, 2 tries failed (last: connection refused")
+                && d.contains("next try 2026-12-01T09:00:00Z"),
+            "{d}"
+        );
+        r.state = "delivered".into();
+        r.at = Some("2026-12-01T09:00:01Z".into());
+        j.report = Some(r.clone());
+        assert!(job_detail(&j).contains(
+            "delivered 2026-12-01T09:00:01Z to alice@example.org (2 tries), <bftp.job-9.1@localhost>"
+        ));
+        r.state = "gave_up".into();
+        r.last_error = Some("550 no such user".into());
+        j.report = Some(r);
+        assert!(job_detail(&j).contains(
+            "NOT delivered, given up 2026-12-01T09:00:01Z after 2 tries: 550 no such user"
+        ));
     }
 
     #[test]

@@ -25,11 +25,13 @@ use crate::identity::Caller;
 use crate::policy::HostPolicy;
 use crate::secrets::Secrets;
 use crate::submit::build_spec;
-use crate::views::job_view;
+use crate::views;
 
 /// What every handler shares.
 pub struct AppState {
     pub store: Arc<dyn JobStore>,
+    /// Who reports go to and their Message-IDs, for the `report` part of a job's view.
+    pub mail: crate::mail::MailSettings,
     pub secrets: Arc<Secrets>,
     pub scheduler: Arc<crate::scheduler::Scheduler>,
     pub policy: HostPolicy,
@@ -322,9 +324,8 @@ async fn submit(
 
 async fn load_view(app: &Shared, job: Job) -> Result<JobView, ApiError> {
     let store = app.store.clone();
-    let id = job.id;
-    let (members, history) = blocking(move || Ok((store.members(id)?, store.history(id)?))).await?;
-    Ok(job_view(&job, &members, &history))
+    let mail = app.mail.clone();
+    blocking(move || views::load_view(&*store, &mail, &job)).await
 }
 
 /// The job, if it exists and the caller may see it; another user's job is "not found" so
@@ -349,16 +350,16 @@ async fn get_job(
 ) -> Result<Json<JobView>, ApiError> {
     let id = job_id(path)?;
     let store = app.store.clone();
-    // One trip to the blocking pool for the job, its ledger and its history.
+    let mail = app.mail.clone();
+    // One trip to the blocking pool for the job, its ledger, its history and its report.
     let found = blocking(move || match store.get(JobId(id))? {
         Some(job) if caller.may_access(job.owner_uid) => {
-            Ok(Some((store.members(job.id)?, store.history(job.id)?, job)))
+            views::load_view(&*store, &mail, &job).map(Some)
         }
         _ => Ok(None),
     })
     .await?;
-    let (members, history, job) = found.ok_or_else(|| ApiError::not_found(id))?;
-    Ok(Json(job_view(&job, &members, &history)))
+    Ok(Json(found.ok_or_else(|| ApiError::not_found(id))?))
 }
 
 async fn list(
@@ -397,18 +398,13 @@ async fn list(
         limit: Some(q.limit.unwrap_or(1000).min(10_000)),
     };
     let store = app.store.clone();
+    let mail = app.mail.clone();
     // One trip to the blocking pool for the whole list, not one per job.
     let views = blocking(move || {
         store
             .list(&filter)?
-            .into_iter()
-            .map(|job| {
-                Ok(job_view(
-                    &job,
-                    &store.members(job.id)?,
-                    &store.history(job.id)?,
-                ))
-            })
+            .iter()
+            .map(|job| views::load_view(&*store, &mail, job))
             .collect::<Result<Vec<_>, StoreError>>()
     })
     .await?;

@@ -16,15 +16,16 @@
 //! At shutdown the file in flight may finish within the grace period, but no new file starts
 //! (the `drain` signal); the job goes back to the queue.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 use bftp_core::{DestCommand, Disposition, Endpoint, JobSpec, MemberState, Secret, Timestamp};
 use bftp_ftp::{
-    ActionError, AddressCheck, CopyOutcome, Limits, Pair, PairError, ServerLogin, Side,
+    ActionError, AddressCheck, CopyOutcome, Limits, Pair, PairError, ServerLogin, Side, Transcript,
 };
 use bftp_store::{
-    Job, JobId, JobStore, LastReply, Member, MemberUpdate, NewMember, SealedEndpoint, SealedSpec,
-    StoreError,
+    AttemptTranscript, Job, JobId, JobStore, LastReply, Member, MemberUpdate, NewMember,
+    SealedEndpoint, SealedSpec, StoreError,
 };
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -51,6 +52,40 @@ impl Intent {
     }
 }
 
+/// Lines of an attempt's transcript the report keeps: the last ones, where the failure is.
+const TRANSCRIPT_LINES: usize = 300;
+
+/// The transcript of one attempt, for the report (RFC 1068 always mailed it): every
+/// transcript the engine handed out (login, listing, each copy), in order, the last
+/// [`TRANSCRIPT_LINES`] lines kept. PASS and ACCT are masked by the engine.
+#[derive(Default)]
+struct AttemptLog {
+    lines: VecDeque<String>,
+    dropped: usize,
+}
+
+impl AttemptLog {
+    fn keep(&mut self, t: &Transcript) {
+        for line in t.to_string().lines() {
+            if self.lines.len() == TRANSCRIPT_LINES {
+                self.lines.pop_front();
+                self.dropped += 1;
+            }
+            self.lines.push_back(line.to_string());
+        }
+    }
+
+    fn take(&mut self) -> Vec<String> {
+        let mut out = Vec::with_capacity(self.lines.len() + 1);
+        if self.dropped > 0 {
+            out.push(format!("[... {} earlier lines omitted ...]", self.dropped));
+        }
+        out.extend(self.lines.drain(..));
+        self.dropped = 0;
+        out
+    }
+}
+
 pub struct FtpExecutor {
     pub store: Arc<dyn JobStore>,
     pub secrets: Arc<Secrets>,
@@ -69,14 +104,30 @@ impl Executor for FtpExecutor {
             hosts: self.hosts.clone(),
             drain: signals.drain,
             id: job.id,
+            log: Arc::default(),
         };
         let abort = signals.abort;
+        let log = run.log.clone();
+        let store = self.store.clone();
         Box::pin(async move {
-            tokio::select! {
+            let id = job.id;
+            let end = tokio::select! {
                 end = run.run(job, attempt) => end,
                 // Dropping the attempt closes both control connections: the servers abort.
                 _ = abort.cancelled() => AttemptEnd::Interrupted,
+            };
+            let lines = log.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if !lines.is_empty() {
+                let t = AttemptTranscript { attempt, lines };
+                let saved = tokio::task::spawn_blocking(move || store.set_transcript(id, t))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()));
+                if let Err(error) = saved {
+                    tracing::warn!(job = id.0, %error, "cannot keep the attempt's transcript for the report");
+                }
             }
+            end
         })
     }
 }
@@ -100,6 +151,21 @@ fn unseal_endpoint(secrets: &Secrets, e: &SealedEndpoint) -> Result<Endpoint, St
         acct: e.acct.as_ref().map(open).transpose()?,
         path: e.path.clone(),
     })
+}
+
+/// The job's FTP passwords and ACCT strings in clear, for the report to scrub them from
+/// whatever a server echoed. Secrets that cannot be unsealed cannot leak either.
+pub fn clear_secrets(secrets: &Secrets, s: &SealedSpec) -> Vec<String> {
+    match unseal_spec(secrets, s) {
+        Ok(spec) => std::iter::once(&spec.source)
+            .chain(spec.destination.as_ref())
+            .flat_map(|e| [e.password.as_ref(), e.acct.as_ref()])
+            .flatten()
+            .map(|p| p.expose().to_string())
+            .filter(|p| !p.is_empty())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
 }
 
 pub fn unseal_spec(secrets: &Secrets, s: &SealedSpec) -> Result<JobSpec, String> {
@@ -137,6 +203,8 @@ struct Run {
     /// Shutdown began: finish the file in flight, start no other.
     drain: CancellationToken,
     id: JobId,
+    /// Shared with the attempt's future, which stores it however the attempt ends.
+    log: Arc<Mutex<AttemptLog>>,
 }
 
 /// What a DELE of a source file did, with SIZE as the evidence when it was refused.
@@ -245,6 +313,16 @@ impl Run {
             .await
     }
 
+    fn keep(&self, t: &Transcript) {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).keep(t);
+    }
+
+    /// Keeps what the pair recorded since its last outcome, then closes it.
+    async fn close(&self, mut pair: Pair) {
+        self.keep(&pair.take_transcript());
+        pair.close().await;
+    }
+
     async fn open(&self, spec: &JobSpec) -> Result<Pair, PairError> {
         let src = ServerLogin::from_endpoint(&spec.source);
         // A delete job has no destination: both connections go to the source.
@@ -283,10 +361,14 @@ impl Run {
         let _permits = self.hosts.acquire(&spec.source.host, dst_host).await;
         let mut pair = match self.open(&spec).await {
             Ok(p) => p,
-            Err(e) => return pair_failed(&e),
+            Err(e) => {
+                self.keep(&e.transcript);
+                return pair_failed(&e);
+            }
         };
         if !job.members_frozen {
             if let Err(end) = self.freeze(&mut pair, &spec).await {
+                self.close(pair).await;
                 return end;
             }
         }
@@ -300,22 +382,29 @@ impl Run {
                 continue;
             }
             if self.drain.is_cancelled() {
-                pair.close().await;
+                self.close(pair).await;
                 return AttemptEnd::Interrupted;
             }
             if !pair.is_usable() {
+                self.keep(&pair.take_transcript());
                 pair = match self.open(&spec).await {
                     Ok(p) => p,
-                    Err(e) => return pair_failed(&e),
+                    Err(e) => {
+                        self.keep(&e.transcript);
+                        return pair_failed(&e);
+                    }
                 };
             }
             match self.member(&mut pair, &spec, &m, attempt).await {
                 Ok(None) => {}
                 Ok(Some(reason)) => transient = Some(format!("{}: {reason}", m.name)),
-                Err(end) => return end,
+                Err(end) => {
+                    self.keep(&pair.take_transcript());
+                    return end;
+                }
             }
         }
-        pair.close().await;
+        self.close(pair).await;
         match transient {
             None => AttemptEnd::Complete,
             Some(reason) => AttemptEnd::Transient { reason },
@@ -338,6 +427,7 @@ impl Run {
                     }
                 }
             })?;
+        self.keep(&listing.transcript);
         for r in &listing.rejected {
             tracing::warn!(job = self.id.0, line = ?r.line, reason = %r.reason, "a listed name was refused");
         }
@@ -530,6 +620,7 @@ impl Run {
         let outcome = match pair.copy(&req).await {
             Ok(o) => o,
             Err(e) => {
+                self.keep(&e.transcript);
                 // A job-level failure in the middle of a copy: an append or STOU may be half done.
                 if spec.dest_command != DestCommand::Replace {
                     let _ = self
@@ -546,6 +637,7 @@ impl Run {
             }
         };
         let report = outcome.report().clone();
+        self.keep(&report.transcript);
         let replies = MemberUpdate {
             attempts: Some(m.attempts + 1),
             source_reply: last(

@@ -39,6 +39,9 @@ pub struct Config {
     pub ftp: crate::ftp::FtpConfig,
     #[serde(default)]
     pub scheduler: SchedulerConfig,
+    /// `[mail]`: the reports of final jobs (see `bftp_mail::MailConfig`).
+    #[serde(default)]
+    pub mail: bftp_mail::MailConfig,
 }
 
 /// `[scheduler]`.

@@ -8,6 +8,7 @@ pub mod attempt;
 pub mod config;
 pub mod ftp;
 pub mod identity;
+pub mod mail;
 pub mod policy;
 pub mod scheduler;
 pub mod secrets;
@@ -92,8 +93,26 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             "requeued attempts interrupted by the last stop"
         );
     }
+    let mail = mail::MailSettings::new(&config.mail);
+    // Built before anything is served, so a bad [mail] section stops the start.
+    let postman = if config.mail.enabled {
+        let mailer = bftp_mail::Mailer::new(&config.mail).context("[mail]")?;
+        Some(Arc::new(mail::Postman {
+            store: store.clone(),
+            secrets: secrets.clone(),
+            settings: mail.clone(),
+            config: config.mail.clone(),
+            mailer,
+            scheduler: scheduler.clone(),
+            wake: scheduler.finals(),
+        }))
+    } else {
+        tracing::warn!("[mail] enabled = false: reports stay in the outbox, undelivered");
+        None
+    };
     let state = Arc::new(api::AppState {
         store: store.clone(),
+        mail,
         secrets,
         scheduler: scheduler.clone(),
         policy,
@@ -120,6 +139,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     ));
     let stop_scheduling = CancellationToken::new();
     let scheduling = tokio::spawn(scheduler.run(stop_scheduling.clone()));
+    let stop_mail = CancellationToken::new();
+    let mailing = postman.map(|p| tokio::spawn(p.run(stop_mail.clone())));
     shutdown.await;
     tracing::info!("shutting down: no new work; running attempts get their grace period");
     token.cancel();
@@ -127,6 +148,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let (served, scheduled) = tokio::join!(serving, scheduling);
     served.context("API server task failed")?;
     scheduled.context("scheduler task failed")?;
+    // After the scheduler: reports of attempts that ended in the grace period still get a
+    // try. A delivery in flight is cut; the report stays pending for the next start.
+    stop_mail.cancel();
+    if let Some(m) = mailing {
+        m.await.context("postman task failed")?;
+    }
     let _ = std::fs::remove_file(&config.socket);
     // Every write was durable when acknowledged: nothing is left to flush.
     drop(store);

@@ -66,6 +66,8 @@ pub struct Scheduler {
     wake: Notify,
     running: Mutex<HashMap<JobId, CancellationToken>>,
     tracker: TaskTracker,
+    /// Notified whenever a job may have become final (its report is due): the postman's bell.
+    finals: Arc<Notify>,
 }
 
 fn now() -> Timestamp {
@@ -85,7 +87,21 @@ impl Scheduler {
             wake: Notify::new(),
             running: Mutex::new(HashMap::new()),
             tracker: TaskTracker::new(),
+            finals: Arc::new(Notify::new()),
         })
+    }
+
+    /// Rings when a job may have become final (an attempt ended, a cancel).
+    pub fn finals(&self) -> Arc<Notify> {
+        self.finals.clone()
+    }
+
+    /// Whether an attempt of the job is still under way (also after a cancel, until it stops).
+    pub fn is_running(&self, id: JobId) -> bool {
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&id)
     }
 
     /// Something changed (a submit, a cancel): look at the queue again.
@@ -104,6 +120,7 @@ impl Scheduler {
             token.cancel();
         }
         self.notify();
+        self.finals.notify_one();
     }
 
     fn running_count(&self) -> usize {
@@ -252,6 +269,8 @@ impl Scheduler {
             .await
             .expect("start task panicked")?;
         let Some((job, attempt)) = started else {
+            // Finished for its deadline, or cancelled meanwhile: either way a report may be due.
+            self.finals.notify_one();
             return Ok(());
         };
         let token = parent.child_token();
@@ -269,6 +288,7 @@ impl Scheduler {
             }
             me.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             me.notify();
+            me.finals.notify_one();
         });
         Ok(())
     }

@@ -2,7 +2,24 @@
 
 use bftp_api::{EndpointView, EventView, JobView, MemberView, ReplyView, RetryView};
 use bftp_core::{Endpoint, JobState, Timestamp};
-use bftp_store::{HistoryEvent, Job, LastReply, Member, SealedEndpoint};
+use bftp_store::{HistoryEvent, Job, JobStore, LastReply, Member, SealedEndpoint, StoreError};
+
+use crate::mail::MailSettings;
+
+/// The whole view of a job: its ledger, its history and, once final, its report. Blocking.
+pub fn load_view(
+    store: &dyn JobStore,
+    mail: &MailSettings,
+    job: &Job,
+) -> Result<JobView, StoreError> {
+    let mut view = job_view(job, &store.members(job.id)?, &store.history(job.id)?);
+    if job.state.is_final() {
+        view.report = store
+            .outbox_entry(job.id)?
+            .map(|e| mail.report_view(job, &e));
+    }
+    Ok(view)
+}
 
 fn endpoint_view(e: &SealedEndpoint) -> EndpointView {
     // Reuse the core's URL rendering, which never includes a password.
@@ -101,5 +118,6 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
                 detail: h.detail.clone(),
             })
             .collect(),
+        report: None,
     }
 }

@@ -1,0 +1,275 @@
+//! The postman: delivers the reports of final jobs from the store's outbox (SPEC §4.6).
+//!
+//! The store writes a job's outbox entry in the same transaction that finishes or cancels
+//! it; the postman renders the report from what the store holds (the job, its ledger, its
+//! history, the last attempt's transcript) at each try, so nothing but the entry itself
+//! needs to be durable. Delivery is at least once: a crash after the relay accepted the
+//! message and before the store recorded it sends it again, with the same Message-ID (made
+//! of the job id and the entry's creation time), so the copy is recognizable.
+//!
+//! Transient failures (4yz, refused connections, timeouts) are retried with the outbox's own
+//! backoff (`[mail.retry]`) until `give_up_after`; permanent ones (5yz, a sendmail refusal,
+//! a mailbox that cannot be written) give the report up at once. Either way `bftp status`
+//! shows where the report stands.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bftp_api::ReportView;
+use bftp_core::Timestamp;
+use bftp_mail::{MailConfig, Mailer, SendError};
+use bftp_store::{DeliveryTry, Job, JobId, JobStore, OutboxEntry, OutboxState, StoreError};
+use rand::Rng;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::secrets::Secrets;
+
+/// Reports looked at per trip to the store.
+const BATCH: usize = 16;
+/// How long a report waits for the attempt of a just-cancelled job to wind down.
+const WAIT_FOR_ATTEMPT: Duration = Duration::from_secs(1);
+/// After a store error, the postman looks again this much later.
+const STORE_RETRY: Duration = Duration::from_secs(5);
+
+fn now() -> Timestamp {
+    Timestamp::from_system(SystemTime::now())
+}
+
+/// What the API and the postman both need to know about mail: who a report goes to and
+/// what its Message-ID is.
+#[derive(Debug, Clone)]
+pub struct MailSettings {
+    pub enabled: bool,
+    pub from: String,
+    pub owner_domain: String,
+    /// The right-hand side of every Message-ID: the domain of `from`.
+    pub id_domain: String,
+}
+
+impl MailSettings {
+    pub fn new(c: &MailConfig) -> MailSettings {
+        let id_domain = c
+            .from
+            .rsplit_once('@')
+            .map(|(_, d)| d.trim_end_matches('>').to_string())
+            .unwrap_or_else(|| "localhost".into());
+        MailSettings {
+            enabled: c.enabled,
+            from: c.from.clone(),
+            owner_domain: c.owner_domain.clone(),
+            id_domain,
+        }
+    }
+
+    /// The job's notify addresses, or its owner's login at `owner_domain` (RFC 1068 mailed
+    /// the user who asked).
+    pub fn recipients(&self, job: &Job) -> Result<Vec<String>, String> {
+        if !job.spec.notify.is_empty() {
+            return Ok(job.spec.notify.clone());
+        }
+        match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(job.owner_uid)) {
+            Ok(Some(user)) => Ok(vec![format!("{}@{}", user.name, self.owner_domain)]),
+            Ok(None) => Err(format!(
+                "the job has no notify address and its owner (uid {}) has no user name to mail",
+                job.owner_uid
+            )),
+            Err(e) => Err(format!(
+                "cannot look up the user name of uid {}: {e}",
+                job.owner_uid
+            )),
+        }
+    }
+
+    pub fn message_id(&self, e: &OutboxEntry) -> String {
+        bftp_mail::message_id(e.job.0, e.created_at.0, &self.id_domain)
+    }
+
+    pub fn report_view(&self, job: &Job, e: &OutboxEntry) -> ReportView {
+        let (state, at) = match e.state {
+            OutboxState::Pending if !self.enabled => ("disabled", None),
+            OutboxState::Pending => ("pending", None),
+            OutboxState::Delivered { at } => ("delivered", Some(at.to_rfc3339())),
+            OutboxState::GaveUp { at } => ("gave_up", Some(at.to_rfc3339())),
+        };
+        ReportView {
+            state: state.to_string(),
+            message_id: self.message_id(e),
+            recipients: self.recipients(job).unwrap_or_default(),
+            tries: e.tries,
+            next_try_at: match e.state {
+                OutboxState::Pending if self.enabled => e.next_try_at.map(|t| t.to_rfc3339()),
+                _ => None,
+            },
+            at,
+            last_error: e.last_error.clone(),
+        }
+    }
+}
+
+/// Delivers due reports until shutdown.
+pub struct Postman {
+    pub store: Arc<dyn JobStore>,
+    pub secrets: Arc<Secrets>,
+    pub settings: MailSettings,
+    pub config: MailConfig,
+    pub mailer: Mailer,
+    pub scheduler: Arc<crate::scheduler::Scheduler>,
+    /// Notified when a job becomes final.
+    pub wake: Arc<Notify>,
+}
+
+impl Postman {
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            let next = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                // A delivery cut by shutdown stays pending: it is sent again after the restart.
+                r = self.deliver_due() => r,
+            };
+            let next = next.unwrap_or_else(|e| {
+                tracing::error!(error = %e, "the postman cannot read the outbox; retrying soon");
+                Some(now().saturating_add(STORE_RETRY))
+            });
+            let sleep = next.map_or(Duration::from_secs(3600), |t| {
+                t.saturating_duration_since(now())
+            });
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(&*store))
+            .await
+            .expect("store task panicked")
+    }
+
+    /// Tries every due report once; returns when the next one is due.
+    async fn deliver_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        loop {
+            let t = now();
+            let due = self.blocking(move |s| s.outbox_due(t, BATCH)).await?;
+            let full = due.len() == BATCH;
+            for entry in due {
+                let id = entry.job;
+                let result = self.try_one(&entry).await;
+                let at = now();
+                let recorded = self
+                    .blocking(move |s| s.record_delivery(id, result, at))
+                    .await?;
+                match recorded.state {
+                    OutboxState::Delivered { .. } => {
+                        tracing::info!(job = id.0, tries = recorded.tries, "report delivered")
+                    }
+                    OutboxState::GaveUp { .. } => {
+                        tracing::error!(
+                            job = id.0,
+                            tries = recorded.tries,
+                            error = recorded.last_error.as_deref().unwrap_or(""),
+                            "report given up"
+                        )
+                    }
+                    OutboxState::Pending => {}
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        self.blocking(|s| s.outbox_next_due()).await
+    }
+
+    async fn try_one(&self, entry: &OutboxEntry) -> DeliveryTry {
+        let id = entry.job;
+        if self.scheduler.is_running(id) {
+            // A cancelled job's attempt is still stopping: its ledger may change yet.
+            return DeliveryTry::Postponed {
+                next_try_at: now().saturating_add(WAIT_FOR_ATTEMPT),
+            };
+        }
+        let fail = |error: String| self.failed(entry, error);
+        let (message, recipients) = match self.compose(entry).await {
+            Ok(m) => m,
+            Err(Compose::Store(e)) => return fail(format!("cannot read the job: {e}")),
+            Err(Compose::Refused(error)) => return DeliveryTry::GaveUp { error },
+        };
+        tracing::debug!(job = id.0, to = ?recipients, "delivering the report");
+        match self.mailer.send(&message).await {
+            Ok(()) => DeliveryTry::Delivered,
+            Err(SendError::Permanent { reason }) => DeliveryTry::GaveUp { error: reason },
+            Err(SendError::Transient { reason }) => {
+                tracing::warn!(job = id.0, tries = entry.tries + 1, error = %reason, "report not delivered; will retry");
+                fail(reason)
+            }
+        }
+    }
+
+    /// A transient failure: the next try, or the end when `give_up_after` has passed.
+    fn failed(&self, entry: &OutboxEntry, error: String) -> DeliveryTry {
+        let t = now();
+        let elapsed = t.saturating_duration_since(entry.created_at);
+        let jitter: f64 = rand::thread_rng().gen_range(-1.0..=1.0);
+        match bftp_mail::next_delay(entry.tries + 1, elapsed, &self.config.retry, jitter) {
+            Some(wait) => DeliveryTry::Failed {
+                error,
+                next_try_at: t.saturating_add(wait),
+            },
+            None => DeliveryTry::GaveUp {
+                error: format!(
+                    "{error}; still undelivered after {}",
+                    humantime::format_duration(self.config.retry.give_up_after)
+                ),
+            },
+        }
+    }
+
+    /// The message of a report, rendered from what the store holds now.
+    async fn compose(
+        &self,
+        entry: &OutboxEntry,
+    ) -> Result<(lettre::Message, Vec<String>), Compose> {
+        let id: JobId = entry.job;
+        let settings = self.settings.clone();
+        let (job, mut view, transcript) = self
+            .blocking(move |s| {
+                let job = s.get(id)?.ok_or(StoreError::NotFound(id))?;
+                let view = crate::views::load_view(s, &settings, &job)?;
+                let transcript = s.transcript(id)?.map(|t| t.lines).unwrap_or_default();
+                Ok((job, view, transcript))
+            })
+            .await
+            .map_err(Compose::Store)?;
+        // The report is about the job, not about its own delivery.
+        view.report = None;
+        let secrets = crate::attempt::clear_secrets(&self.secrets, &job.spec);
+        let report = bftp_mail::render(&bftp_mail::ReportInput {
+            job: &view,
+            transcript: &transcript,
+            secrets: &secrets,
+        });
+        let to = self.settings.recipients(&job).map_err(Compose::Refused)?;
+        let envelope = bftp_mail::Envelope {
+            from: self.settings.from.clone(),
+            to: to.clone(),
+            message_id: self.settings.message_id(entry),
+            date: entry.created_at.to_system(),
+        };
+        let message = bftp_mail::build_message(&report, &envelope)
+            .map_err(|e| Compose::Refused(format!("cannot build the message: {e}")))?;
+        Ok((message, to))
+    }
+}
+
+enum Compose {
+    Store(StoreError),
+    /// The report can never be sent as it is (no mailbox, an address lettre refuses).
+    Refused(String),
+}

@@ -1,0 +1,471 @@
+//! Completion reports by mail (issue 5) against the real bftpd, real FTP servers and a real
+//! SMTP listener (aiosmtpd) on loopback.
+
+use std::time::{Duration, Instant};
+
+use bftp_tests::daemon::{text, Bftpd};
+use bftp_tests::{FtpOptions, FtpServer, ServerKind, SmtpSink};
+use mail_parser::{MessageParser, MimeHeaders};
+use serde_json::Value;
+
+use crate::scheduler::{content, status, submit, wait_final};
+
+const NOTIFY: &str = "ops@bftp-test.invalid";
+
+fn start_daemon(sink: &SmtpSink) -> Bftpd {
+    // A short reply timeout: the unreadable file's destination otherwise waits one default
+    // reply timeout for data that never comes (see scheduler::one_unreadable_file_fails_only_its_member).
+    Bftpd::start_with(|dir| Bftpd::mail_config(dir, sink.port(), "[ftp]\nreply_timeout = \"3s\"\n"))
+        .unwrap()
+}
+
+/// Polls the job's report until `done` holds (bounded); the job's last view.
+fn wait_report(d: &Bftpd, id: u64, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = status(d, id);
+        if done(&v["report"]) {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {id}: report not {what}: {:#}\n{}",
+            v["report"],
+            d.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn header<'a>(m: &'a mail_parser::Message<'a>, name: &str) -> String {
+    m.header_raw(name)
+        .unwrap_or_else(|| panic!("no {name} header"))
+        .trim()
+        .to_string()
+}
+
+/// The text part and the JSON attachment of a report, decoded.
+fn parts(raw: &str) -> (String, Value, String) {
+    let m = MessageParser::default()
+        .parse(raw.as_bytes())
+        .expect("a parsable message");
+    let body = m.body_text(0).expect("a text part").to_string();
+    let att = m.attachment(0).expect("a JSON attachment");
+    assert_eq!(
+        att.content_type()
+            .map(|c| format!("{}/{}", c.ctype(), c.subtype().unwrap_or(""))),
+        Some("application/json".to_string())
+    );
+    let json: Value = serde_json::from_slice(att.contents()).expect("the attachment is JSON");
+    (body, json, att.attachment_name().unwrap_or("").to_string())
+}
+
+/// SPEC §3/§4.6: the report of a multi-file job with one permanent failure, field by field.
+#[test]
+fn the_report_of_a_partial_job_arrives_with_every_field() {
+    let sink = SmtpSink::start().unwrap();
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    for n in ["a", "b", "c"] {
+        src.put_file(&format!("out/{n}.dat"), &content(n, 20_000))
+            .unwrap();
+    }
+    // The session runs as bftp-ftp: mode 000 makes RETR of b.dat fail with 550.
+    std::fs::set_permissions(
+        src.path("out/b.dat"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o000),
+    )
+    .unwrap();
+    dst.mkdir("in").unwrap();
+    let d = start_daemon(&sink);
+    let id = submit(
+        &d,
+        &src,
+        &dst,
+        "out/*.dat",
+        "in/",
+        &["--notify", NOTIFY, "--keyword", "nightly"],
+    );
+    let v = wait_final(&d, id, Duration::from_secs(60));
+    assert_eq!(v["outcome"], "partial", "{v:#}");
+    let v = wait_report(&d, id, "delivered", |r| r["state"] == "delivered");
+    let report = &v["report"];
+    assert_eq!(report["tries"], 1, "{report:#}");
+    assert_eq!(report["recipients"], serde_json::json!([NOTIFY]));
+
+    let mails = sink.received();
+    assert_eq!(mails.len(), 1, "exactly one report");
+    let mail = &mails[0];
+    assert_eq!(mail.mail_from, "bftp@bftp-test.invalid");
+    assert_eq!(mail.rcpt_to, [NOTIFY]);
+    let m = MessageParser::default()
+        .parse(mail.data.as_bytes())
+        .unwrap();
+    assert_eq!(
+        m.subject(),
+        Some(format!("BFTP results: {id}: partial (2 of 3 files copied, 1 failed)").as_str())
+    );
+    assert_eq!(
+        header(&m, "Message-ID"),
+        report["message_id"].as_str().unwrap()
+    );
+    assert!(
+        header(&m, "Message-ID").starts_with(&format!("<bftp.job-{id}.")),
+        "{}",
+        header(&m, "Message-ID")
+    );
+    assert_eq!(header(&m, "Auto-Submitted"), "auto-generated");
+    assert_eq!(header(&m, "X-BFTP-Job"), id.to_string());
+    assert!(header(&m, "To").contains(NOTIFY));
+
+    let (body, json, name) = parts(&mail.data);
+    // The outcome comes first, plainly.
+    assert!(
+        body.starts_with("Outcome: partial — 2 of 3 files copied, 1 failed"),
+        "{body}"
+    );
+    let src_url = src.url("out/*.dat");
+    assert!(
+        body.contains(&src_url),
+        "the request's source is shown: {body}"
+    );
+    assert!(body.contains(&dst.url("in/")), "{body}");
+    assert!(body.contains("(password given, not shown)"), "{body}");
+    // The per-file table: each file's state and each server's last reply.
+    let line_of = |name: &str| {
+        body.lines()
+            .find(|l| l.trim_end().ends_with(name))
+            .unwrap_or_else(|| panic!("no line for {name}: {body}"))
+            .to_string()
+    };
+    for n in ["a.dat", "c.dat"] {
+        let l = line_of(n);
+        assert!(l.contains("succeeded") && l.contains("20000"), "{l}");
+    }
+    assert!(line_of("b.dat").contains("failed_permanent"), "{body}");
+    assert!(
+        body.contains("source:      550"),
+        "b.dat's 550 is shown: {body}"
+    );
+    // The attempt history with times, and the transcript of the last attempt.
+    assert!(body.contains("History"), "{body}");
+    assert!(
+        body.contains("submitted") && body.contains("start"),
+        "{body}"
+    );
+    assert!(body.contains("Transcript of the last attempt"), "{body}");
+    // The whole attempt: the login and the listing, then each copy.
+    let at = |needle: &str| {
+        body.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not in the transcript: {body}"))
+    };
+    assert!(at("source> PASS ****") < at("NLST") && at("NLST") < at("source> RETR out/a.dat"));
+    assert!(at("source> RETR out/a.dat") < at("source> RETR out/b.dat"));
+
+    assert_eq!(name, format!("bftp-job-{id}.json"));
+    assert_eq!(json["schema"], "bftp-report/1");
+    assert_eq!(json["summary"]["outcome"], "partial");
+    assert_eq!(json["summary"]["files"], 3);
+    assert_eq!(json["summary"]["succeeded"], 2);
+    assert_eq!(json["summary"]["failed"], 1);
+    assert_eq!(json["job"]["id"], id);
+    let members = json["job"]["members"].as_array().unwrap();
+    let states: Vec<(&str, &str)> = members
+        .iter()
+        .map(|m| (m["name"].as_str().unwrap(), m["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("a.dat", "succeeded"),
+            ("b.dat", "failed_permanent"),
+            ("c.dat", "succeeded")
+        ]
+    );
+    assert_eq!(members[1]["source_reply"]["code"], 550);
+    assert_eq!(json["job"]["source"]["url"], src_url);
+    assert!(json["transcript"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l.as_str().unwrap().contains("RETR out/b.dat")));
+    // The job view in the report is the one `bftp status` shows, without its own delivery.
+    assert!(json["job"].get("report").is_none(), "{json:#}");
+    // The ledger in the report is the one `bftp status` shows (server text with control
+    // characters escaped).
+    let key = |m: &Value| {
+        (
+            m["name"].clone(),
+            m["state"].clone(),
+            m["bytes"].clone(),
+            m["attempts"].clone(),
+            m["source_reply"]["code"].clone(),
+            m["dest_reply"]["code"].clone(),
+        )
+    };
+    let shown: Vec<_> = v["members"].as_array().unwrap().iter().map(key).collect();
+    assert_eq!(members.iter().map(key).collect::<Vec<_>>(), shown);
+}
+
+/// SPEC §4.6: with the relay down when the job finishes, the report waits in the outbox and
+/// arrives once the relay is back, exactly once.
+#[test]
+fn a_report_waits_out_an_smtp_outage_and_arrives_once() {
+    let mut sink = SmtpSink::start().unwrap();
+    sink.stop();
+    let src = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    src.put_file("out/f.bin", &content("f", 10_000)).unwrap();
+    dst.mkdir("in").unwrap();
+    let d = start_daemon(&sink);
+    let id = submit(&d, &src, &dst, "out/f.bin", "in/", &["--notify", NOTIFY]);
+    assert_eq!(
+        wait_final(&d, id, Duration::from_secs(60))["outcome"],
+        "succeeded"
+    );
+    let v = wait_report(&d, id, "retried", |r| {
+        r["state"] == "pending" && r["tries"].as_u64() >= Some(2)
+    });
+    let err = v["report"]["last_error"].as_str().unwrap_or("");
+    assert!(
+        err.contains("refused") || err.contains("onnect"),
+        "{:#}",
+        v["report"]
+    );
+    assert!(v["report"]["next_try_at"].is_string(), "{:#}", v["report"]);
+    let human = text(&d.bftp(&["status", &id.to_string()]));
+    assert!(
+        human.contains("report") && human.contains("pending for"),
+        "{human}"
+    );
+
+    sink.start_again().unwrap();
+    sink.wait_for(1, Duration::from_secs(30)).unwrap();
+    let v = wait_report(&d, id, "delivered", |r| r["state"] == "delivered");
+    // Longer than the retry cap (2 s): a second delivery would have happened by now.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(sink.messages().len(), 1, "exactly once");
+    let tries = v["report"]["tries"].as_u64().unwrap();
+    assert!(
+        tries >= 3,
+        "two failed tries and the delivery: {:#}",
+        v["report"]
+    );
+    assert_eq!(status(&d, id)["report"]["tries"].as_u64(), Some(tries));
+}
+
+/// SPEC §4.6: kill -9 between the finish and the delivery. The report is delivered after the
+/// restart; a crash after the relay stored it but before bftpd recorded the delivery sends it
+/// again (at least once), with the same Message-ID, never another one.
+#[test]
+fn kill9_between_finish_and_delivery_keeps_the_report_and_its_message_id() {
+    let sink = SmtpSink::start().unwrap();
+    let src = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    src.put_file("out/f.bin", &content("f", 10_000)).unwrap();
+    src.put_file("out/g.bin", &content("g", 10_000)).unwrap();
+    dst.mkdir("in").unwrap();
+    let mut d = start_daemon(&sink);
+
+    // 1. The relay defers: finished, report pending, then kill -9.
+    sink.set_reply(Some("451 4.3.0 try again later")).unwrap();
+    let first = submit(&d, &src, &dst, "out/f.bin", "in/", &["--notify", NOTIFY]);
+    wait_final(&d, first, Duration::from_secs(60));
+    let v = wait_report(&d, first, "deferred", |r| {
+        r["state"] == "pending" && r["tries"].as_u64() >= Some(1)
+    });
+    assert!(
+        v["report"]["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("451"),
+        "{:#}",
+        v["report"]
+    );
+    let first_id = v["report"]["message_id"].as_str().unwrap().to_string();
+    d.kill9();
+    sink.set_reply(None).unwrap();
+    d.restart_after_kill9().unwrap();
+    let v = wait_report(&d, first, "delivered", |r| r["state"] == "delivered");
+    assert_eq!(v["report"]["message_id"], first_id.as_str());
+    let mails = sink.wait_for(1, Duration::from_secs(10)).unwrap();
+    assert_eq!(mails.len(), 1);
+    let m = MessageParser::default().parse(mails[0].as_bytes()).unwrap();
+    assert_eq!(header(&m, "Message-ID"), first_id);
+
+    // 2. The relay stores the message but holds its 250: kill -9 before bftpd hears it.
+    sink.hold(true).unwrap();
+    let second = submit(&d, &src, &dst, "out/g.bin", "in/", &["--notify", NOTIFY]);
+    wait_final(&d, second, Duration::from_secs(60));
+    sink.wait_for(2, Duration::from_secs(30)).unwrap();
+    let pending = status(&d, second);
+    assert_eq!(
+        pending["report"]["state"], "pending",
+        "{:#}",
+        pending["report"]
+    );
+    let second_id = pending["report"]["message_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    d.kill9();
+    sink.hold(false).unwrap();
+    d.restart_after_kill9().unwrap();
+    let v = wait_report(&d, second, "delivered", |r| r["state"] == "delivered");
+    assert_eq!(v["report"]["message_id"], second_id.as_str());
+    let mails = sink.wait_for(3, Duration::from_secs(10)).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let ids: Vec<String> = sink
+        .messages()
+        .iter()
+        .map(|raw| {
+            let m = MessageParser::default().parse(raw.as_bytes()).unwrap();
+            header(&m, "Message-ID")
+        })
+        .collect();
+    assert_eq!(mails.len(), 3);
+    assert_eq!(
+        ids,
+        [first_id.clone(), second_id.clone(), second_id.clone()],
+        "the repeated delivery carries the same Message-ID"
+    );
+    assert_ne!(first_id, second_id);
+}
+
+/// SPEC §8 and RFC 1068: cancelling a job mails its owner a report that says so; with no
+/// notify address it goes to the owner's login at `owner_domain`.
+#[test]
+fn cancel_mails_the_owner_a_report() {
+    let sink = SmtpSink::start().unwrap();
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let d = start_daemon(&sink);
+    let id = submit(
+        &d,
+        &src,
+        &dst,
+        "out/later.bin",
+        "in/",
+        &["--start", "in 2h"],
+    );
+    let o = d.bftp(&["cancel", &id.to_string()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v = wait_report(&d, id, "delivered", |r| r["state"] == "delivered");
+    assert_eq!(
+        v["report"]["recipients"],
+        serde_json::json!(["root@bftp-test.invalid"])
+    );
+    let mails = sink.received();
+    assert_eq!(mails.len(), 1);
+    assert_eq!(mails[0].rcpt_to, ["root@bftp-test.invalid"]);
+    let m = MessageParser::default()
+        .parse(mails[0].data.as_bytes())
+        .unwrap();
+    let subject = m.subject().unwrap_or("").to_string();
+    assert!(
+        subject.starts_with(&format!("BFTP results: {id}: cancelled")),
+        "{subject}"
+    );
+    let (body, json, _) = parts(&mails[0].data);
+    assert!(body.starts_with("Outcome: cancelled"), "{body}");
+    assert!(body.contains("later.bin"), "{body}");
+    assert_eq!(json["summary"]["outcome"], "cancelled");
+    assert_eq!(json["job"]["members"][0]["state"], "cancelled");
+    let human = text(&d.bftp(&["status", &id.to_string()]));
+    assert!(
+        human.contains("delivered") && human.contains("root@bftp-test.invalid"),
+        "{human}"
+    );
+}
+
+/// A relay that refuses the message for good (5yz): the report is given up at once with the
+/// reason, not retried for days.
+#[test]
+fn a_permanent_refusal_gives_the_report_up_with_the_reason() {
+    let sink = SmtpSink::start().unwrap();
+    sink.set_reply(Some("550 5.1.1 no such mailbox")).unwrap();
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let d = start_daemon(&sink);
+    let id = submit(
+        &d,
+        &src,
+        &dst,
+        "out/x.bin",
+        "in/",
+        &["--start", "in 2h", "--notify", NOTIFY],
+    );
+    assert_eq!(d.bftp(&["cancel", &id.to_string()]).status.code(), Some(0));
+    let v = wait_report(&d, id, "given up", |r| r["state"] == "gave_up");
+    assert_eq!(v["report"]["tries"], 1, "{:#}", v["report"]);
+    assert!(
+        v["report"]["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("550"),
+        "{:#}",
+        v["report"]
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(status(&d, id)["report"]["tries"], 1, "not retried");
+    assert!(sink.messages().is_empty());
+}
+
+/// SPEC §8: no password, in any form, in a delivered report, even where a server repeats it
+/// (here inside file names, which appear in replies, the ledger and the transcript).
+#[test]
+fn no_password_in_any_form_reaches_a_report() {
+    let sink = SmtpSink::start().unwrap();
+    let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let pw = src.password().to_string();
+    src.put_file(&format!("out/leak-{pw}.dat"), &content("l", 5_000))
+        .unwrap();
+    dst.mkdir("in").unwrap();
+    let d = start_daemon(&sink);
+    let id = submit(
+        &d,
+        &src,
+        &dst,
+        "out/leak-*.dat",
+        "in/",
+        &["--notify", NOTIFY],
+    );
+    let v = wait_final(&d, id, Duration::from_secs(60));
+    assert_eq!(v["outcome"], "succeeded", "{v:#}");
+    assert!(
+        v["members"][0]["name"].as_str().unwrap().contains(&pw),
+        "the test is meaningful only if the name carries the password: {v:#}"
+    );
+    wait_report(&d, id, "delivered", |r| r["state"] == "delivered");
+    let raw = sink.messages().pop().unwrap();
+    let (body, json, _) = parts(&raw);
+    let b64 = |s: &str| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(s)
+    };
+    let forms = [
+        pw.clone(),
+        pw.replace('-', "%2D"),
+        pw.replace('-', "%2d"),
+        b64(&pw),
+        b64(&format!("\0bftp-ftp\0{pw}")),
+    ];
+    let json_text = json.to_string();
+    for form in &forms {
+        for (what, hay) in [
+            ("raw mail", &raw),
+            ("text part", &body),
+            ("JSON", &json_text),
+        ] {
+            assert!(
+                !hay.contains(form.as_str()),
+                "{what} holds the password as {form:?}"
+            );
+        }
+    }
+    assert!(
+        body.contains("leak-****.dat"),
+        "the name is shown, masked: {body}"
+    );
+}
