@@ -273,3 +273,45 @@ enum Compose {
     /// The report can never be sent as it is (no mailbox, an address lettre refuses).
     Refused(String),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(state: OutboxState) -> OutboxEntry {
+        OutboxEntry {
+            job: JobId(42),
+            created_at: Timestamp(1_764_500_000_000),
+            tries: 2,
+            next_try_at: Some(Timestamp(1_764_500_060_000)),
+            state,
+            last_error: Some("451 later".into()),
+            updated_at: Timestamp(1_764_500_000_000),
+        }
+    }
+
+    fn settings(from: &str, enabled: bool) -> MailSettings {
+        MailSettings::new(&MailConfig {
+            from: from.into(),
+            enabled,
+            ..MailConfig::default()
+        })
+    }
+
+    #[test]
+    fn message_ids_are_stable_and_use_the_senders_domain() {
+        let s = settings("BFTP <bftp@files.example.org>", true);
+        assert_eq!(s.id_domain, "files.example.org");
+        let e = entry(OutboxState::Pending);
+        assert_eq!(
+            s.message_id(&e),
+            "<bftp.job-42.1764500000000@files.example.org>"
+        );
+        // A later try (more tries, another error) keeps the id.
+        let mut later = e.clone();
+        later.tries = 7;
+        later.last_error = None;
+        assert_eq!(s.message_id(&later), s.message_id(&e));
+        assert_eq!(settings("nobody", true).id_domain, "localhost");
+    }
+}
