@@ -631,7 +631,8 @@ fn cancel_of_a_running_job_stops_it_promptly() {
     }
     src.put_file("small/s.bin", &content("s", 10_000)).unwrap();
     dst.mkdir("in").unwrap();
-    let d = Bftpd::start().unwrap();
+    // One pair: the small files wait behind the big one, so the cancel finds them pending.
+    let d = Bftpd::start_with(config_plus("[ftp]\nparallel_pairs = 1\n")).unwrap();
     let id = submit(&d, &src, &dst, "out/*.bin", "in/", &[]);
     let copy = dst.path("in/a-big.bin");
     poll(Duration::from_secs(30), "the transfer starting", || {
@@ -774,7 +775,11 @@ fn sigterm_starts_no_new_file_and_the_rest_is_done_after_restart() {
             .unwrap();
     }
     dst.mkdir("in").unwrap();
-    let mut d = Bftpd::start_with(config_plus("[scheduler]\ngrace = \"30s\"\n")).unwrap();
+    const PAIRS: usize = 4;
+    let mut d = Bftpd::start_with(config_plus(
+        "[scheduler]\ngrace = \"30s\"\n[ftp]\nparallel_pairs = 4\n",
+    ))
+    .unwrap();
     let id = submit(&d, &src, &dst, "out/*.dat", "in/", &[]);
     let received = || dst.xferlog_entries().unwrap().len();
     poll(Duration::from_secs(30), "the first file copied", || {
@@ -787,9 +792,9 @@ fn sigterm_starts_no_new_file_and_the_rest_is_done_after_restart() {
     let after = received();
     eprintln!("{before} files received at SIGTERM, {after} at the exit {took:?} later");
     assert!(exit.success(), "{exit}\n{}", d.logs());
-    // The file in flight, and one whose log line was not yet written when counted.
+    // Per pair: the file in flight, and one whose log line was not yet written when counted.
     assert!(
-        after <= before + 2,
+        after <= before + 2 * PAIRS,
         "{} files started after SIGTERM",
         after - before
     );
@@ -909,4 +914,82 @@ fn max_running_jobs_holds_and_every_due_job_runs() {
             "{v:#}"
         );
     }
+}
+
+/// Issue 4: a multi-file job runs up to `[ftp] parallel_pairs` connection pairs at once. Each
+/// RETR of the (scripted) source is slow; with four pairs the four files are copied on four
+/// control connections, each logged in before the first copy ended.
+#[test]
+fn a_multi_file_job_copies_on_parallel_pairs() {
+    use bftp_tests::hostile::{Action, HostileServer, Script};
+    const SLOW_RETR: Duration = Duration::from_millis(1200);
+    let names = ["p-0.bin", "p-1.bin", "p-2.bin", "p-3.bin"];
+    let mut script = Script::new()
+        .user("src", "src-pw")
+        .on("RETR", Action::delayed(SLOW_RETR, Action::Default));
+    for n in names {
+        script = script.file(&format!("/out/{n}"), content(n, 30_000));
+    }
+    let src = HostileServer::start(script).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    dst.mkdir("in").unwrap();
+    let d = Bftpd::start_with(config_plus("[ftp]\nparallel_pairs = 4\n")).unwrap();
+    let o = d.bftp_env(
+        None,
+        &["--json", "submit", &src.url("out/p-*.bin"), &dst.url("in/")],
+        &[
+            ("BFTP_SOURCE_PASSWORD", src.password()),
+            ("BFTP_DEST_PASSWORD", dst.password()),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let id = serde_json::from_slice::<Value>(&o.stdout).unwrap()["job"]["id"]
+        .as_u64()
+        .unwrap();
+    let v = wait_final(&d, id, Duration::from_secs(60));
+    assert_eq!(v["outcome"], "succeeded", "{v:#}");
+    for n in names {
+        assert_eq!(
+            dst.read_file(&format!("in/{n}")).unwrap(),
+            content(n, 30_000)
+        );
+    }
+    let seen = src.observed();
+    let mut retr_on: Vec<usize> = seen
+        .commands
+        .iter()
+        .filter(|c| c.line.starts_with("RETR"))
+        .map(|c| c.connection)
+        .collect();
+    retr_on.sort_unstable();
+    retr_on.dedup();
+    assert_eq!(
+        retr_on.len(),
+        4,
+        "four files on four pairs: {:#?}",
+        seen.commands
+            .iter()
+            .map(|c| format!("{}: {}", c.connection, c.line))
+            .collect::<Vec<_>>()
+    );
+    // Every pair was logged in before the first RETR had been answered: the copies overlapped.
+    let first_retr = seen
+        .commands
+        .iter()
+        .position(|c| c.line.starts_with("RETR"))
+        .unwrap();
+    let last_pass = seen
+        .commands
+        .iter()
+        .rposition(|c| c.line.starts_with("PASS"))
+        .unwrap();
+    let first_after_retr = seen.commands[first_retr + 1..]
+        .iter()
+        .position(|c| c.connection == seen.commands[first_retr].connection)
+        .map(|i| i + first_retr + 1)
+        .unwrap();
+    assert!(
+        last_pass < first_after_retr,
+        "a pair logged in only after the first copy ended"
+    );
 }

@@ -17,6 +17,7 @@
 //! (the `drain` signal); the job goes back to the queue.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bftp_core::{DestCommand, Disposition, Endpoint, JobSpec, MemberState, Secret, Timestamp};
@@ -207,6 +208,13 @@ struct Run {
     log: Arc<Mutex<AttemptLog>>,
 }
 
+/// How one lane of an attempt ended: a job-level end (failure, shutdown), and the reason of
+/// the last member it left pending for a retry.
+struct LaneEnd {
+    end: Option<AttemptEnd>,
+    transient: Option<String>,
+}
+
 /// What a DELE of a source file did, with SIZE as the evidence when it was refused.
 enum Dele {
     Deleted(bftp_ftp::parse::Reply),
@@ -372,43 +380,105 @@ impl Run {
                 return end;
             }
         }
-        let members = match self.blocking(move |s| s.members(id)).await {
-            Ok(m) => m,
+        let work: VecDeque<Member> = match self.blocking(move |s| s.members(id)).await {
+            Ok(m) => m.into_iter().filter(needs_work).collect(),
             Err(e) => return store_failed(e),
         };
-        let mut transient: Option<String> = None;
-        for m in members {
-            if !needs_work(&m) {
-                continue;
+        // More pairs for a multi-file job, up to `parallel_pairs`, but only on connection
+        // slots free right now: extra lanes never wait for (or starve) another job.
+        let lanes = self.hosts.parallel_pairs.min(work.len()).max(1);
+        let mut extra_permits = Vec::new();
+        for _ in 1..lanes {
+            match self.hosts.try_acquire(&spec.source.host, dst_host) {
+                Some(p) => extra_permits.push(p),
+                None => break,
             }
+        }
+        let opened =
+            futures_util::future::join_all(extra_permits.iter().map(|_| self.open(&spec))).await;
+        let mut pairs = vec![pair];
+        for r in opened {
+            match r {
+                Ok(p) => pairs.push(p),
+                // One pair fewer; the first pair still does the work.
+                Err(e) => self.keep(&e.transcript),
+            }
+        }
+        let queue = Mutex::new(work);
+        let stop = AtomicBool::new(false);
+        let ends = futures_util::future::join_all(
+            pairs
+                .into_iter()
+                .map(|p| self.lane(p, &spec, attempt, &queue, &stop)),
+        )
+        .await;
+        drop(extra_permits);
+        let mut transient = None;
+        let mut end = None;
+        for lane in ends {
+            transient = transient.or(lane.transient);
+            end = match (end, lane.end) {
+                // A job-level permanent failure decides the attempt, whatever else happened.
+                (Some(e @ AttemptEnd::JobPermanent { .. }), _) => Some(e),
+                (_, Some(e @ AttemptEnd::JobPermanent { .. })) => Some(e),
+                (None, e) | (e, None) => e,
+                (first, Some(_)) => first,
+            };
+        }
+        match (end, transient) {
+            (Some(end), _) => end,
+            (None, None) => AttemptEnd::Complete,
+            (None, Some(reason)) => AttemptEnd::Transient { reason },
+        }
+    }
+
+    /// One connection pair working through the shared queue of members, until it is empty,
+    /// shutdown drains, or a job-level failure here or in another lane (`stop`) ends the
+    /// attempt; the file in flight is always finished and recorded first.
+    async fn lane(
+        &self,
+        mut pair: Pair,
+        spec: &JobSpec,
+        attempt: u32,
+        queue: &Mutex<VecDeque<Member>>,
+        stop: &AtomicBool,
+    ) -> LaneEnd {
+        let mut transient = None;
+        let end = loop {
             if self.drain.is_cancelled() {
-                self.close(pair).await;
-                return AttemptEnd::Interrupted;
+                break Some(AttemptEnd::Interrupted);
             }
+            if stop.load(Ordering::Acquire) {
+                break None;
+            }
+            let Some(m) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front() else {
+                break None;
+            };
             if !pair.is_usable() {
                 self.keep(&pair.take_transcript());
-                pair = match self.open(&spec).await {
+                pair = match self.open(spec).await {
                     Ok(p) => p,
                     Err(e) => {
                         self.keep(&e.transcript);
-                        return pair_failed(&e);
+                        stop.store(true, Ordering::Release);
+                        return LaneEnd {
+                            end: Some(pair_failed(&e)),
+                            transient,
+                        };
                     }
                 };
             }
-            match self.member(&mut pair, &spec, &m, attempt).await {
+            match self.member(&mut pair, spec, &m, attempt).await {
                 Ok(None) => {}
                 Ok(Some(reason)) => transient = Some(format!("{}: {reason}", m.name)),
                 Err(end) => {
-                    self.keep(&pair.take_transcript());
-                    return end;
+                    stop.store(true, Ordering::Release);
+                    break Some(end);
                 }
             }
-        }
+        };
         self.close(pair).await;
-        match transient {
-            None => AttemptEnd::Complete,
-            Some(reason) => AttemptEnd::Transient { reason },
-        }
+        LaneEnd { end, transient }
     }
 
     /// SPEC §4.4: the first successful listing, matched by us, durable before any member moves.

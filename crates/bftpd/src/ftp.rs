@@ -618,11 +618,47 @@ impl HostLimits {
         }
         out
     }
+
+    /// A slot on both hosts if both are free now; `None` otherwise (nothing held).
+    pub fn try_acquire(&self, a: &str, b: &str) -> Option<Vec<tokio::sync::OwnedSemaphorePermit>> {
+        let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
+        if a == b {
+            let n = 2.min(self.per_host as u32);
+            return self
+                .semaphore(&a)
+                .try_acquire_many_owned(n)
+                .ok()
+                .map(|p| vec![p]);
+        }
+        let first = self.semaphore(&a).try_acquire_owned().ok()?;
+        let second = self.semaphore(&b).try_acquire_owned().ok()?;
+        Some(vec![first, second])
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn extra_pairs_take_only_free_slots_and_hold_nothing_when_refused() {
+        let hosts = HostLimits::new(4, 2);
+        let first = hosts.acquire("A", "b").await;
+        let second = hosts
+            .try_acquire("a", "B")
+            .expect("one slot left on each host");
+        assert!(hosts.try_acquire("a", "c").is_none(), "a is full");
+        // The refused try took nothing on c: two pairs to c still fit.
+        let c = hosts.try_acquire("c", "d").unwrap();
+        let c2 = hosts.try_acquire("c", "e").unwrap();
+        assert!(hosts.try_acquire("c", "f").is_none());
+        drop((first, second, c, c2));
+        assert!(hosts.try_acquire("a", "c").is_some());
+        // A pair on one host takes two slots of it.
+        let same = hosts.try_acquire("g", "g").unwrap();
+        assert!(hosts.try_acquire("g", "h").is_none());
+        drop(same);
+    }
     use bftp_core::{Disposition, Endpoint, FtpParams, RetryPolicy, Timestamp};
 
     fn spec(src: &str, dst: &str, cmd: DestCommand) -> JobSpec {
