@@ -102,6 +102,7 @@ pub(crate) fn request(source: &str, dest: &str, command: DestCommand) -> CopyReq
         source_path: source.to_owned(),
         dest_path: dest.to_owned(),
         dest_command: command,
+        source_size: None,
     }
 }
 

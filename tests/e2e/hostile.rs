@@ -1473,3 +1473,83 @@ fn login_refused_with_530_is_a_job_level_permanent_failure() -> Result<()> {
     ensure!(failures.is_empty(), "{}", failures.join("\n"));
     Ok(())
 }
+
+/// After the transfer each side is asked SIZE once, both at once (the two control
+/// connections are independent); a size the caller already knows (the listing's) is not
+/// asked again before the transfer, and an unknown one is asked first, once.
+#[test]
+fn sizes_are_asked_once_per_side_and_both_at_once() -> Result<()> {
+    let data = payload(5000, 21);
+    // The source's first SIZE answers after 3 s: if the destination's SIZE waited for it,
+    // it would arrive after those 3 s.
+    let src = HostileServer::start(script(HOSTILE, "src").file("/f.bin", data.clone()).on(
+        "SIZE",
+        Action::Sequence(vec![Action::delayed(
+            Duration::from_secs(3),
+            Action::Default,
+        )]),
+    ))?;
+    let dst = HostileServer::start(script(OTHER_HOSTILE, "dst"))?;
+    let sizes = |server: &HostileServer| {
+        server
+            .commands()
+            .iter()
+            .filter(|c| is_verb(c, "SIZE"))
+            .count()
+    };
+    std::thread::scope(|scope| {
+        let overlap = scope.spawn(|| -> Result<()> {
+            src.wait_for_command("SIZE", Duration::from_secs(30))?;
+            dst.wait_for_command("SIZE", Duration::from_secs(2))
+                .context("the destination's SIZE waited for the source's")
+        });
+        let copied = block_on(async {
+            let mut pair = open(&hostile_login(&src), &hostile_login(&dst), &limits()).await?;
+            let mut known = request("/f.bin", "/copy.bin", DestCommand::Replace);
+            known.source_size = Some(data.len() as u64);
+            let outcome = pair.copy(&known).await?;
+            ensure!(
+                matches!(&outcome, CopyOutcome::Succeeded { bytes: Some(n), .. } if *n == data.len() as u64),
+                "{}",
+                explain(&outcome)
+            );
+            ensure!(
+                (sizes(&src), sizes(&dst)) == (1, 1),
+                "SIZE asked {} times of the source and {} of the destination:\n{}",
+                sizes(&src),
+                sizes(&dst),
+                explain(&outcome)
+            );
+            // Unknown size: asked before (a missing file fails before the destination is
+            // touched) and after.
+            let outcome = pair
+                .copy(&request("/f.bin", "/again.bin", DestCommand::Replace))
+                .await?;
+            ensure!(
+                matches!(&outcome, CopyOutcome::Succeeded { .. }),
+                "{}",
+                explain(&outcome)
+            );
+            ensure!(
+                (sizes(&src), sizes(&dst)) == (3, 2),
+                "SIZE asked {} times of the source and {} of the destination in all:\n{}",
+                sizes(&src),
+                sizes(&dst),
+                explain(&outcome)
+            );
+            pair.close().await;
+            Ok(())
+        });
+        let overlap = overlap.join().expect("watcher thread");
+        copied.and(overlap)
+    })?;
+    ensure!(
+        dst.stored("/copy.bin") == Some(data.clone()),
+        "copy differs"
+    );
+    ensure!(
+        dst.stored("/again.bin") == Some(data),
+        "second copy differs"
+    );
+    Ok(())
+}

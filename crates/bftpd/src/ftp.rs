@@ -161,6 +161,7 @@ pub fn copy_request(spec: &JobSpec, name: &str) -> CopyRequest {
         source_path: source_path(spec, name),
         dest_path,
         dest_command: spec.dest_command,
+        source_size: None,
     }
 }
 

@@ -244,7 +244,13 @@ impl Attempt<'_> {
         }
 
         let source_path = self.request.source_path.clone();
-        match self.pair.size_answer(Side::Source, &source_path).await {
+        // Known from the listing a moment ago: not asked again (the evidence is the SIZE
+        // of both sides after the transfer, asked whatever happens here).
+        let known = self.request.source_size;
+        match match known {
+            Some(size) => SizeAnswer::Size(size),
+            None => self.pair.size_answer(Side::Source, &source_path).await,
+        } {
             SizeAnswer::Size(size) => self.source_size = Some(size),
             SizeAnswer::NoFile(result) => {
                 return self.fail(Side::Source, &format!("SIZE {source_path}"), result, None)
@@ -692,17 +698,6 @@ impl Attempt<'_> {
             path: self.request.source_path.clone(),
         });
         let source_path = self.request.source_path.clone();
-        let source = match self.pair.size_answer(Side::Source, &source_path).await {
-            SizeAnswer::Size(size) => Ok(size),
-            SizeAnswer::Unavailable(reason) => Err(reason),
-            SizeAnswer::NoFile(result) => Err(format!(
-                "SIZE answered {} after the transfer",
-                describe(&result)
-            )),
-            SizeAnswer::Failed(result, disposition) => {
-                return self.fail(Side::Source, "SIZE", result, Some(disposition))
-            }
-        };
         let dest_name = match self.request.dest_command {
             DestCommand::Unique => match self.report.stou_name.clone() {
                 None => Err("the destination did not report the name STOU chose".to_owned()),
@@ -713,9 +708,26 @@ impl Attempt<'_> {
             },
             _ => Ok(self.request.dest_path.clone()),
         };
-        let destination = match dest_name {
-            Err(reason) => Err(reason),
-            Ok(name) => match self.pair.size_answer(Side::Destination, &name).await {
+        // Both sizes at once: one round trip instead of two.
+        let [source_answer, dest_answer] = self
+            .pair
+            .size_both(&source_path, dest_name.as_deref().ok())
+            .await;
+        let source = match source_answer.expect("the source is always asked") {
+            SizeAnswer::Size(size) => Ok(size),
+            SizeAnswer::Unavailable(reason) => Err(reason),
+            SizeAnswer::NoFile(result) => Err(format!(
+                "SIZE answered {} after the transfer",
+                describe(&result)
+            )),
+            SizeAnswer::Failed(result, disposition) => {
+                return self.fail(Side::Source, "SIZE", result, Some(disposition))
+            }
+        };
+        let destination = match (dest_name, dest_answer) {
+            (Err(reason), _) => Err(reason),
+            (Ok(_), None) => unreachable!("the destination is asked when it has a name"),
+            (Ok(name), Some(answer)) => match answer {
                 SizeAnswer::Size(size) => Ok(size),
                 SizeAnswer::Unavailable(reason) => Err(reason),
                 SizeAnswer::NoFile(result) => {
