@@ -1553,3 +1553,77 @@ fn sizes_are_asked_once_per_side_and_both_at_once() -> Result<()> {
     );
     Ok(())
 }
+
+/// NLST without MLSD: SIZE sorts the names (213: a member with its size, 550: skipped),
+/// pipelined by windows, with no MDTM per name; a refusal in the middle of a window fails
+/// the listing only after the whole window was read, so the connection stays in step.
+#[test]
+fn nlst_sizes_are_pipelined_and_the_connection_stays_in_step() -> Result<()> {
+    let mut source = script(HOSTILE, "src").without_mlsd().dir("/pub/sub.dat");
+    let count = 150;
+    for i in 0..count {
+        source = source.file(&format!("/pub/f{i:03}.dat"), payload(100 + i, 3));
+    }
+    let src = HostileServer::start(source)?;
+    let dst = HostileServer::start(script(OTHER_HOSTILE, "dst"))?;
+    block_on(async {
+        let mut pair = open(&hostile_login(&src), &hostile_login(&dst), &limits()).await?;
+        let listing = pair
+            .list_source("pub", "*.dat")
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}\n{}", pair.take_transcript()))?;
+        let mut got: Vec<(String, Option<u64>)> = listing
+            .members
+            .iter()
+            .map(|m| (m.name.clone(), m.size))
+            .collect();
+        got.sort();
+        let want: Vec<(String, Option<u64>)> = (0..count)
+            .map(|i| (format!("f{i:03}.dat"), Some(100 + i as u64)))
+            .collect();
+        ensure!(got == want, "members {got:?}");
+        ensure!(
+            listing
+                .skipped
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                == ["sub.dat"],
+            "skipped {:?}",
+            listing.skipped
+        );
+        ensure!(
+            listing.members.iter().all(|m| m.modified.is_none()),
+            "NLST members with a modify time"
+        );
+        ensure!(!src.observed().saw("MDTM"), "MDTM asked while listing");
+        ensure!(pair.is_usable(), "the pair died while listing");
+        pair.close().await;
+        Ok(())
+    })?;
+
+    // The 70th SIZE (the second window) answers 451: the listing fails with it, and the
+    // next command on that connection gets its own reply.
+    let mut sequence = vec![Action::Default; 69];
+    sequence.push(Action::reply("451 Local error."));
+    let mut source = script(HOSTILE, "src")
+        .without_mlsd()
+        .on("SIZE", Action::Sequence(sequence));
+    for i in 0..count {
+        source = source.file(&format!("/pub/f{i:03}.dat"), payload(10, 3));
+    }
+    let src = HostileServer::start(source)?;
+    block_on(async {
+        let mut pair = open(&hostile_login(&src), &hostile_login(&dst), &limits()).await?;
+        match pair.list_source("pub", "*.dat").await {
+            Err(ListError::Refused { command, reply, .. })
+                if command == "SIZE" && reply.code().get() == 451 => {}
+            other => bail!("{other:?}\n{}", pair.take_transcript()),
+        }
+        ensure!(pair.is_usable(), "the pair died with a refused SIZE");
+        let size = pair.size(Side::Source, "pub/f000.dat").await?;
+        ensure!(size == Some(10), "out of step: SIZE answered {size:?}");
+        pair.close().await;
+        Ok(())
+    })
+}
