@@ -1627,3 +1627,64 @@ fn nlst_sizes_are_pipelined_and_the_connection_stays_in_step() -> Result<()> {
         Ok(())
     })
 }
+
+/// A cancel (or the end of a shutdown grace) in the middle of a transfer: ABOR goes to
+/// both servers (SPEC §9), then both connections are closed, within a short bound even
+/// though the stalled source never answers.
+#[test]
+fn abort_mid_transfer_sends_abor_on_both_connections() -> Result<()> {
+    let src = HostileServer::start(
+        script(HOSTILE, "src")
+            .file("/f.bin", payload(200_000, 5))
+            .on("RETR", Action::StallMidTransfer),
+    )?;
+    let dst = HostileServer::start(script(OTHER_HOSTILE, "dst"))?;
+    let (result, aborted_for) = block_on(async {
+        let mut pair = open(&hostile_login(&src), &hostile_login(&dst), &limits()).await?;
+        let fired = Arc::new(Mutex::new(None));
+        let abort = {
+            let fired = fired.clone();
+            let src = &src;
+            async move {
+                // Once the bytes flow (the source said 150 and stalled), and a moment more.
+                while !src.observed().saw("RETR") {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                *fired.lock().expect("lock") = Some(Instant::now());
+            }
+        };
+        let result = pair
+            .copy_or_abort(
+                &request("/f.bin", "/copy.bin", DestCommand::Replace),
+                abort,
+                "test cancel",
+            )
+            .await;
+        let fired = fired
+            .lock()
+            .expect("lock")
+            .context("the abort never fired")?;
+        ensure!(!pair.is_usable(), "the pair is still usable after an abort");
+        anyhow::Ok((result, fired.elapsed()))
+    })?;
+    match &result {
+        Err(PairError {
+            failure: JobFailure::Aborted { .. },
+            ..
+        }) => {}
+        other => bail!("{other:?}"),
+    }
+    ensure!(
+        aborted_for < Duration::from_secs(4),
+        "the abort took {aborted_for:?}"
+    );
+    src.wait_for_command("ABOR", NOTICE)
+        .context("the source got no ABOR")?;
+    dst.wait_for_command("ABOR", NOTICE)
+        .context("the destination got no ABOR")?;
+    // Both connections closed.
+    src.wait_for(NOTICE, |o| o.closed >= 1)?;
+    dst.wait_for(NOTICE, |o| o.closed >= 1)?;
+    Ok(())
+}

@@ -229,6 +229,52 @@ impl Pair {
         transfer::run(self, request).await
     }
 
+    /// [`Pair::copy`], unless `abort` completes first (a cancel, the end of a shutdown
+    /// grace): then ABOR goes to both servers at once (SPEC §9), their replies are read
+    /// for at most [`ABOR_WAIT`] (a server blocked waiting for a data connection ignores
+    /// ABOR), both connections are closed and the copy ends in [`JobFailure::Aborted`].
+    /// The partial destination file is left as it is: the member is retried.
+    pub async fn copy_or_abort(
+        &mut self,
+        request: &CopyRequest,
+        abort: impl std::future::Future<Output = ()>,
+        reason: &str,
+    ) -> Result<CopyOutcome, PairError> {
+        {
+            let copy = self.copy(request);
+            tokio::pin!(copy, abort);
+            tokio::select! {
+                biased;
+                result = &mut copy => return result,
+                () = &mut abort => {}
+            }
+        }
+        self.deadline = None;
+        self.abort_both(reason).await;
+        self.progress.send_replace(Progress::Finished {
+            path: request.source_path.clone(),
+            bytes: None,
+            success: false,
+        });
+        Err(PairError {
+            failure: JobFailure::Aborted {
+                reason: reason.to_owned(),
+            },
+            disposition: outcome::connection_gone(),
+            transcript: self.recorder.take(),
+        })
+    }
+
+    /// ABOR on both connections at once, then close both (the pair is dead).
+    async fn abort_both(&mut self, why: &str) {
+        let deadline = Instant::now() + self.limits.reply_timeout.min(ABOR_WAIT);
+        for side in [Side::Source, Side::Destination] {
+            self.note(side, &format!("{why}: ABOR"));
+        }
+        tokio::join!(abor(&mut self.src, deadline), abor(&mut self.dst, deadline));
+        self.close_all(why);
+    }
+
     fn dead_reason(&self) -> Option<String> {
         if let Some(reason) = &self.dead {
             return Some(reason.clone());
@@ -565,6 +611,33 @@ impl Pair {
             .map(|d| d.saturating_duration_since(Instant::now()))
             .unwrap_or(self.limits.transfer_timeout)
     }
+}
+
+/// How long ABOR may take to be answered before the connection is closed: servers
+/// blocked waiting for a data connection ignore it (SPEC §6).
+pub(crate) const ABOR_WAIT: Duration = Duration::from_secs(2);
+
+/// Send ABOR on `session` and read by `deadline` up to two replies: the interrupted
+/// transfer's final one (426) and ABOR's own (225/226). The number that arrived: with
+/// two the connection is in step again. A timeout closes the session.
+pub(crate) async fn abor(session: &mut Session, deadline: Instant) -> usize {
+    if !session.is_open() || session.send("ABOR").await.is_err() {
+        return 0;
+    }
+    let mut replies = 0;
+    while replies < 2 {
+        match session.read_reply_until(deadline).await {
+            Ok(reply) => {
+                replies += 1;
+                // 225: no transfer was in progress, nothing else will come.
+                if reply.code().get() == 225 {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    replies
 }
 
 /// SIZE of `path` on one session (image type first if it is not in it), by `deadline`:
