@@ -1688,3 +1688,65 @@ fn abort_mid_transfer_sends_abor_on_both_connections() -> Result<()> {
     dst.wait_for(NOTICE, |o| o.closed >= 1)?;
     Ok(())
 }
+
+/// The passive source refuses RETR (550) after the active destination connected to it and
+/// said 150, and keeps that data connection open: the destination waits for bytes that
+/// never come. The engine must not wait a whole reply timeout for the destination's final
+/// reply: ABOR ends it, the partial file is deleted, the member fails for good.
+#[test]
+fn passive_refusal_after_the_active_side_connected_fails_fast() -> Result<()> {
+    let src = HostileServer::start(
+        script(HOSTILE, "src")
+            .file("/f.bin", payload(5000, 9))
+            .on("RETR", Action::reply("550 Permission denied.")),
+    )?;
+    // The destination would wait 30 s for data before giving up by itself.
+    let dst =
+        HostileServer::start(script(OTHER_HOSTILE, "dst").data_timeout(Duration::from_secs(30)))?;
+    let limits = Limits {
+        reply_timeout: Duration::from_secs(10),
+        ..limits()
+    };
+    let (outcome, took, usable) = block_on(async {
+        let mut pair = open(&hostile_login(&src), &hostile_login(&dst), &limits).await?;
+        let started = Instant::now();
+        let outcome = pair
+            .copy(&request("/f.bin", "/copy.bin", DestCommand::Replace))
+            .await?;
+        let took = started.elapsed();
+        let usable = pair.is_usable();
+        pair.close().await;
+        anyhow::Ok((outcome, took, usable))
+    })?;
+    match &outcome {
+        CopyOutcome::Permanent {
+            kind: PermanentKind::FileUnavailable,
+            failure:
+                Failure::Reply {
+                    side: Side::Source,
+                    command,
+                    reply,
+                    ..
+                },
+            ..
+        } if command == "RETR" && reply.code().get() == 550 => {}
+        other => bail!("{}", explain(other)),
+    }
+    ensure!(
+        took < Duration::from_secs(5),
+        "the refusal took {took:?} (reply timeout 10 s)\n{}",
+        explain(&outcome)
+    );
+    ensure!(
+        dst.observed().saw("ABOR"),
+        "no ABOR to the destination\n{}",
+        explain(&outcome)
+    );
+    ensure!(
+        dst.stored("/copy.bin").is_none(),
+        "the partial destination file is still there\n{}",
+        explain(&outcome)
+    );
+    ensure!(usable, "the pair died\n{}", explain(&outcome));
+    Ok(())
+}

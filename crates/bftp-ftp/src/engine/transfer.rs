@@ -168,6 +168,9 @@ pub(crate) const FXP_SETTINGS: &str = "third-party (FXP) transfers need both ser
      port_promiscuous=YES and pasv_promiscuous=YES, proFTPD AllowForeignAddress on, \
      Pure-FTPd -w (--allowuserfxp)";
 
+/// How long an active side gets to end by itself once its partner refused outright.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub(super) async fn run(pair: &mut Pair, request: &CopyRequest) -> Result<CopyOutcome, PairError> {
     let started = Instant::now();
     pair.last = [None, None];
@@ -552,7 +555,13 @@ impl Attempt<'_> {
             _ => None,
         };
         if active_final.is_none() {
-            self.drain_final(active).await;
+            if matches!(&result, Ok(reply) if reply.code().get() >= 400) {
+                // A final refusal: the passive server will neither send nor take the
+                // bytes, and may hold the data connection open without a word.
+                self.end_active(active).await;
+            } else {
+                self.drain_final(active).await;
+            }
         }
         match refusal {
             Some(refusal) => {
@@ -565,6 +574,13 @@ impl Attempt<'_> {
                 self.next_order(refusal).await
             }
             None => {
+                if self.report.destination_touched {
+                    // ABOR may have been ignored and the connection closed: the partial
+                    // file is deleted over a new one.
+                    if let Err(error) = self.reopen_closed("no final reply after ABOR").await {
+                        return Phase::Done(Err(error));
+                    }
+                }
                 self.clean_up().await;
                 self.fail(passive, &line, result, Some(disposition))
             }
@@ -881,6 +897,56 @@ impl Attempt<'_> {
             self.pair
                 .session(side)
                 .close("no final reply after its partner failed");
+        }
+    }
+
+    /// The active side's transfer after its partner refused outright (a 4yz/5yz to its
+    /// RETR or STOR): its final reply if it comes within [`SETTLE`] (the partner closed
+    /// the data connection), else ABOR and at most [`ABOR_WAIT`](super::ABOR_WAIT) for the
+    /// replies, instead of a whole reply timeout: a passive server that refuses RETR may
+    /// keep the accepted data connection open, and the active one then waits for bytes
+    /// that never come. Without both replies the connection is closed.
+    async fn end_active(&mut self, active: Side) {
+        if !self.pair.session(active).is_open() {
+            return;
+        }
+        let command = self.command_verb(active);
+        let deadline = self.pair.reply_deadline();
+        let settle = self.pair.limits.reply_timeout.min(SETTLE);
+        let read = self.pair.read_reply(active, &command, deadline);
+        // A timeout here leaves the session open (the read is dropped, not failed).
+        if let Ok(result) = tokio::time::timeout(settle, read).await {
+            if let Ok(reply) = &result {
+                self.accepted_final(active, reply);
+            }
+            return;
+        }
+        self.pair.note(
+            active,
+            &format!("no final reply {settle:?} after its partner refused: ABOR"),
+        );
+        let deadline = Instant::now() + self.pair.limits.reply_timeout.min(super::ABOR_WAIT);
+        let session = self.pair.session(active);
+        if !session.is_open() || session.send("ABOR").await.is_err() {
+            return;
+        }
+        // The transfer's final reply (426), remembered as the command's; then ABOR's own.
+        let result = self.pair.read_reply(active, &command, deadline).await;
+        if let Ok(reply) = &result {
+            self.accepted_final(active, reply);
+            if reply.code().get() != 225 {
+                let _ = self.pair.session(active).read_reply_until(deadline).await;
+            }
+        }
+        if self.pair.session(active).is_open() && result.is_err() {
+            self.pair.session(active).close("no reply to ABOR");
+        }
+    }
+
+    /// A STOU's final reply may name the file.
+    fn accepted_final(&mut self, side: Side, reply: &Reply) {
+        if side == Side::Destination && self.request.dest_command == DestCommand::Unique {
+            self.accepted(side, reply);
         }
     }
 
