@@ -50,8 +50,9 @@ use crate::transcript::Side;
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Phase {
-    /// SIZE of the source in image type: 213 (the size, kept for the report), 550 (no
-    /// such file: this member fails for good), 500/501/502/504 (no SIZE: no size
+    /// SIZE of the source in image type, unless the request carries the size (the
+    /// listing's): 213 (the size), 550 (no such file: this member fails for good before
+    /// the destination is touched), 500/501/502/504 (no SIZE: no size
     /// evidence). For APPE also SIZE of the destination: 213 (the size before, the
     /// evidence SPEC §4.3 wants), 550 (absent: 0). Then TYPE (200) back to the job's.
     /// For STOU, CWD (250) to the destination directory.
@@ -83,7 +84,8 @@ enum Phase {
         active_final: Option<Reply>,
         passive_final: Option<Reply>,
     },
-    /// SIZE (213) on both sides in image type; equal sizes (APPE: before + source).
+    /// SIZE (213) on both sides in image type, asked of both at once; equal sizes
+    /// (APPE: before + source).
     Check,
     /// The attempt is over.
     Done(Result<CopyOutcome, PairError>),
