@@ -73,6 +73,63 @@ fn transfer_copies_server_to_server_and_reports_each_file() {
     );
 }
 
+/// Many small files: each is proven (sizes equal, though the copy reused the listing's
+/// source size), and the event stream carries a phase only for a copy that has run
+/// 500 ms: a quick copy is reported by its `file` result alone.
+#[test]
+fn transfer_of_many_small_files_coalesces_phase_events() {
+    let (src, dst) = servers();
+    dst.mkdir("in").unwrap();
+    let count = 40;
+    for i in 0..count {
+        src.put_file(&format!("many/f{i:02}.dat"), &vec![i as u8; 1000 + i])
+            .unwrap();
+    }
+    src.mkdir("many/dir.dat").unwrap();
+    let d = Bftpd::start().unwrap();
+    let o = d.bftp_env(
+        None,
+        &[
+            "--json",
+            "transfer",
+            &src.url("many/*.dat"),
+            &dst.url("in/"),
+        ],
+        &pw_env(&src, &dst),
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let events: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let files: Vec<&Value> = events.iter().filter(|e| e["event"] == "file").collect();
+    assert_eq!(files.len(), count, "{out}");
+    assert!(
+        files
+            .iter()
+            .all(|f| f["evidence"].as_str().unwrap_or("").contains("sizes equal")),
+        "{out}"
+    );
+    for e in events.iter().filter(|e| e["event"] == "progress") {
+        let took = files
+            .iter()
+            .find(|f| f["name"] == e["name"])
+            .and_then(|f| f["seconds"].as_f64())
+            .unwrap_or(0.0);
+        assert!(
+            took >= 0.45,
+            "a phase event for a copy of {took} s: {e}\n{out}"
+        );
+    }
+    for i in 0..count {
+        assert_eq!(
+            dst.read_file(&format!("in/f{i:02}.dat")).unwrap(),
+            vec![i as u8; 1000 + i]
+        );
+    }
+}
+
 #[test]
 fn transfer_of_a_missing_file_fails_with_the_servers_reply() {
     let (src, dst) = servers();

@@ -1473,3 +1473,280 @@ fn login_refused_with_530_is_a_job_level_permanent_failure() -> Result<()> {
     ensure!(failures.is_empty(), "{}", failures.join("\n"));
     Ok(())
 }
+
+/// After the transfer each side is asked SIZE once, both at once (the two control
+/// connections are independent); a size the caller already knows (the listing's) is not
+/// asked again before the transfer, and an unknown one is asked first, once.
+#[test]
+fn sizes_are_asked_once_per_side_and_both_at_once() -> Result<()> {
+    let data = payload(5000, 21);
+    // The source's first SIZE answers after 3 s: if the destination's SIZE waited for it,
+    // it would arrive after those 3 s.
+    let src = HostileServer::start(script(HOSTILE, "src").file("/f.bin", data.clone()).on(
+        "SIZE",
+        Action::Sequence(vec![Action::delayed(
+            Duration::from_secs(3),
+            Action::Default,
+        )]),
+    ))?;
+    let dst = HostileServer::start(script(OTHER_HOSTILE, "dst"))?;
+    let sizes = |server: &HostileServer| {
+        server
+            .commands()
+            .iter()
+            .filter(|c| is_verb(c, "SIZE"))
+            .count()
+    };
+    std::thread::scope(|scope| {
+        let overlap = scope.spawn(|| -> Result<()> {
+            src.wait_for_command("SIZE", Duration::from_secs(30))?;
+            dst.wait_for_command("SIZE", Duration::from_secs(2))
+                .context("the destination's SIZE waited for the source's")
+        });
+        let copied = block_on(async {
+            let mut pair = open(&hostile_login(&src), &hostile_login(&dst), &limits()).await?;
+            let mut known = request("/f.bin", "/copy.bin", DestCommand::Replace);
+            known.source_size = Some(data.len() as u64);
+            let outcome = pair.copy(&known).await?;
+            ensure!(
+                matches!(&outcome, CopyOutcome::Succeeded { bytes: Some(n), .. } if *n == data.len() as u64),
+                "{}",
+                explain(&outcome)
+            );
+            ensure!(
+                (sizes(&src), sizes(&dst)) == (1, 1),
+                "SIZE asked {} times of the source and {} of the destination:\n{}",
+                sizes(&src),
+                sizes(&dst),
+                explain(&outcome)
+            );
+            // Unknown size: asked before (a missing file fails before the destination is
+            // touched) and after.
+            let outcome = pair
+                .copy(&request("/f.bin", "/again.bin", DestCommand::Replace))
+                .await?;
+            ensure!(
+                matches!(&outcome, CopyOutcome::Succeeded { .. }),
+                "{}",
+                explain(&outcome)
+            );
+            ensure!(
+                (sizes(&src), sizes(&dst)) == (3, 2),
+                "SIZE asked {} times of the source and {} of the destination in all:\n{}",
+                sizes(&src),
+                sizes(&dst),
+                explain(&outcome)
+            );
+            pair.close().await;
+            Ok(())
+        });
+        let overlap = overlap.join().expect("watcher thread");
+        copied.and(overlap)
+    })?;
+    ensure!(
+        dst.stored("/copy.bin") == Some(data.clone()),
+        "copy differs"
+    );
+    ensure!(
+        dst.stored("/again.bin") == Some(data),
+        "second copy differs"
+    );
+    Ok(())
+}
+
+/// NLST without MLSD: SIZE sorts the names (213: a member with its size, 550: skipped),
+/// pipelined by windows, with no MDTM per name; a refusal in the middle of a window fails
+/// the listing only after the whole window was read, so the connection stays in step.
+#[test]
+fn nlst_sizes_are_pipelined_and_the_connection_stays_in_step() -> Result<()> {
+    let mut source = script(HOSTILE, "src").without_mlsd().dir("/pub/sub.dat");
+    let count = 150;
+    for i in 0..count {
+        source = source.file(&format!("/pub/f{i:03}.dat"), payload(100 + i, 3));
+    }
+    let src = HostileServer::start(source)?;
+    let dst = HostileServer::start(script(OTHER_HOSTILE, "dst"))?;
+    block_on(async {
+        let mut pair = open(&hostile_login(&src), &hostile_login(&dst), &limits()).await?;
+        let listing = pair
+            .list_source("pub", "*.dat")
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}\n{}", pair.take_transcript()))?;
+        let mut got: Vec<(String, Option<u64>)> = listing
+            .members
+            .iter()
+            .map(|m| (m.name.clone(), m.size))
+            .collect();
+        got.sort();
+        let want: Vec<(String, Option<u64>)> = (0..count)
+            .map(|i| (format!("f{i:03}.dat"), Some(100 + i as u64)))
+            .collect();
+        ensure!(got == want, "members {got:?}");
+        ensure!(
+            listing
+                .skipped
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                == ["sub.dat"],
+            "skipped {:?}",
+            listing.skipped
+        );
+        ensure!(
+            listing.members.iter().all(|m| m.modified.is_none()),
+            "NLST members with a modify time"
+        );
+        ensure!(!src.observed().saw("MDTM"), "MDTM asked while listing");
+        ensure!(pair.is_usable(), "the pair died while listing");
+        pair.close().await;
+        Ok(())
+    })?;
+
+    // The 70th SIZE (the second window) answers 451: the listing fails with it, and the
+    // next command on that connection gets its own reply.
+    let mut sequence = vec![Action::Default; 69];
+    sequence.push(Action::reply("451 Local error."));
+    let mut source = script(HOSTILE, "src")
+        .without_mlsd()
+        .on("SIZE", Action::Sequence(sequence));
+    for i in 0..count {
+        source = source.file(&format!("/pub/f{i:03}.dat"), payload(10, 3));
+    }
+    let src = HostileServer::start(source)?;
+    block_on(async {
+        let mut pair = open(&hostile_login(&src), &hostile_login(&dst), &limits()).await?;
+        match pair.list_source("pub", "*.dat").await {
+            Err(ListError::Refused { command, reply, .. })
+                if command == "SIZE" && reply.code().get() == 451 => {}
+            other => bail!("{other:?}\n{}", pair.take_transcript()),
+        }
+        ensure!(pair.is_usable(), "the pair died with a refused SIZE");
+        let size = pair.size(Side::Source, "pub/f000.dat").await?;
+        ensure!(size == Some(10), "out of step: SIZE answered {size:?}");
+        pair.close().await;
+        Ok(())
+    })
+}
+
+/// A cancel (or the end of a shutdown grace) in the middle of a transfer: ABOR goes to
+/// both servers (SPEC §9), then both connections are closed, within a short bound even
+/// though the stalled source never answers.
+#[test]
+fn abort_mid_transfer_sends_abor_on_both_connections() -> Result<()> {
+    let src = HostileServer::start(
+        script(HOSTILE, "src")
+            .file("/f.bin", payload(200_000, 5))
+            .on("RETR", Action::StallMidTransfer),
+    )?;
+    let dst = HostileServer::start(script(OTHER_HOSTILE, "dst"))?;
+    let (result, aborted_for) = block_on(async {
+        let mut pair = open(&hostile_login(&src), &hostile_login(&dst), &limits()).await?;
+        let fired = Arc::new(Mutex::new(None));
+        let abort = {
+            let fired = fired.clone();
+            let src = &src;
+            async move {
+                // Once the bytes flow (the source said 150 and stalled), and a moment more.
+                while !src.observed().saw("RETR") {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                *fired.lock().expect("lock") = Some(Instant::now());
+            }
+        };
+        let result = pair
+            .copy_or_abort(
+                &request("/f.bin", "/copy.bin", DestCommand::Replace),
+                abort,
+                "test cancel",
+            )
+            .await;
+        let fired = fired
+            .lock()
+            .expect("lock")
+            .context("the abort never fired")?;
+        ensure!(!pair.is_usable(), "the pair is still usable after an abort");
+        anyhow::Ok((result, fired.elapsed()))
+    })?;
+    match &result {
+        Err(PairError {
+            failure: JobFailure::Aborted { .. },
+            ..
+        }) => {}
+        other => bail!("{other:?}"),
+    }
+    ensure!(
+        aborted_for < Duration::from_secs(4),
+        "the abort took {aborted_for:?}"
+    );
+    src.wait_for_command("ABOR", NOTICE)
+        .context("the source got no ABOR")?;
+    dst.wait_for_command("ABOR", NOTICE)
+        .context("the destination got no ABOR")?;
+    // Both connections closed.
+    src.wait_for(NOTICE, |o| o.closed >= 1)?;
+    dst.wait_for(NOTICE, |o| o.closed >= 1)?;
+    Ok(())
+}
+
+/// The passive source refuses RETR (550) after the active destination connected to it and
+/// said 150, and keeps that data connection open: the destination waits for bytes that
+/// never come. The engine must not wait a whole reply timeout for the destination's final
+/// reply: ABOR ends it, the partial file is deleted, the member fails for good.
+#[test]
+fn passive_refusal_after_the_active_side_connected_fails_fast() -> Result<()> {
+    let src = HostileServer::start(
+        script(HOSTILE, "src")
+            .file("/f.bin", payload(5000, 9))
+            .on("RETR", Action::reply("550 Permission denied.")),
+    )?;
+    // The destination would wait 30 s for data before giving up by itself.
+    let dst =
+        HostileServer::start(script(OTHER_HOSTILE, "dst").data_timeout(Duration::from_secs(30)))?;
+    let limits = Limits {
+        reply_timeout: Duration::from_secs(10),
+        ..limits()
+    };
+    let (outcome, took, usable) = block_on(async {
+        let mut pair = open(&hostile_login(&src), &hostile_login(&dst), &limits).await?;
+        let started = Instant::now();
+        let outcome = pair
+            .copy(&request("/f.bin", "/copy.bin", DestCommand::Replace))
+            .await?;
+        let took = started.elapsed();
+        let usable = pair.is_usable();
+        pair.close().await;
+        anyhow::Ok((outcome, took, usable))
+    })?;
+    match &outcome {
+        CopyOutcome::Permanent {
+            kind: PermanentKind::FileUnavailable,
+            failure:
+                Failure::Reply {
+                    side: Side::Source,
+                    command,
+                    reply,
+                    ..
+                },
+            ..
+        } if command == "RETR" && reply.code().get() == 550 => {}
+        other => bail!("{}", explain(other)),
+    }
+    ensure!(
+        took < Duration::from_secs(5),
+        "the refusal took {took:?} (reply timeout 10 s)\n{}",
+        explain(&outcome)
+    );
+    ensure!(
+        dst.observed().saw("ABOR"),
+        "no ABOR to the destination\n{}",
+        explain(&outcome)
+    );
+    ensure!(
+        dst.stored("/copy.bin").is_none(),
+        "the partial destination file is still there\n{}",
+        explain(&outcome)
+    );
+    ensure!(usable, "the pair died\n{}", explain(&outcome));
+    Ok(())
+}

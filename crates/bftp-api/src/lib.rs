@@ -262,7 +262,8 @@ pub enum TransferEvent {
         files: Vec<String>,
         rejected: Vec<String>,
     },
-    /// A file's phase changed: `preparing`, `transferring`, `checking`.
+    /// A file's phase: `preparing`, `transferring`, `checking`. Only for a copy that has
+    /// run 500 ms, and at most every 500 ms (the `file` result is the per-file record).
     Progress { name: String, phase: String },
     /// A file is done, one way or the other.
     File(FileResult),

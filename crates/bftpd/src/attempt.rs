@@ -104,6 +104,7 @@ impl Executor for FtpExecutor {
             check: self.check.clone(),
             hosts: self.hosts.clone(),
             drain: signals.drain,
+            abort: signals.abort.clone(),
             id: job.id,
             log: Arc::default(),
         };
@@ -112,10 +113,18 @@ impl Executor for FtpExecutor {
         let store = self.store.clone();
         Box::pin(async move {
             let id = job.id;
+            let run = run.run(job, attempt);
+            tokio::pin!(run);
             let end = tokio::select! {
-                end = run.run(job, attempt) => end,
-                // Dropping the attempt closes both control connections: the servers abort.
-                _ = abort.cancelled() => AttemptEnd::Interrupted,
+                end = &mut run => end,
+                _ = abort.cancelled() => {
+                    // A copy in flight sends ABOR to both servers and closes (bounded by
+                    // the engine); anything else ends at its next step. Past this grace,
+                    // dropping the attempt closes the connections.
+                    tokio::time::timeout(ABORT_GRACE, &mut run)
+                        .await
+                        .unwrap_or(AttemptEnd::Interrupted)
+                }
             };
             let lines = log.lock().unwrap_or_else(|p| p.into_inner()).take();
             if !lines.is_empty() {
@@ -132,6 +141,10 @@ impl Executor for FtpExecutor {
         })
     }
 }
+
+/// How long an aborted attempt may take to send ABOR and close: a little more than the
+/// engine's own bound on waiting for ABOR's replies.
+const ABORT_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 fn now() -> Timestamp {
     Timestamp::from_system(std::time::SystemTime::now())
@@ -203,6 +216,8 @@ struct Run {
     hosts: Arc<crate::ftp::HostLimits>,
     /// Shutdown began: finish the file in flight, start no other.
     drain: CancellationToken,
+    /// Cancel or the end of the shutdown grace: ABOR the copy in flight.
+    abort: CancellationToken,
     id: JobId,
     /// Shared with the attempt's future, which stores it however the attempt ends.
     log: Arc<Mutex<AttemptLog>>,
@@ -445,7 +460,7 @@ impl Run {
     ) -> LaneEnd {
         let mut transient = None;
         let end = loop {
-            if self.drain.is_cancelled() {
+            if self.drain.is_cancelled() || self.abort.is_cancelled() {
                 break Some(AttemptEnd::Interrupted);
             }
             if stop.load(Ordering::Acquire) {
@@ -605,7 +620,7 @@ impl Run {
             .map_err(store_failed)?;
             return self.delete_only(pair, m, &src_path, false).await;
         }
-        let req = copy_request(spec, &m.name);
+        let mut req = copy_request(spec, &m.name);
         // Fence the unrepeatable effects before they happen.
         match spec.dest_command {
             DestCommand::Append => {
@@ -658,6 +673,8 @@ impl Run {
                         return Ok(None);
                     }
                 };
+                // Asked just now on this pair: the copy need not ask again before APPE.
+                req.source_size = Some(source_size);
                 self.update(
                     index,
                     MemberUpdate {
@@ -687,8 +704,16 @@ impl Run {
             }
             DestCommand::Replace => {}
         }
-        let outcome = match pair.copy(&req).await {
+        let outcome = match pair
+            .copy_or_abort(&req, self.abort.cancelled(), "the attempt was aborted")
+            .await
+        {
             Ok(o) => o,
+            // Aborted: ABOR was sent, the member stays as it is for the next attempt.
+            Err(e) if self.abort.is_cancelled() => {
+                self.keep(&e.transcript);
+                return Err(AttemptEnd::Interrupted);
+            }
             Err(e) => {
                 self.keep(&e.transcript);
                 // A job-level failure in the middle of a copy: an append or STOU may be half done.

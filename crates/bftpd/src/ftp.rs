@@ -161,6 +161,7 @@ pub fn copy_request(spec: &JobSpec, name: &str) -> CopyRequest {
         source_path: source_path(spec, name),
         dest_path,
         dest_command: spec.dest_command,
+        source_size: None,
     }
 }
 
@@ -362,6 +363,30 @@ async fn run_transfer(
             return;
         }
     };
+    // The other connection pairs log in while the first one lists: a listing of
+    // thousands of names takes long enough for them to be ready when it ends.
+    let extra = if spec.is_multi_file() {
+        hosts.parallel_pairs.saturating_sub(1)
+    } else {
+        0
+    };
+    let mut early: Vec<tokio::task::JoinHandle<EarlyPair>> = (0..extra)
+        .map(|_| {
+            let (src, dst, limits, check, hosts) = (
+                src.clone(),
+                dst.clone(),
+                limits.clone(),
+                check.clone(),
+                hosts.clone(),
+            );
+            let params = spec.params;
+            tokio::spawn(async move {
+                let permits = hosts.acquire(&src.host, &dst.host).await;
+                let pair = Pair::open(&src, &dst, params, &limits, check).await;
+                (permits, pair)
+            })
+        })
+        .collect();
     let names = if spec.is_multi_file() {
         match pair
             .list_source(spec.source.dir(), spec.source.file_name())
@@ -373,18 +398,24 @@ async fn run_transfer(
                     .iter()
                     .map(|r| format!("{:?}: {}", r.line, r.reason))
                     .collect();
-                let names: Vec<String> = listing.members.into_iter().map(|m| m.name).collect();
                 let _ = tx
                     .send(TransferEvent::Listed {
-                        files: names.clone(),
+                        files: listing.members.iter().map(|m| m.name.clone()).collect(),
                         rejected,
                     })
                     .await;
-                names
+                // The listing's sizes (asked a moment ago on this pair) spare each copy its
+                // SIZE before the transfer.
+                listing
+                    .members
+                    .into_iter()
+                    .map(|m| (m.name, m.size))
+                    .collect::<Vec<_>>()
             }
             Err(e) => {
                 summary.error = Some(e.to_string());
                 let _ = tx.send(finish(summary)).await;
+                close_early(early);
                 return;
             }
         }
@@ -396,14 +427,18 @@ async fn run_transfer(
                 rejected: vec![],
             })
             .await;
-        vec![name]
+        vec![(name, None)]
     };
     if names.is_empty() {
         summary.error = Some(format!("no file matches {:?}", spec.source.path));
         let _ = tx.send(finish(summary)).await;
+        close_early(early);
         return;
     }
     let workers = hosts.parallel_pairs.clamp(1, names.len());
+    let unused = early.split_off(early.len().min(workers.saturating_sub(1)));
+    close_early(unused);
+    let mut early = early.into_iter();
     let shared = Arc::new(Shared {
         queue: std::sync::Mutex::new(names.into_iter().collect()),
         summary: std::sync::Mutex::new(summary),
@@ -423,7 +458,23 @@ async fn run_transfer(
             shared: shared.clone(),
         };
         let pair = first.take();
-        tasks.spawn(async move { worker.run(pair).await });
+        let opening = if pair.is_none() { early.next() } else { None };
+        tasks.spawn(async move {
+            let (pair, permits) = match opening {
+                None => (pair, None),
+                Some(opening) => match opening.await {
+                    Ok((permits, Ok(pair))) => (Some(pair), Some(permits)),
+                    // The worker opens its own pair when it has a file (and reports
+                    // the failure if that one fails too).
+                    Ok((_, Err(e))) => {
+                        tracing::info!(error = %e, "an extra connection pair failed to open");
+                        (None, None)
+                    }
+                    Err(_) => (None, None),
+                },
+            };
+            worker.run(pair, permits).await
+        });
     }
     drop(permits);
     while tasks.join_next().await.is_some() {}
@@ -442,9 +493,33 @@ async fn run_transfer(
     let _ = tx.send(finish(summary)).await;
 }
 
+/// An extra connection pair opened during the listing, with its host slots.
+type EarlyPair = (
+    Vec<tokio::sync::OwnedSemaphorePermit>,
+    Result<Pair, bftp_ftp::PairError>,
+);
+
+/// QUIT the extra pairs nobody will use (no file for them, or the listing failed), in
+/// the background: their logins may still be under way.
+fn close_early(early: Vec<tokio::task::JoinHandle<EarlyPair>>) {
+    for opening in early {
+        tokio::spawn(async move {
+            if let Ok((_permits, Ok(pair))) = opening.await {
+                pair.close().await;
+            }
+        });
+    }
+}
+
+/// A copy shorter than this shows no phase on the event stream (its `File` result says
+/// everything); a longer one shows its phase then, and phase changes at most this often.
+/// Three phase events per small file were most of the stream's bytes.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(500);
+
 /// What the workers of one foreground transfer share.
 struct Shared {
-    queue: std::sync::Mutex<std::collections::VecDeque<String>>,
+    /// Names, with the listing's size where it gave one.
+    queue: std::sync::Mutex<std::collections::VecDeque<(String, Option<u64>)>>,
     summary: std::sync::Mutex<TransferSummary>,
     /// A job-level failure stops every worker.
     stop: std::sync::atomic::AtomicBool,
@@ -478,14 +553,18 @@ impl Worker {
         }
     }
 
-    async fn run(self, mut pair: Option<Pair>) {
+    async fn run(
+        self,
+        mut pair: Option<Pair>,
+        permits: Option<Vec<tokio::sync::OwnedSemaphorePermit>>,
+    ) {
         // Held while this worker has connections open.
-        let mut _permits = None;
+        let mut _permits = permits;
         loop {
             if self.shared.stop.load(std::sync::atomic::Ordering::SeqCst) {
                 break;
             }
-            let Some(name) = self
+            let Some((name, size)) = self
                 .shared
                 .queue
                 .lock()
@@ -519,20 +598,30 @@ impl Worker {
             let ptx = self.tx.clone();
             let member = name.clone();
             let watcher = tokio::spawn(async move {
-                while progress.changed().await.is_ok() {
-                    let p = progress.borrow_and_update().clone();
-                    if let Some((_, phase)) = phase(&p) {
-                        let _ = ptx
-                            .send(TransferEvent::Progress {
-                                name: member.clone(),
-                                phase: phase.into(),
-                            })
-                            .await;
+                // Coalesced: the phase at most every PROGRESS_INTERVAL, none for a quick copy.
+                let mut shown = None;
+                loop {
+                    tokio::time::sleep(PROGRESS_INTERVAL).await;
+                    let now = phase(&progress.borrow_and_update()).map(|(_, phase)| phase);
+                    if let Some(now) = now.filter(|now| shown != Some(*now)) {
+                        shown = Some(now);
+                        let event = TransferEvent::Progress {
+                            name: member.clone(),
+                            phase: now.into(),
+                        };
+                        if ptx.send(event).await.is_err() {
+                            break;
+                        }
+                    }
+                    if progress.changed().await.is_err() {
+                        break;
                     }
                 }
             });
             let t = Instant::now();
-            let outcome = p.copy(&copy_request(&self.spec, &name)).await;
+            let mut request = copy_request(&self.spec, &name);
+            request.source_size = size;
+            let outcome = p.copy(&request).await;
             watcher.abort();
             let outcome = match outcome {
                 Ok(o) => o,

@@ -48,6 +48,12 @@ pub struct CopyRequest {
     /// the server picks one and reports it.
     pub dest_path: String,
     pub dest_command: DestCommand,
+    /// The source file's size when the caller learned it moments ago on this pair (the
+    /// listing's SIZE or MLSD `size` fact): then the copy asks no SIZE of the source before
+    /// the transfer. It is never evidence: the proof is still the SIZE both servers give
+    /// after the transfer. `None`: the copy asks first (a missing source file then fails
+    /// before the destination is touched).
+    pub source_size: Option<u64>,
 }
 
 /// Two logged-in control connections with the job's TYPE, MODE and STRU set.
@@ -223,6 +229,52 @@ impl Pair {
         transfer::run(self, request).await
     }
 
+    /// [`Pair::copy`], unless `abort` completes first (a cancel, the end of a shutdown
+    /// grace): then ABOR goes to both servers at once (SPEC §9), their replies are read
+    /// for at most [`ABOR_WAIT`] (a server blocked waiting for a data connection ignores
+    /// ABOR), both connections are closed and the copy ends in [`JobFailure::Aborted`].
+    /// The partial destination file is left as it is: the member is retried.
+    pub async fn copy_or_abort(
+        &mut self,
+        request: &CopyRequest,
+        abort: impl std::future::Future<Output = ()>,
+        reason: &str,
+    ) -> Result<CopyOutcome, PairError> {
+        {
+            let copy = self.copy(request);
+            tokio::pin!(copy, abort);
+            tokio::select! {
+                biased;
+                result = &mut copy => return result,
+                () = &mut abort => {}
+            }
+        }
+        self.deadline = None;
+        self.abort_both(reason).await;
+        self.progress.send_replace(Progress::Finished {
+            path: request.source_path.clone(),
+            bytes: None,
+            success: false,
+        });
+        Err(PairError {
+            failure: JobFailure::Aborted {
+                reason: reason.to_owned(),
+            },
+            disposition: outcome::connection_gone(),
+            transcript: self.recorder.take(),
+        })
+    }
+
+    /// ABOR on both connections at once, then close both (the pair is dead).
+    async fn abort_both(&mut self, why: &str) {
+        let deadline = Instant::now() + self.limits.reply_timeout.min(ABOR_WAIT);
+        for side in [Side::Source, Side::Destination] {
+            self.note(side, &format!("{why}: ABOR"));
+        }
+        tokio::join!(abor(&mut self.src, deadline), abor(&mut self.dst, deadline));
+        self.close_all(why);
+    }
+
     fn dead_reason(&self) -> Option<String> {
         if let Some(reason) = &self.dead {
             return Some(reason.clone());
@@ -389,6 +441,40 @@ impl Pair {
         }
     }
 
+    /// SIZE of `paths[0]` on the source and of `paths[1]` (when given) on the destination,
+    /// both at once: the two control connections are independent, so the two round trips
+    /// overlap. Image type first where needed, as [`Pair::size_answer`].
+    async fn size_both(
+        &mut self,
+        src_path: &str,
+        dst_path: Option<&str>,
+    ) -> [Option<SizeAnswer>; 2] {
+        let deadline = self.reply_deadline();
+        let limits = &self.limits;
+        let [src_host, dst_host] = [&self.logins[0].host, &self.logins[1].host];
+        let [src_type, dst_type] = &mut self.types;
+        let (src, dst) = (&mut self.src, &mut self.dst);
+        let (a, b) = tokio::join!(
+            size_on(src, src_type, src_host, limits, deadline, src_path),
+            async {
+                match dst_path {
+                    Some(path) => {
+                        Some(size_on(dst, dst_type, dst_host, limits, deadline, path).await)
+                    }
+                    None => None,
+                }
+            }
+        );
+        let mut answers = [None, None];
+        for (i, answer) in [Some(a), b].into_iter().enumerate() {
+            if let Some((answer, last)) = answer {
+                self.last[i] = Some(last);
+                answers[i] = Some(answer);
+            }
+        }
+        answers
+    }
+
     /// SIZE of `path` on `side`, in image type (proFTPD refuses SIZE in ASCII mode).
     async fn size_answer(&mut self, side: Side, path: &str) -> SizeAnswer {
         if let Err((result, disposition)) = self.ensure_type(side, TransferType::Image).await {
@@ -396,19 +482,7 @@ impl Pair {
         }
         let result = self.exchange(side, &format!("SIZE {path}")).await;
         let disposition = self.classify(side, CommandKind::Size, &result);
-        match (disposition, &result) {
-            (Disposition::Done, Ok(reply)) => match crate::parse::parse_size_reply(&reply.text()) {
-                Ok(size) => SizeAnswer::Size(size),
-                Err(e) => SizeAnswer::Unavailable(format!("unreadable SIZE reply: {e}")),
-            },
-            (Disposition::NotSupported, Ok(reply)) => {
-                SizeAnswer::Unavailable(format!("SIZE answered {reply}"))
-            }
-            (Disposition::Permanent(bftp_core::reply::PermanentKind::FileUnavailable), Ok(_)) => {
-                SizeAnswer::NoFile(result)
-            }
-            _ => SizeAnswer::Failed(result, disposition),
-        }
+        size_answer_of(result, disposition)
     }
 
     /// SIZE of `path` on `side`, in image type: the evidence the scheduler needs to
@@ -536,6 +610,99 @@ impl Pair {
         self.deadline
             .map(|d| d.saturating_duration_since(Instant::now()))
             .unwrap_or(self.limits.transfer_timeout)
+    }
+}
+
+/// How long ABOR may take to be answered before the connection is closed: servers
+/// blocked waiting for a data connection ignore it (SPEC §6).
+pub(crate) const ABOR_WAIT: Duration = Duration::from_secs(2);
+
+/// Send ABOR on `session` and read by `deadline` up to two replies: the interrupted
+/// transfer's final one (426) and ABOR's own (225/226). The number that arrived: with
+/// two the connection is in step again. A timeout closes the session.
+pub(crate) async fn abor(session: &mut Session, deadline: Instant) -> usize {
+    if !session.is_open() || session.send("ABOR").await.is_err() {
+        return 0;
+    }
+    let mut replies = 0;
+    while replies < 2 {
+        match session.read_reply_until(deadline).await {
+            Ok(reply) => {
+                replies += 1;
+                // 225: no transfer was in progress, nothing else will come.
+                if reply.code().get() == 225 {
+                    break;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    replies
+}
+
+/// SIZE of `path` on one session (image type first if it is not in it), by `deadline`:
+/// the answer and the last reply, for [`Pair::last`]. Borrows one session only, so that
+/// [`Pair::size_both`] can ask both at once.
+async fn size_on(
+    session: &mut Session,
+    current: &mut Option<TransferType>,
+    host: &str,
+    limits: &Limits,
+    deadline: Instant,
+    path: &str,
+) -> (SizeAnswer, LastReply) {
+    let classify = |command, result: &Result<Reply, SessionError>| {
+        let outcome = match result {
+            Ok(reply) => Outcome::Reply(reply.code()),
+            Err(error) => error.outcome(),
+        };
+        classify_for_host(host, &limits.overrides, command, outcome)
+    };
+    async fn exchange(
+        session: &mut Session,
+        line: String,
+        deadline: Instant,
+    ) -> (Result<Reply, SessionError>, LastReply) {
+        let result = match session.send(&line).await {
+            Ok(()) => session.read_reply_until(deadline).await,
+            Err(e) => Err(e),
+        };
+        let last = match &result {
+            Ok(reply) => LastReply::from_reply(&verb(&line), reply),
+            Err(error) => LastReply::from_error(&verb(&line), error),
+        };
+        (result, last)
+    }
+    if *current != Some(TransferType::Image) {
+        let line = format!("TYPE {}", TransferType::Image.ftp_arg());
+        let (result, last) = exchange(session, line, deadline).await;
+        match classify(CommandKind::Type, &result) {
+            Disposition::Done => *current = Some(TransferType::Image),
+            disposition => {
+                *current = None;
+                return (SizeAnswer::Failed(result, disposition), last);
+            }
+        }
+    }
+    let (result, last) = exchange(session, format!("SIZE {path}"), deadline).await;
+    let disposition = classify(CommandKind::Size, &result);
+    (size_answer_of(result, disposition), last)
+}
+
+/// What a SIZE reply (and its classification) says.
+fn size_answer_of(result: Result<Reply, SessionError>, disposition: Disposition) -> SizeAnswer {
+    match (disposition, &result) {
+        (Disposition::Done, Ok(reply)) => match crate::parse::parse_size_reply(&reply.text()) {
+            Ok(size) => SizeAnswer::Size(size),
+            Err(e) => SizeAnswer::Unavailable(format!("unreadable SIZE reply: {e}")),
+        },
+        (Disposition::NotSupported, Ok(reply)) => {
+            SizeAnswer::Unavailable(format!("SIZE answered {reply}"))
+        }
+        (Disposition::Permanent(bftp_core::reply::PermanentKind::FileUnavailable), Ok(_)) => {
+            SizeAnswer::NoFile(result)
+        }
+        _ => SizeAnswer::Failed(result, disposition),
     }
 }
 

@@ -312,6 +312,10 @@ pub enum JobFailure {
     NoPassiveMode { detail: String },
     #[error("the connection pair was closed ({reason}); open a new one")]
     Closed { reason: String },
+    /// The caller aborted the copy ([`Pair::copy_or_abort`](super::Pair::copy_or_abort)):
+    /// ABOR was sent on both connections, which were then closed.
+    #[error("the copy was aborted ({reason}): ABOR sent to both servers, connections closed")]
+    Aborted { reason: String },
 }
 
 /// A [`JobFailure`] with the retry decision and the transcript of what led to it.

@@ -113,6 +113,7 @@ fn copy_request() -> CopyRequest {
         source_path: "f.bin".into(),
         dest_path: "g.bin".into(),
         dest_command: DestCommand::Replace,
+        source_size: None,
     }
 }
 

@@ -50,8 +50,9 @@ use crate::transcript::Side;
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Phase {
-    /// SIZE of the source in image type: 213 (the size, kept for the report), 550 (no
-    /// such file: this member fails for good), 500/501/502/504 (no SIZE: no size
+    /// SIZE of the source in image type, unless the request carries the size (the
+    /// listing's): 213 (the size), 550 (no such file: this member fails for good before
+    /// the destination is touched), 500/501/502/504 (no SIZE: no size
     /// evidence). For APPE also SIZE of the destination: 213 (the size before, the
     /// evidence SPEC §4.3 wants), 550 (absent: 0). Then TYPE (200) back to the job's.
     /// For STOU, CWD (250) to the destination directory.
@@ -83,7 +84,8 @@ enum Phase {
         active_final: Option<Reply>,
         passive_final: Option<Reply>,
     },
-    /// SIZE (213) on both sides in image type; equal sizes (APPE: before + source).
+    /// SIZE (213) on both sides in image type, asked of both at once; equal sizes
+    /// (APPE: before + source).
     Check,
     /// The attempt is over.
     Done(Result<CopyOutcome, PairError>),
@@ -168,6 +170,9 @@ pub(crate) const FXP_SETTINGS: &str = "third-party (FXP) transfers need both ser
      port_promiscuous=YES and pasv_promiscuous=YES, proFTPD AllowForeignAddress on, \
      Pure-FTPd -w (--allowuserfxp)";
 
+/// How long an active side gets to end by itself once its partner refused outright.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub(super) async fn run(pair: &mut Pair, request: &CopyRequest) -> Result<CopyOutcome, PairError> {
     let started = Instant::now();
     pair.last = [None, None];
@@ -244,7 +249,13 @@ impl Attempt<'_> {
         }
 
         let source_path = self.request.source_path.clone();
-        match self.pair.size_answer(Side::Source, &source_path).await {
+        // Known from the listing a moment ago: not asked again (the evidence is the SIZE
+        // of both sides after the transfer, asked whatever happens here).
+        let known = self.request.source_size;
+        match match known {
+            Some(size) => SizeAnswer::Size(size),
+            None => self.pair.size_answer(Side::Source, &source_path).await,
+        } {
             SizeAnswer::Size(size) => self.source_size = Some(size),
             SizeAnswer::NoFile(result) => {
                 return self.fail(Side::Source, &format!("SIZE {source_path}"), result, None)
@@ -546,7 +557,13 @@ impl Attempt<'_> {
             _ => None,
         };
         if active_final.is_none() {
-            self.drain_final(active).await;
+            if matches!(&result, Ok(reply) if reply.code().get() >= 400) {
+                // A final refusal: the passive server will neither send nor take the
+                // bytes, and may hold the data connection open without a word.
+                self.end_active(active).await;
+            } else {
+                self.drain_final(active).await;
+            }
         }
         match refusal {
             Some(refusal) => {
@@ -559,6 +576,13 @@ impl Attempt<'_> {
                 self.next_order(refusal).await
             }
             None => {
+                if self.report.destination_touched {
+                    // ABOR may have been ignored and the connection closed: the partial
+                    // file is deleted over a new one.
+                    if let Err(error) = self.reopen_closed("no final reply after ABOR").await {
+                        return Phase::Done(Err(error));
+                    }
+                }
                 self.clean_up().await;
                 self.fail(passive, &line, result, Some(disposition))
             }
@@ -692,17 +716,6 @@ impl Attempt<'_> {
             path: self.request.source_path.clone(),
         });
         let source_path = self.request.source_path.clone();
-        let source = match self.pair.size_answer(Side::Source, &source_path).await {
-            SizeAnswer::Size(size) => Ok(size),
-            SizeAnswer::Unavailable(reason) => Err(reason),
-            SizeAnswer::NoFile(result) => Err(format!(
-                "SIZE answered {} after the transfer",
-                describe(&result)
-            )),
-            SizeAnswer::Failed(result, disposition) => {
-                return self.fail(Side::Source, "SIZE", result, Some(disposition))
-            }
-        };
         let dest_name = match self.request.dest_command {
             DestCommand::Unique => match self.report.stou_name.clone() {
                 None => Err("the destination did not report the name STOU chose".to_owned()),
@@ -713,9 +726,26 @@ impl Attempt<'_> {
             },
             _ => Ok(self.request.dest_path.clone()),
         };
-        let destination = match dest_name {
-            Err(reason) => Err(reason),
-            Ok(name) => match self.pair.size_answer(Side::Destination, &name).await {
+        // Both sizes at once: one round trip instead of two.
+        let [source_answer, dest_answer] = self
+            .pair
+            .size_both(&source_path, dest_name.as_deref().ok())
+            .await;
+        let source = match source_answer.expect("the source is always asked") {
+            SizeAnswer::Size(size) => Ok(size),
+            SizeAnswer::Unavailable(reason) => Err(reason),
+            SizeAnswer::NoFile(result) => Err(format!(
+                "SIZE answered {} after the transfer",
+                describe(&result)
+            )),
+            SizeAnswer::Failed(result, disposition) => {
+                return self.fail(Side::Source, "SIZE", result, Some(disposition))
+            }
+        };
+        let destination = match (dest_name, dest_answer) {
+            (Err(reason), _) => Err(reason),
+            (Ok(_), None) => unreachable!("the destination is asked when it has a name"),
+            (Ok(name), Some(answer)) => match answer {
                 SizeAnswer::Size(size) => Ok(size),
                 SizeAnswer::Unavailable(reason) => Err(reason),
                 SizeAnswer::NoFile(result) => {
@@ -869,6 +899,56 @@ impl Attempt<'_> {
             self.pair
                 .session(side)
                 .close("no final reply after its partner failed");
+        }
+    }
+
+    /// The active side's transfer after its partner refused outright (a 4yz/5yz to its
+    /// RETR or STOR): its final reply if it comes within [`SETTLE`] (the partner closed
+    /// the data connection), else ABOR and at most [`ABOR_WAIT`](super::ABOR_WAIT) for the
+    /// replies, instead of a whole reply timeout: a passive server that refuses RETR may
+    /// keep the accepted data connection open, and the active one then waits for bytes
+    /// that never come. Without both replies the connection is closed.
+    async fn end_active(&mut self, active: Side) {
+        if !self.pair.session(active).is_open() {
+            return;
+        }
+        let command = self.command_verb(active);
+        let deadline = self.pair.reply_deadline();
+        let settle = self.pair.limits.reply_timeout.min(SETTLE);
+        let read = self.pair.read_reply(active, &command, deadline);
+        // A timeout here leaves the session open (the read is dropped, not failed).
+        if let Ok(result) = tokio::time::timeout(settle, read).await {
+            if let Ok(reply) = &result {
+                self.accepted_final(active, reply);
+            }
+            return;
+        }
+        self.pair.note(
+            active,
+            &format!("no final reply {settle:?} after its partner refused: ABOR"),
+        );
+        let deadline = Instant::now() + self.pair.limits.reply_timeout.min(super::ABOR_WAIT);
+        let session = self.pair.session(active);
+        if !session.is_open() || session.send("ABOR").await.is_err() {
+            return;
+        }
+        // The transfer's final reply (426), remembered as the command's; then ABOR's own.
+        let result = self.pair.read_reply(active, &command, deadline).await;
+        if let Ok(reply) = &result {
+            self.accepted_final(active, reply);
+            if reply.code().get() != 225 {
+                let _ = self.pair.session(active).read_reply_until(deadline).await;
+            }
+        }
+        if self.pair.session(active).is_open() && result.is_err() {
+            self.pair.session(active).close("no reply to ABOR");
+        }
+    }
+
+    /// A STOU's final reply may name the file.
+    fn accepted_final(&mut self, side: Side, reply: &Reply) {
+        if side == Side::Destination && self.request.dest_command == DestCommand::Unique {
+            self.accepted(side, reply);
         }
     }
 
