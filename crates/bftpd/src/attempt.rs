@@ -324,10 +324,7 @@ impl Run {
         &self,
         f: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(&*store))
-            .await
-            .expect("store task panicked")
+        crate::on_store(&self.store, f).await
     }
 
     async fn update(&self, index: u32, u: MemberUpdate) -> Result<Member, StoreError> {

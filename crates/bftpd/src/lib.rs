@@ -27,6 +27,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 
+/// Runs a store call on the blocking pool: a write waits for its fsync. (The store catches
+/// panics of its engine itself, so a panic here is a bug and propagates.)
+pub(crate) async fn on_store<T: Send + 'static>(
+    store: &Arc<dyn JobStore>,
+    f: impl FnOnce(&dyn JobStore) -> Result<T, bftp_store::StoreError> + Send + 'static,
+) -> Result<T, bftp_store::StoreError> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || f(&*store))
+        .await
+        .expect("store task panicked")
+}
+
 /// How long open API connections may take to finish after shutdown begins.
 const API_GRACE: Duration = Duration::from_secs(5);
 

@@ -146,10 +146,7 @@ impl Postman {
         &self,
         f: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(&*store))
-            .await
-            .expect("store task panicked")
+        crate::on_store(&self.store, f).await
     }
 
     /// Tries every due report once; returns when the next one is due.
