@@ -993,3 +993,49 @@ fn a_multi_file_job_copies_on_parallel_pairs() {
         "a pair logged in only after the first copy ended"
     );
 }
+
+/// Issue 4 / SPEC §9: cancelling a job whose copy is under way sends ABOR to the servers
+/// (here the scripted source, which stalls in the middle of sending the file) before the
+/// connections close, and the cancel answers at once.
+#[test]
+fn cancel_mid_copy_sends_abor_through_the_daemon() {
+    use bftp_tests::hostile::{Action, HostileServer, Script};
+    let src = HostileServer::start(
+        Script::new()
+            .user("src", "src-pw")
+            .file("/out/stall.bin", content("stall", 200_000))
+            .on("RETR", Action::StallMidTransfer),
+    )
+    .unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    dst.mkdir("in").unwrap();
+    let d = Bftpd::start().unwrap();
+    let o = d.bftp_env(
+        None,
+        &[
+            "--json",
+            "submit",
+            &src.url("out/stall.bin"),
+            &dst.url("in/"),
+        ],
+        &[
+            ("BFTP_SOURCE_PASSWORD", src.password()),
+            ("BFTP_DEST_PASSWORD", dst.password()),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let id = serde_json::from_slice::<Value>(&o.stdout).unwrap()["job"]["id"]
+        .as_u64()
+        .unwrap();
+    src.wait_for_command("RETR", Duration::from_secs(30))
+        .unwrap();
+    let asked = Instant::now();
+    let o = d.bftp(&["cancel", &id.to_string()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(asked.elapsed() < Duration::from_secs(3));
+    src.wait_for_command("ABOR", Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("{e:#}: {:#?}\n{}", src.commands(), d.logs()));
+    let v = status(&d, id);
+    assert_eq!(v["state"], "cancelled", "{v:#}");
+    assert_eq!(v["members"][0]["state"], "cancelled", "{v:#}");
+}
