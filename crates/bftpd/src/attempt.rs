@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::ftp::{copy_request, source_path};
+use crate::metrics::{FileResult, Metrics};
 use crate::scheduler::{AttemptEnd, AttemptFuture, AttemptSignals, Executor};
 use crate::secrets::Secrets;
 
@@ -92,6 +93,7 @@ pub struct FtpExecutor {
     pub limits: Limits,
     pub check: Arc<dyn AddressCheck>,
     pub hosts: Arc<crate::ftp::HostLimits>,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Executor for FtpExecutor {
@@ -102,6 +104,7 @@ impl Executor for FtpExecutor {
             limits: self.limits.clone(),
             check: self.check.clone(),
             hosts: self.hosts.clone(),
+            metrics: self.metrics.clone(),
             drain: signals.drain,
             id: job.id,
             log: Arc::default(),
@@ -200,6 +203,7 @@ struct Run {
     check: Arc<dyn AddressCheck>,
     /// Connection slots per host, shared with every other job and `bftp transfer`.
     hosts: Arc<crate::ftp::HostLimits>,
+    metrics: Arc<Metrics>,
     /// Shutdown began: finish the file in flight, start no other.
     drain: CancellationToken,
     id: JobId,
@@ -301,8 +305,8 @@ impl Run {
         &self,
         f: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(&*store))
+        let (store, span) = (self.store.clone(), tracing::Span::current());
+        tokio::task::spawn_blocking(move || span.in_scope(|| f(&*store)))
             .await
             .expect("store task panicked")
     }
@@ -676,6 +680,8 @@ impl Run {
                     u.intent = Some(Some(Intent::Dele.encode()));
                 }
                 self.update(index, u).await.map_err(store_failed)?;
+                self.metrics
+                    .file(FileResult::Succeeded, report.duration, bytes);
                 tracing::info!(job = self.id.0, member = %m.name, attempt, "file copied");
                 if spec.disposition == Disposition::Move {
                     return self.delete_source(pair, index, &src_path, &detail).await;
@@ -689,6 +695,8 @@ impl Run {
                     } else {
                         MemberState::FailedPermanent
                     };
+                let counted = FileResult::FailedPermanent.unless_uncertain(Some(state));
+                self.metrics.file(counted, report.duration, None);
                 self.update(
                     index,
                     MemberUpdate {
@@ -732,6 +740,8 @@ impl Run {
                     }
                 }
                 // An append's intent stays: the next attempt resolves it from SIZE.
+                let counted = FileResult::Transient.unless_uncertain(u.state);
+                self.metrics.file(counted, report.duration, None);
                 self.update(index, u).await.map_err(store_failed)?;
                 Ok(Some(reason))
             }

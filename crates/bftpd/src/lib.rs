@@ -9,6 +9,7 @@ pub mod config;
 pub mod ftp;
 pub mod identity;
 pub mod mail;
+pub mod metrics;
 pub mod policy;
 pub mod scheduler;
 pub mod secrets;
@@ -68,16 +69,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         config.ftp.parallel_pairs,
         config.ftp.max_connections_per_host,
     );
+    let metrics = Arc::new(metrics::Metrics::new());
     let executor = Arc::new(attempt::FtpExecutor {
         store: store.clone(),
         secrets: secrets.clone(),
         limits: limits.clone(),
         check: Arc::new(ftp::PolicyCheck(policy.clone())),
         hosts: hosts.clone(),
+        metrics: metrics.clone(),
     });
     let scheduler = scheduler::Scheduler::new(
         store.clone(),
         executor,
+        metrics.clone(),
         scheduler::SchedulerLimits {
             max_running_jobs: config.scheduler.max_running_jobs,
             grace: config.scheduler.grace,
@@ -105,6 +109,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             mailer,
             scheduler: scheduler.clone(),
             wake: scheduler.finals(),
+            metrics: metrics.clone(),
         }))
     } else {
         tracing::warn!("[mail] enabled = false: reports stay in the outbox, undelivered");
@@ -120,6 +125,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         hosts: hosts.clone(),
         retry_defaults: config.retry.policy(),
         retry_bounds: config.retry_bounds.bounds(),
+        metrics,
     });
     let listener = server::bind(
         &config.socket,
