@@ -6,6 +6,7 @@ mod hostile_infra;
 mod infra;
 mod mail;
 mod mail_delivery;
+mod observe;
 mod scheduler;
 mod slow;
 mod slow_engine;

@@ -17,6 +17,10 @@
 //!   object per line (`application/x-ndjson`): a foreground copy without the queue. Closing
 //!   the connection aborts it.
 //! - `GET /v1/health` → [`Health`].
+//! - `GET /metrics` → Prometheus text (exposition format 0.0.4), not JSON: counters and
+//!   gauges without job data (README, "Metrics and logs").
+//!
+//! Stability: within `/v1` fields are only added; removing or renaming one needs `/v2`.
 
 use serde::{Deserialize, Serialize};
 

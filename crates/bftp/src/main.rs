@@ -19,7 +19,9 @@
 
 mod cancel;
 mod client;
+mod completions;
 mod exit;
+mod man;
 mod netrc;
 mod output;
 mod password;
@@ -98,6 +100,17 @@ pub enum Command {
     /// passwords as for `submit`.
     #[command(after_help = EXIT_CODES_HELP)]
     Transfer(Box<transfer::TransferArgs>),
+    /// Print the shell completion script for bash, zsh, fish, elvish or PowerShell.
+    ///
+    /// For example `bftp completions bash > /usr/share/bash-completion/completions/bftp`,
+    /// `bftp completions zsh > /usr/share/zsh/vendor-completions/_bftp`, or
+    /// `bftp completions fish > /usr/share/fish/vendor_completions.d/bftp.fish`.
+    Completions(completions::CompletionsArgs),
+    /// Print the manual page bftp(1) (roff), or write it and one page per subcommand to a
+    /// directory.
+    ///
+    /// For example `bftp man | man -l -`, or `bftp man --dir /usr/share/man/man1`.
+    Man(man::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -147,6 +160,12 @@ fn warn(warnings: &[String]) {
 /// Runs the command; a command that printed its answer may still exit non-zero
 /// ([`Exit::Problem`], [`Exit::Interrupted`]) without an error to report.
 fn run(cli: &Cli) -> anyhow::Result<Exit> {
+    // Generated from the definitions above: no daemon, no runtime.
+    match &cli.command {
+        Command::Completions(args) => return completions::run(args),
+        Command::Man(args) => return man::run(args),
+        _ => {}
+    }
     let client = Client::new(&cli.socket);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -159,6 +178,10 @@ fn run(cli: &Cli) -> anyhow::Result<Exit> {
             warn(&submission.prepared.warnings);
             let text = rt.block_on(submit::run(&client, &submission, cli.json))?;
             (text, Exit::Success)
+        }
+        // Prints as the job changes.
+        Command::Status(args) if args.watch => {
+            return rt.block_on(status::watch(&client, args, cli.json));
         }
         Command::Status(args) => (
             rt.block_on(status::run(&client, args, cli.json))?,
@@ -177,6 +200,7 @@ fn run(cli: &Cli) -> anyhow::Result<Exit> {
             let prepared = prepare_now(&args.request)?;
             return rt.block_on(transfer::run(&client, &prepared, cli.json));
         }
+        Command::Completions(_) | Command::Man(_) => unreachable!("handled above"),
     };
     output::emit(&text)?;
     Ok(exit)

@@ -24,6 +24,16 @@ pub fn pretty_json(raw: &[u8]) -> anyhow::Result<String> {
     Ok(String::from_utf8(out)?)
 }
 
+/// The JSON document on one line (a stream of snapshots, one per line), fields in order.
+pub fn json_line(raw: &[u8]) -> anyhow::Result<String> {
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let mut out = Vec::new();
+    serde_transcode::transcode(&mut de, &mut serde_json::Serializer::new(&mut out))?;
+    de.end()?;
+    out.push(b'\n');
+    Ok(String::from_utf8(out)?)
+}
+
 /// Text from a server or the daemon, made safe for a terminal: control characters (escape
 /// sequences, CR that overwrites a line) are shown escaped.
 pub fn sanitize(s: &str) -> String {

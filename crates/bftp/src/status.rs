@@ -1,11 +1,31 @@
-//! `bftp status`: one job with its per-file ledger, or a table of the caller's jobs.
+//! `bftp status`: one job with its per-file ledger, or a table of the caller's jobs; with
+//! `--watch`, again at every interval until the job is final (or Ctrl-C).
+
+use std::io::IsTerminal;
+use std::time::Duration;
 
 use anyhow::Context;
 use bftp_api::{JobList, JobView, API_PREFIX};
 use clap::Args;
+use tokio::signal::unix::{signal, SignalKind};
 
 use crate::client::{path_with_query, Client};
+use crate::exit::Exit;
 use crate::output;
+
+/// The shortest `--interval`: each look is a request to bftpd.
+const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+fn interval(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. 2s, 500ms, 1m)"))?;
+    if d < MIN_INTERVAL {
+        return Err(format!(
+            "at least {}",
+            humantime::format_duration(MIN_INTERVAL)
+        ));
+    }
+    Ok(d)
+}
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
@@ -24,6 +44,16 @@ pub struct StatusArgs {
     /// Every user's jobs (root and bftpd's admin group only)
     #[arg(long)]
     pub all: bool,
+
+    /// Show it again whenever it changes: one job until it is final (then exit 0), a list
+    /// until Ctrl-C (exit 130). On a terminal the screen is redrawn; otherwise each change
+    /// is printed after the last (under --json: one compact JSON document per line)
+    #[arg(long)]
+    pub watch: bool,
+
+    /// How often --watch asks bftpd
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = interval, requires = "watch")]
+    pub interval: Duration,
 }
 
 impl StatusArgs {
@@ -48,23 +78,100 @@ impl StatusArgs {
 
 /// The text to print.
 pub async fn run(client: &Client, args: &StatusArgs, json: bool) -> anyhow::Result<String> {
+    let format = if json { Format::Pretty } else { Format::Text };
+    Ok(look(client, args, format).await?.0)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Text,
+    /// bftpd's JSON, indented.
+    Pretty,
+    /// bftpd's JSON on one line.
+    Line,
+}
+
+impl Format {
+    fn json(self, raw: &[u8]) -> anyhow::Result<String> {
+        match self {
+            Format::Line => output::json_line(raw),
+            _ => output::pretty_json(raw),
+        }
+    }
+}
+
+/// One look: the text, and whether the job is final.
+async fn look(
+    client: &Client,
+    args: &StatusArgs,
+    format: Format,
+) -> anyhow::Result<(String, bool)> {
     let path = args.path();
     if let Some(id) = args.id {
         let reply = client
             .get::<JobView>(&path)
             .await
             .with_context(|| format!("job {id}"))?;
-        return if json {
-            output::pretty_json(&reply.raw)
-        } else {
-            Ok(output::job_detail(&reply.value))
+        let text = match format {
+            Format::Text => output::job_detail(&reply.value),
+            json => json.json(&reply.raw)?,
         };
+        let done = matches!(reply.value.state.as_str(), "finished" | "cancelled");
+        return Ok((text, done));
     }
     let reply = client.get::<JobList>(&path).await.context("listing jobs")?;
-    if json {
-        output::pretty_json(&reply.raw)
-    } else {
-        Ok(output::job_list(&reply.value.jobs))
+    let text = match format {
+        Format::Text => output::job_list(&reply.value.jobs),
+        json => json.json(&reply.raw)?,
+    };
+    Ok((text, false))
+}
+
+/// `--watch`: prints each look that differs from the one before, until the job is final
+/// (exit 0) or Ctrl-C (exit 130).
+pub async fn watch(client: &Client, args: &StatusArgs, json: bool) -> anyhow::Result<Exit> {
+    let mut interrupt = signal(SignalKind::interrupt()).context("catching Ctrl-C")?;
+    let ctrl_c = async move {
+        interrupt.recv().await;
+    };
+    // A redrawn screen on a terminal; for a pipe or a file, one snapshot after the other.
+    let redraw = std::io::stdout().is_terminal();
+    follow(client, args, json, redraw, ctrl_c, output::emit).await
+}
+
+async fn follow(
+    client: &Client,
+    args: &StatusArgs,
+    json: bool,
+    redraw: bool,
+    stop: impl std::future::Future<Output = ()>,
+    mut emit: impl FnMut(&str) -> anyhow::Result<()>,
+) -> anyhow::Result<Exit> {
+    tokio::pin!(stop);
+    let format = if json { Format::Line } else { Format::Text };
+    let mut last: Option<String> = None;
+    loop {
+        let (text, done) = look(client, args, format).await?;
+        if last.as_ref() != Some(&text) {
+            if redraw {
+                let every = humantime::format_duration(args.interval);
+                let what = args.id.map_or(String::new(), |id| format!("job {id}: "));
+                emit(&format!(
+                    "\x1b[H\x1b[2J{what}every {every}; Ctrl-C to stop\n\n"
+                ))?;
+            } else if last.is_some() && format == Format::Text {
+                emit("\n")?;
+            }
+            emit(&text)?;
+            last = Some(text);
+        }
+        if done {
+            return Ok(Exit::Success);
+        }
+        tokio::select! {
+            _ = &mut stop => return Ok(Exit::Interrupted),
+            _ = tokio::time::sleep(args.interval) => {}
+        }
     }
 }
 
@@ -102,6 +209,93 @@ mod tests {
         assert_eq!(e.exit_code(), 2);
         let e = Cli::try_parse_from(["bftp", "status", "x"]).err().unwrap();
         assert_eq!(e.exit_code(), 2);
+    }
+
+    #[test]
+    fn watch_interval() {
+        let a = args(&["7", "--watch"]);
+        assert!(a.watch);
+        assert_eq!(a.interval, Duration::from_secs(2));
+        let a = args(&["--watch", "--interval", "500ms"]);
+        assert_eq!(a.interval, Duration::from_millis(500));
+        for bad in [
+            &["7", "--interval", "1s"][..],
+            &["7", "--watch", "--interval", "10ms"],
+            &["7", "--watch", "--interval", "soon"],
+        ] {
+            let mut argv = vec!["bftp", "status"];
+            argv.extend_from_slice(bad);
+            let e = Cli::try_parse_from(argv).err().unwrap();
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn watch_prints_each_change_once_and_stops_when_final() {
+        let mut job = crate::output::tests::job(3);
+        job.state = "running".into();
+        let running = serde_json::to_string(&job).unwrap();
+        job.state = "finished".into();
+        job.outcome = Some("succeeded".into());
+        let finished = serde_json::to_string(&job).unwrap();
+        let answers = vec![(200, running.as_str()), (200, &running), (200, &finished)];
+        let a = args(&["3", "--watch", "--interval", "100ms"]);
+        for json in [true, false] {
+            let srv = testserver::start(answers.clone());
+            let mut out = String::new();
+            let exit = follow(
+                &Client::new(&srv.socket),
+                &a,
+                json,
+                false,
+                std::future::pending(),
+                |t| {
+                    out.push_str(t);
+                    Ok(())
+                },
+            )
+            .await
+            .unwrap();
+            assert_eq!(exit, Exit::Success);
+            assert_eq!(srv.requests.lock().unwrap().len(), 3);
+            if json {
+                let lines: Vec<serde_json::Value> = out
+                    .lines()
+                    .map(|l| serde_json::from_str(l).unwrap())
+                    .collect();
+                assert_eq!(lines.len(), 2, "{out}");
+                assert_eq!(lines[0]["state"], "running");
+                assert_eq!(lines[1]["state"], "finished");
+            } else {
+                assert!(!out.contains('\x1b'), "{out}");
+                let (running, finished) = (out.find("running"), out.rfind("finished"));
+                assert!(running.is_some() && running < finished, "{out}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn watching_a_list_ends_with_ctrl_c() {
+        let list = serde_json::to_string(&JobList { jobs: vec![] }).unwrap();
+        let srv = testserver::start(vec![(200, list.as_str()); 3]);
+        let a = args(&["--watch", "--interval", "100ms"]);
+        let mut prints = 0;
+        let exit = follow(
+            &Client::new(&srv.socket),
+            &a,
+            false,
+            true,
+            tokio::time::sleep(Duration::from_millis(250)),
+            |_| {
+                prints += 1;
+                Ok(())
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(exit, Exit::Interrupted);
+        // Redrawn once (the screen, then the table): the list did not change.
+        assert_eq!(prints, 2);
     }
 
     #[tokio::test]

@@ -41,6 +41,7 @@ pub struct AppState {
     pub hosts: Arc<crate::ftp::HostLimits>,
     pub retry_defaults: RetryPolicy,
     pub retry_bounds: RetryBounds,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -53,6 +54,8 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/jobs/{id}/cancel", post(cancel))
         .route("/v1/verify", post(verify))
         .route("/v1/transfer", post(transfer))
+        // Unversioned, where Prometheus looks; any caller may read it: it holds no job data.
+        .route("/metrics", get(metrics))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -144,6 +147,20 @@ async fn health() -> Json<Health> {
         status: "ok".into(),
         version: env!("CARGO_PKG_VERSION").into(),
     })
+}
+
+async fn metrics(State(app): State<Shared>) -> Result<Response, ApiError> {
+    let store = app.store.clone();
+    let (jobs, outbox) =
+        blocking(move || Ok((store.count_by_state()?, store.outbox_pending()?))).await?;
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            crate::metrics::CONTENT_TYPE,
+        )],
+        app.metrics.render(jobs, outbox),
+    )
+        .into_response())
 }
 
 fn seal_endpoint(secrets: &Secrets, e: &bftp_core::Endpoint) -> SealedEndpoint {

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::ftp::{copy_request, source_path};
+use crate::metrics::{FileResult, Metrics};
 use crate::scheduler::{AttemptEnd, AttemptFuture, AttemptSignals, Executor};
 use crate::secrets::Secrets;
 
@@ -93,6 +94,7 @@ pub struct FtpExecutor {
     pub limits: Limits,
     pub check: Arc<dyn AddressCheck>,
     pub hosts: Arc<crate::ftp::HostLimits>,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Executor for FtpExecutor {
@@ -103,6 +105,7 @@ impl Executor for FtpExecutor {
             limits: self.limits.clone(),
             check: self.check.clone(),
             hosts: self.hosts.clone(),
+            metrics: self.metrics.clone(),
             drain: signals.drain,
             abort: signals.abort.clone(),
             id: job.id,
@@ -214,6 +217,7 @@ struct Run {
     check: Arc<dyn AddressCheck>,
     /// Connection slots per host, shared with every other job and `bftp transfer`.
     hosts: Arc<crate::ftp::HostLimits>,
+    metrics: Arc<Metrics>,
     /// Shutdown began: finish the file in flight, start no other.
     drain: CancellationToken,
     /// Cancel or the end of the shutdown grace: ABOR the copy in flight.
@@ -768,6 +772,8 @@ impl Run {
                     u.intent = Some(Some(Intent::Dele.encode()));
                 }
                 self.update(index, u).await.map_err(store_failed)?;
+                self.metrics
+                    .file(FileResult::Succeeded, report.duration, bytes);
                 tracing::info!(job = self.id.0, member = %m.name, attempt, "file copied");
                 if spec.disposition == Disposition::Move {
                     return self.delete_source(pair, index, &src_path, &detail).await;
@@ -781,6 +787,8 @@ impl Run {
                     } else {
                         MemberState::FailedPermanent
                     };
+                let counted = FileResult::FailedPermanent.unless_uncertain(Some(state));
+                self.metrics.file(counted, report.duration, None);
                 self.update(
                     index,
                     MemberUpdate {
@@ -824,6 +832,8 @@ impl Run {
                     }
                 }
                 // An append's intent stays: the next attempt resolves it from SIZE.
+                let counted = FileResult::Transient.unless_uncertain(u.state);
+                self.metrics.file(counted, report.duration, None);
                 self.update(index, u).await.map_err(store_failed)?;
                 Ok(Some(reason))
             }

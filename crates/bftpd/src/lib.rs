@@ -9,6 +9,7 @@ pub mod config;
 pub mod ftp;
 pub mod identity;
 pub mod mail;
+pub mod metrics;
 pub mod policy;
 pub mod scheduler;
 pub mod secrets;
@@ -27,14 +28,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 
-/// Runs a store call on the blocking pool: a write waits for its fsync. (The store catches
-/// panics of its engine itself, so a panic here is a bug and propagates.)
+/// Runs a store call on the blocking pool (a write waits for its fsync), inside the caller's
+/// span, so the store's log lines carry the job id. (The store catches panics of its engine
+/// itself, so a panic here is a bug and propagates.)
 pub(crate) async fn on_store<T: Send + 'static>(
     store: &Arc<dyn JobStore>,
     f: impl FnOnce(&dyn JobStore) -> Result<T, bftp_store::StoreError> + Send + 'static,
 ) -> Result<T, bftp_store::StoreError> {
-    let store = store.clone();
-    tokio::task::spawn_blocking(move || f(&*store))
+    let (store, span) = (store.clone(), tracing::Span::current());
+    tokio::task::spawn_blocking(move || span.in_scope(|| f(&*store)))
         .await
         .expect("store task panicked")
 }
@@ -80,16 +82,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         config.ftp.parallel_pairs,
         config.ftp.max_connections_per_host,
     );
+    let metrics = Arc::new(metrics::Metrics::new());
     let executor = Arc::new(attempt::FtpExecutor {
         store: store.clone(),
         secrets: secrets.clone(),
         limits: limits.clone(),
         check: Arc::new(ftp::PolicyCheck(policy.clone())),
         hosts: hosts.clone(),
+        metrics: metrics.clone(),
     });
     let scheduler = scheduler::Scheduler::new(
         store.clone(),
         executor,
+        metrics.clone(),
         scheduler::SchedulerLimits {
             max_running_jobs: config.scheduler.max_running_jobs,
             grace: config.scheduler.grace,
@@ -117,6 +122,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             mailer,
             scheduler: scheduler.clone(),
             wake: scheduler.finals(),
+            metrics: metrics.clone(),
         }))
     } else {
         tracing::warn!("[mail] enabled = false: reports stay in the outbox, undelivered");
@@ -132,6 +138,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         hosts: hosts.clone(),
         retry_defaults: config.retry.policy(),
         retry_bounds: config.retry_bounds.bounds(),
+        metrics,
     });
     let listener = server::bind(
         &config.socket,

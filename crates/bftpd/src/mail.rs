@@ -22,7 +22,9 @@ use bftp_store::{DeliveryTry, Job, JobId, JobStore, OutboxEntry, OutboxState, St
 use rand::Rng;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
+use crate::metrics::{Metrics, ReportResult};
 use crate::secrets::Secrets;
 
 /// Reports looked at per trip to the store.
@@ -117,6 +119,7 @@ pub struct Postman {
     pub scheduler: Arc<crate::scheduler::Scheduler>,
     /// Notified when a job becomes final.
     pub wake: Arc<Notify>,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Postman {
@@ -157,16 +160,21 @@ impl Postman {
             let full = due.len() == BATCH;
             for entry in due {
                 let id = entry.job;
-                let result = self.try_one(&entry).await;
+                // Every event of the delivery carries the job id.
+                let span = tracing::info_span!("report", job = id.0);
+                let result = self.try_one(&entry).instrument(span.clone()).await;
                 let at = now();
                 let recorded = self
                     .blocking(move |s| s.record_delivery(id, result, at))
+                    .instrument(span.clone())
                     .await?;
-                match recorded.state {
+                span.in_scope(|| match recorded.state {
                     OutboxState::Delivered { .. } => {
+                        self.metrics.report(ReportResult::Delivered);
                         tracing::info!(job = id.0, tries = recorded.tries, "report delivered")
                     }
                     OutboxState::GaveUp { .. } => {
+                        self.metrics.report(ReportResult::GaveUp);
                         tracing::error!(
                             job = id.0,
                             tries = recorded.tries,
@@ -175,7 +183,7 @@ impl Postman {
                         )
                     }
                     OutboxState::Pending => {}
-                }
+                });
             }
             if !full {
                 break;

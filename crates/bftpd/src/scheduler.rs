@@ -18,6 +18,9 @@ use rand::Rng;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::metrics::{AttemptFailure, Metrics};
 
 /// How an attempt ended, as far as scheduling is concerned. The executor has already
 /// recorded each member's result durably.
@@ -68,6 +71,7 @@ pub struct Scheduler {
     tracker: TaskTracker,
     /// Notified whenever a job may have become final (its report is due): the postman's bell.
     finals: Arc<Notify>,
+    metrics: Arc<Metrics>,
 }
 
 fn now() -> Timestamp {
@@ -78,6 +82,7 @@ impl Scheduler {
     pub fn new(
         store: Arc<dyn JobStore>,
         executor: Arc<dyn Executor>,
+        metrics: Arc<Metrics>,
         limits: SchedulerLimits,
     ) -> Arc<Scheduler> {
         Arc::new(Scheduler {
@@ -88,6 +93,7 @@ impl Scheduler {
             running: Mutex::new(HashMap::new()),
             tracker: TaskTracker::new(),
             finals: Arc::new(Notify::new()),
+            metrics,
         })
     }
 
@@ -279,7 +285,10 @@ impl Scheduler {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, token.clone());
-        tracing::info!(job = id.0, attempt, "attempt started");
+        // Every event of the attempt, the engine's included, carries the job id.
+        let span = tracing::info_span!("attempt", job = id.0, attempt);
+        span.in_scope(|| tracing::info!(job = id.0, attempt, "attempt started"));
+        self.metrics.attempt_started();
         let me = Arc::clone(self);
         self.tracker.spawn(async move {
             let end = me.executor.attempt(job.clone(), attempt, AttemptSignals { abort: token.clone(), drain }).await;
@@ -289,7 +298,7 @@ impl Scheduler {
             me.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             me.notify();
             me.finals.notify_one();
-        });
+        }.instrument(span));
         Ok(())
     }
 
@@ -300,7 +309,9 @@ impl Scheduler {
         let policy = job.spec.retry;
         let start_at = job.spec.start_at;
         let jitter: f64 = rand::thread_rng().gen_range(-1.0..=1.0);
+        let (span, metrics) = (tracing::Span::current(), self.metrics.clone());
         tokio::task::spawn_blocking(move || {
+            let _span = span.enter();
             let t = now();
             let result = match end {
                 AttemptEnd::Complete => {
@@ -308,13 +319,18 @@ impl Scheduler {
                     let outcome = JobOutcome::from_members(members.iter().map(|m| &m.state));
                     store.apply(id, JobEvent::Finish { outcome }, t, None).map(|_| ())
                 }
-                AttemptEnd::JobPermanent { reason } => store.settle_and_finish(id, MemberState::FailedPermanent, t, Some(reason)).map(|_| ()),
+                AttemptEnd::JobPermanent { reason } => {
+                    metrics.attempt_failed(AttemptFailure::JobPermanent);
+                    store.settle_and_finish(id, MemberState::FailedPermanent, t, Some(reason)).map(|_| ())
+                }
                 AttemptEnd::Transient { reason } => match policy.decide(attempt, start_at, t, jitter) {
                     RetryDecision::RetryAt(next) => {
                         tracing::info!(job = id.0, attempt, next = %next, %reason, "attempt failed; will retry");
+                        metrics.attempt_failed(AttemptFailure::Requeued);
                         store.apply(id, JobEvent::Requeue { next_attempt_at: next }, t, Some(reason)).map(|_| ())
                     }
                     RetryDecision::Exhausted(by) => {
+                        metrics.attempt_failed(AttemptFailure::Exhausted);
                         let why = match by {
                             ExhaustedBy::MaxAttempts => format!("{reason}; no attempts left ({attempt} of {})", policy.max_attempts),
                             ExhaustedBy::Deadline => format!("{reason}; the next attempt would fall after the deadline"),

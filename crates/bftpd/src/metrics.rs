@@ -1,0 +1,279 @@
+//! The daemon's Prometheus metrics, served as text (exposition format 0.0.4) on `GET /metrics`.
+//!
+//! One [`Metrics`] per daemon, shared (`Arc`) by the scheduler, the executor and the postman,
+//! which count outcomes where they become known. What the store already knows (jobs by
+//! state, the outbox's depth) is read from it at each scrape rather than counted, so it is
+//! right after a restart too. The recorder is our own, not `metrics`' global one: tests and
+//! two daemons in one process do not share counters.
+//!
+//! No label carries user data: no host, path, user or job id. Labels are closed sets.
+
+use std::time::Duration;
+
+use bftp_core::MemberState;
+use bftp_store::StateCounts;
+use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// `Content-Type` of the text exposition format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+const JOBS: &str = "bftp_jobs";
+const ATTEMPTS: &str = "bftp_attempts_started_total";
+const RETRIES: &str = "bftp_attempt_failures_total";
+const FILES: &str = "bftp_files_total";
+const BYTES: &str = "bftp_transferred_bytes_total";
+const DURATION: &str = "bftp_transfer_duration_seconds";
+const OUTBOX: &str = "bftp_outbox_pending";
+const REPORTS: &str = "bftp_reports_total";
+
+/// Buckets of the per-file transfer duration: a small file takes well under a second, a
+/// large one across a slow link hours.
+const DURATION_BUCKETS: &[f64] = &[
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0,
+];
+
+/// How an attempt that did not complete was turned into the job's next state.
+#[derive(Debug, Clone, Copy)]
+pub enum AttemptFailure {
+    /// A transient failure, queued again with backoff.
+    Requeued,
+    /// A transient failure with no attempt left (`max_attempts` or the deadline).
+    Exhausted,
+    /// The job cannot succeed (login refused, no such source...).
+    JobPermanent,
+}
+
+/// What one file copy came to.
+#[derive(Debug, Clone, Copy)]
+pub enum FileResult {
+    Succeeded,
+    FailedPermanent,
+    /// To be tried again by a later attempt.
+    Transient,
+    /// Cannot be told (an append or unique store cut off half way).
+    Uncertain,
+}
+
+impl FileResult {
+    /// `self`, or `Uncertain` when that is the member's new state.
+    pub fn unless_uncertain(self, state: Option<MemberState>) -> FileResult {
+        match state {
+            Some(MemberState::Uncertain) => FileResult::Uncertain,
+            _ => self,
+        }
+    }
+}
+
+/// How a report's delivery ended.
+#[derive(Debug, Clone, Copy)]
+pub enum ReportResult {
+    Delivered,
+    GaveUp,
+}
+
+pub struct Metrics {
+    handle: PrometheusHandle,
+    jobs: [Gauge; 4],
+    attempts: Counter,
+    failures: [Counter; 3],
+    files: [Counter; 4],
+    bytes: Counter,
+    duration: Histogram,
+    outbox: Gauge,
+    reports: [Counter; 2],
+}
+
+static METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, None);
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let recorder = PrometheusBuilder::new()
+            // Without buckets the exporter renders histograms as summaries.
+            .set_buckets_for_metric(Matcher::Full(DURATION.into()), DURATION_BUCKETS)
+            .expect("non-empty bucket list")
+            .build_recorder();
+        let describe = |name: &'static str, help: &'static str| {
+            recorder.describe_counter(name.into(), None, help.into());
+        };
+        describe(JOBS, "Jobs in the store, by state.");
+        describe(ATTEMPTS, "Attempts started.");
+        describe(
+            RETRIES,
+            "Attempts that did not complete, by what followed: requeued (transient, retried with backoff), exhausted (transient, no attempt left), job_permanent.",
+        );
+        describe(
+            FILES,
+            "File copies by result: succeeded, failed_permanent, transient (tried again later), uncertain.",
+        );
+        describe(BYTES, "Bytes of the files copied successfully.");
+        describe(DURATION, "Duration of one file copy, in seconds.");
+        describe(OUTBOX, "Reports waiting to be delivered.");
+        describe(
+            REPORTS,
+            "Reports by how their delivery ended: delivered, gave_up.",
+        );
+        let with = |name: &'static str, label: &'static str, value: &'static str| {
+            Key::from_parts(name, vec![Label::new(label, value)])
+        };
+        let counter =
+            |name, label, value| recorder.register_counter(&with(name, label, value), &METADATA);
+        let jobs = ["queued", "running", "finished", "cancelled"]
+            .map(|s| recorder.register_gauge(&with(JOBS, "state", s), &METADATA));
+        Metrics {
+            jobs,
+            attempts: recorder.register_counter(&Key::from_static_name(ATTEMPTS), &METADATA),
+            failures: ["requeued", "exhausted", "job_permanent"]
+                .map(|c| counter(RETRIES, "class", c)),
+            files: ["succeeded", "failed_permanent", "transient", "uncertain"]
+                .map(|r| counter(FILES, "result", r)),
+            bytes: recorder.register_counter(&Key::from_static_name(BYTES), &METADATA),
+            duration: recorder.register_histogram(&Key::from_static_name(DURATION), &METADATA),
+            outbox: recorder.register_gauge(&Key::from_static_name(OUTBOX), &METADATA),
+            reports: ["delivered", "gave_up"].map(|r| counter(REPORTS, "result", r)),
+            handle: recorder.handle(),
+        }
+    }
+
+    pub fn attempt_started(&self) {
+        self.attempts.increment(1);
+    }
+
+    pub fn attempt_failed(&self, how: AttemptFailure) {
+        self.failures[how as usize].increment(1);
+    }
+
+    /// One file copy ended; `bytes` only for a success.
+    pub fn file(&self, result: FileResult, took: Duration, bytes: Option<u64>) {
+        self.files[result as usize].increment(1);
+        self.duration.record(took.as_secs_f64());
+        if let (FileResult::Succeeded, Some(b)) = (result, bytes) {
+            self.bytes.increment(b);
+        }
+        // Folds the sample into the buckets now: between scrapes, samples would pile up.
+        self.handle.run_upkeep();
+    }
+
+    pub fn report(&self, result: ReportResult) {
+        self.reports[result as usize].increment(1);
+    }
+
+    /// The exposition text, with the store's gauges as read now.
+    pub fn render(&self, jobs: StateCounts, outbox_pending: u64) -> String {
+        let StateCounts {
+            queued,
+            running,
+            finished,
+            cancelled,
+        } = jobs;
+        for (g, n) in self.jobs.iter().zip([queued, running, finished, cancelled]) {
+            g.set(n as f64);
+        }
+        self.outbox.set(outbox_pending as f64);
+        self.handle.render()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample line that starts with `series ` (name and labels).
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn every_series_is_there_from_the_start_and_counts() {
+        let m = Metrics::new();
+        let counts = StateCounts {
+            queued: 2,
+            running: 1,
+            finished: 5,
+            cancelled: 0,
+        };
+        let t = m.render(counts, 3);
+        assert_eq!(sample(&t, r#"bftp_jobs{state="queued"}"#), Some(2.0), "{t}");
+        assert_eq!(
+            sample(&t, r#"bftp_jobs{state="cancelled"}"#),
+            Some(0.0),
+            "{t}"
+        );
+        assert_eq!(sample(&t, "bftp_outbox_pending"), Some(3.0), "{t}");
+        assert_eq!(sample(&t, "bftp_attempts_started_total"), Some(0.0), "{t}");
+        assert_eq!(
+            sample(&t, r#"bftp_files_total{result="uncertain"}"#),
+            Some(0.0),
+            "{t}"
+        );
+        assert!(t.contains("# TYPE bftp_jobs gauge"), "{t}");
+        assert!(
+            t.contains("# TYPE bftp_attempts_started_total counter"),
+            "{t}"
+        );
+
+        m.attempt_started();
+        m.attempt_failed(AttemptFailure::Exhausted);
+        m.file(
+            FileResult::Succeeded,
+            Duration::from_millis(300),
+            Some(1000),
+        );
+        m.file(FileResult::Transient, Duration::from_secs(2), None);
+        m.report(ReportResult::GaveUp);
+        let t = m.render(counts, 0);
+        assert_eq!(sample(&t, "bftp_attempts_started_total"), Some(1.0), "{t}");
+        assert_eq!(
+            sample(&t, r#"bftp_attempt_failures_total{class="exhausted"}"#),
+            Some(1.0),
+            "{t}"
+        );
+        assert_eq!(
+            sample(&t, r#"bftp_files_total{result="succeeded"}"#),
+            Some(1.0),
+            "{t}"
+        );
+        assert_eq!(
+            sample(&t, r#"bftp_files_total{result="transient"}"#),
+            Some(1.0),
+            "{t}"
+        );
+        assert_eq!(
+            sample(&t, "bftp_transferred_bytes_total"),
+            Some(1000.0),
+            "{t}"
+        );
+        assert_eq!(
+            sample(&t, r#"bftp_reports_total{result="gave_up"}"#),
+            Some(1.0),
+            "{t}"
+        );
+        assert_eq!(
+            sample(&t, r#"bftp_reports_total{result="delivered"}"#),
+            Some(0.0),
+            "{t}"
+        );
+        assert!(
+            t.contains("# TYPE bftp_transfer_duration_seconds histogram"),
+            "{t}"
+        );
+        assert_eq!(
+            sample(&t, r#"bftp_transfer_duration_seconds_bucket{le="0.5"}"#),
+            Some(1.0),
+            "{t}"
+        );
+        assert_eq!(
+            sample(&t, "bftp_transfer_duration_seconds_count"),
+            Some(2.0),
+            "{t}"
+        );
+        assert_eq!(sample(&t, "bftp_outbox_pending"), Some(0.0), "{t}");
+    }
+}
