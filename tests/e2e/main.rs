@@ -1,6 +1,7 @@
 mod engine;
 mod foundation;
 mod frontend_ftp;
+mod host_limit;
 mod hostile;
 mod hostile_infra;
 mod infra;

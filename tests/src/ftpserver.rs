@@ -37,7 +37,8 @@ pub const FTP_PASSWORD: &str = "bftp-test-pw";
 const FTP_PASSWORD_CRYPT: &str = "$6$bftptestsalt$1eMLw4PdsN3WqTc2lLCqQWm0t4ybuAPPxOWsAdUHbR8puJ8Df2nrKj3utxqHBtCJh2JQFQZad9IAWz9FddOVC1";
 /// Written by `tests/install-deps` (PAM reads services only from /etc/pam.d).
 const VSFTPD_PAM_SERVICE: &str = "bftp-test-vsftpd";
-/// Passive ports per server: enough for several parallel transfers plus TIME_WAIT leftovers.
+/// Passive ports per server by default: enough for several parallel transfers plus
+/// TIME_WAIT leftovers.
 const PASSIVE_PORTS: u16 = 32;
 /// Attempts at a free control port when another process takes the probed one first.
 const START_ATTEMPTS: usize = 5;
@@ -100,6 +101,10 @@ pub struct FtpOptions {
     /// client connects from (127.0.0.1), so a server-to-server data connection is really
     /// "foreign" to both servers and their FXP checks take effect, as between real hosts.
     pub host: Ipv4Addr,
+    /// How many passive ports the server offers (default 32). Many short transfers in a row
+    /// need more: a port is busy while its last connection is in TIME_WAIT, and Pure-FTPd
+    /// also admits at most half this many sessions at once.
+    pub passive_ports: u16,
 }
 
 impl Default for FtpOptions {
@@ -107,6 +112,7 @@ impl Default for FtpOptions {
         FtpOptions {
             fxp: true,
             host: Ipv4Addr::new(127, 0, 0, 2),
+            passive_ports: PASSIVE_PORTS,
         }
     }
 }
@@ -183,7 +189,7 @@ impl FtpServer {
         // vsftpd's unprivileged helper chroots here: must be empty and not writable by others.
         fs::create_dir(dir.path().join("empty"))?;
 
-        let passive = crate::reserve_port_range(host, PASSIVE_PORTS)?;
+        let passive = crate::reserve_port_range(host, opts.passive_ports.max(2))?;
         let mut server = FtpServer {
             kind,
             opts,

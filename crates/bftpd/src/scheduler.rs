@@ -219,16 +219,20 @@ impl Scheduler {
             // Full: a finishing attempt wakes us.
             return Ok(None);
         }
-        for (_, id) in due {
-            if self
-                .running
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains_key(&id)
-            {
-                continue;
-            }
-            self.start(id, parent, drain).await?;
+        // Started together: their durable start records share a group commit, instead of
+        // one flush after another while free slots wait.
+        let starts = due
+            .into_iter()
+            .filter(|(_, id)| {
+                !self
+                    .running
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains_key(id)
+            })
+            .map(|(_, id)| self.start(id, parent, drain));
+        for started in futures_util::future::join_all(starts).await {
+            started?;
         }
         let store = self.store.clone();
         let next = tokio::task::spawn_blocking(move || store.next_due())
