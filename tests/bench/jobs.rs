@@ -8,8 +8,9 @@
 //! transfer log (xferlog). Every job logs in to both, so the servers' login cost is part of
 //! every job: the test vsftpd checks the password through PAM against /etc/shadow, whose
 //! yescrypt hash costs it tens of ms of CPU per login (more than all the rest of a job), while
-//! Pure-FTPd and proFTPD check a SHA-512 crypt in their own password file; hence the default. The source gets N distinct small files (`--jobs N`, default 10,000;
-//! `--quick` is 500; `--size B`, default 1024 bytes). A fresh release bftpd (loopback allowed,
+//! Pure-FTPd and proFTPD check a SHA-512 crypt in their own password file; hence the
+//! default. The source gets N distinct small files (`--jobs N`, default 10,000; `--quick`
+//! is 500; `--size B`, default 1024 bytes). A fresh release bftpd (loopback allowed,
 //! `[scheduler] max_running_jobs = --running`, default 16, and `[ftp]
 //! max_connections_per_host` large enough for all of them) gets N one-file jobs through its
 //! API from 16 client threads, all with the same start time in the future (`--start-in S`,
