@@ -7,6 +7,7 @@ mod infra;
 mod mail;
 mod mail_delivery;
 mod scheduler;
+mod service;
 mod slow;
 mod slow_engine;
 mod slow_scheduler;
