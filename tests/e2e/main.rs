@@ -10,4 +10,5 @@ mod scheduler;
 mod service;
 mod slow;
 mod slow_engine;
+mod slow_package;
 mod slow_scheduler;
