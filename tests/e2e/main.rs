@@ -9,6 +9,8 @@ mod mail;
 mod mail_delivery;
 mod observe;
 mod scheduler;
+mod service;
 mod slow;
 mod slow_engine;
+mod slow_package;
 mod slow_scheduler;

@@ -372,7 +372,62 @@ mod tests {
                 n += 1;
             }
         }
-        assert!(n >= 1, "no config found in {}", dir.display());
+        assert!(
+            n >= 2,
+            "the dev and example configs not found in {}",
+            dir.display()
+        );
+    }
+
+    /// The example config says its uncommented values are the defaults: keep that true.
+    #[test]
+    fn example_config_states_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/bftpd.example.toml");
+        let c = Config::load(&path).unwrap();
+        let d = Config::parse("state_dir = \"s\"\nsocket = \"x\"\n").unwrap();
+        for (what, example, default) in [
+            (
+                "socket_mode",
+                format!("{:?}", c.socket_mode),
+                format!("{:?}", d.socket_mode),
+            ),
+            ("[log]", format!("{:?}", c.log), format!("{:?}", d.log)),
+            (
+                "[store]",
+                format!("{:?}", c.store),
+                format!("{:?}", d.store),
+            ),
+            (
+                "[retry]",
+                format!("{:?}", c.retry),
+                format!("{:?}", d.retry),
+            ),
+            (
+                "[retry_bounds]",
+                format!("{:?}", c.retry_bounds),
+                format!("{:?}", d.retry_bounds),
+            ),
+            (
+                "[policy]",
+                format!("{:?}", c.policy),
+                format!("{:?}", d.policy),
+            ),
+            ("[ftp]", format!("{:?}", c.ftp), format!("{:?}", d.ftp)),
+            (
+                "[scheduler]",
+                format!("{:?}", c.scheduler),
+                format!("{:?}", d.scheduler),
+            ),
+            ("[mail]", format!("{:?}", c.mail), format!("{:?}", d.mail)),
+        ] {
+            assert_eq!(
+                example,
+                default,
+                "{what} of {} is not the default",
+                path.display()
+            );
+        }
+        assert_eq!(c.admin_group, None);
     }
 
     #[test]

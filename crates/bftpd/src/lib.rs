@@ -14,6 +14,7 @@ pub mod policy;
 pub mod scheduler;
 pub mod secrets;
 pub mod server;
+pub mod service;
 pub mod submit;
 pub mod views;
 
@@ -160,7 +161,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let scheduling = tokio::spawn(scheduler.run(stop_scheduling.clone()));
     let stop_mail = CancellationToken::new();
     let mailing = postman.map(|p| tokio::spawn(p.run(stop_mail.clone())));
+    service::notify_ready();
     shutdown.await;
+    service::notify_stopping();
     tracing::info!("shutting down: no new work; running attempts get their grace period");
     token.cancel();
     stop_scheduling.cancel();

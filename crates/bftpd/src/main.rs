@@ -1,20 +1,53 @@
-//! `bftpd --config FILE`: the daemon's entry point.
+//! `bftpd --config FILE`: the daemon's entry point; `bftpd check-config FILE` checks a config.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use bftpd::config::{Config, LogFormat};
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
 /// bftpd: the background file transfer daemon (RFC 1068's file transfer controller).
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(
+    version,
+    about,
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
+)]
 struct Args {
     /// The TOML configuration file.
-    #[arg(long, short = 'c', value_name = "FILE")]
-    config: PathBuf,
+    #[arg(long, short = 'c', value_name = "FILE", required = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Checks a configuration file as bftpd does at start: prints "OK" or what is wrong.
+    ///
+    /// Without binding the socket, opening the store or touching the network. Exits 0 if
+    /// the file is good, 1 if not.
+    CheckConfig {
+        /// The TOML configuration file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+}
+
+fn check_config(path: &std::path::Path) -> ExitCode {
+    match Config::load(path).and_then(|cfg| bftpd::service::check(&cfg)) {
+        Ok(()) => {
+            println!("OK");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("bftpd: {}: {e:#}", path.display());
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn init_logging(cfg: &Config) {
@@ -33,7 +66,12 @@ fn init_logging(cfg: &Config) {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let cfg = match Config::load(&args.config) {
+    let config = match (args.command, args.config) {
+        (Some(Command::CheckConfig { file }), _) => return check_config(&file),
+        (None, Some(config)) => config,
+        (None, None) => unreachable!("clap requires --config without a subcommand"),
+    };
+    let cfg = match Config::load(&config) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("bftpd: {e:#}");

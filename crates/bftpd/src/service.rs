@@ -1,0 +1,44 @@
+//! Running as a system service: systemd's readiness protocol (`Type=notify`) and the checks
+//! of `bftpd check-config`.
+
+use anyhow::Context;
+use sd_notify::NotifyState;
+
+use crate::config::Config;
+
+/// Tells the service manager that the API socket is bound and the scheduler runs, so that
+/// `systemctl start` returns only then. Without `NOTIFY_SOCKET` (a start by hand) it does
+/// nothing.
+pub fn notify_ready() {
+    notify(NotifyState::Ready);
+}
+
+/// Tells the service manager that shutdown has begun (and may take the grace period).
+pub fn notify_stopping() {
+    notify(NotifyState::Stopping);
+}
+
+fn notify(state: NotifyState<'_>) {
+    // Kept in the environment: STOPPING=1 goes to the same socket later.
+    if let Err(e) = sd_notify::notify(false, std::slice::from_ref(&state)) {
+        tracing::warn!(error = %e, "cannot send {state} to the service manager");
+    }
+}
+
+/// What [`crate::run`] would refuse at start, short of what needs the state directory, the
+/// socket's directory or the network. [`Config::load`] has already checked the syntax, the
+/// socket mode, `[retry]`, `[retry_bounds]`, `[ftp]`, `[scheduler]` and `[store]`; this adds
+/// the groups (they must exist) and the mail transport, built as the daemon builds it (which
+/// reads `password_file`).
+pub fn check(config: &Config) -> anyhow::Result<()> {
+    crate::identity::AdminPolicy::new(config.admin_group.as_deref())?;
+    if let Some(name) = &config.socket_group {
+        nix::unistd::Group::from_name(name)
+            .with_context(|| format!("cannot look up socket_group {name:?}"))?
+            .with_context(|| format!("socket_group {name:?} does not exist"))?;
+    }
+    if config.mail.enabled {
+        bftp_mail::Mailer::new(&config.mail).context("[mail]")?;
+    }
+    Ok(())
+}
