@@ -57,7 +57,9 @@ fn init_logging(cfg: &Config) {
     let filter = filter.add_directive("suppaftp=info".parse().expect("literal directive"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: not into a file or the journal.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match cfg.log.format {
         LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().init(),
