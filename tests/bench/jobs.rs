@@ -42,6 +42,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, ensure, Context, Result};
 use bftp_tests::daemon::{http, Bftpd};
+use bftp_tests::procstat::{
+    cpu_jiffies, cpu_seconds, loadavg, server_cpu, server_master, status_kib,
+};
 use bftp_tests::{Direction, FtpOptions, FtpServer, ServerKind, XferEntry};
 
 const SRC_DIR: &str = "out";
@@ -108,139 +111,6 @@ fn parse_args() -> Result<Args> {
         "--jobs and --running must be > 0"
     );
     Ok(a)
-}
-
-// ---- processes (as in bench-fxp) ----
-
-fn clock_ticks() -> f64 {
-    // SAFETY: sysconf takes no pointers.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
-    } else {
-        100.0
-    }
-}
-
-/// The fields of /proc/PID/stat after `(comm)`: state is [0], ppid [1], utime [11], stime
-/// [12], cutime [13], cstime [14].
-fn stat_fields(pid: u32) -> Result<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = &stat[stat.rfind(')').context("odd /proc stat")? + 1..];
-    Ok(rest.split_whitespace().map(str::to_string).collect())
-}
-
-fn ticks(f: &[String], i: usize) -> Result<f64> {
-    Ok(f.get(i).context("short /proc stat")?.parse::<u64>()? as f64 / clock_ticks())
-}
-
-/// CPU seconds (own; with `reaped`, also its waited-for children's) of a process.
-fn cpu_seconds(pid: u32, reaped: bool) -> Result<f64> {
-    let f = stat_fields(pid)?;
-    let own = ticks(&f, 11)? + ticks(&f, 12)?;
-    Ok(if reaped {
-        own + ticks(&f, 13)? + ticks(&f, 14)?
-    } else {
-        own
-    })
-}
-
-fn status_kib(pid: u32, key: &str) -> Result<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    s.lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .with_context(|| format!("{key} of {pid}"))
-}
-
-fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&p| {
-            stat_fields(p).is_ok_and(|f| f.get(1).is_some_and(|pp| pp == &pid.to_string()))
-        })
-        .collect()
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
-/// (busy, total) jiffies of all CPUs, from /proc/stat.
-fn cpu_jiffies() -> (u64, u64) {
-    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let v: Vec<u64> = s
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let total: u64 = v.iter().take(8).sum();
-    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-    (total - idle, total)
-}
-
-/// The process listening on `server`'s control port: its master (the one of the socket's
-/// holders whose parent is not one).
-fn server_master(server: &FtpServer) -> Option<u32> {
-    let want = format!(
-        "{:08X}:{:04X}",
-        u32::from_ne_bytes(server.host().octets()),
-        server.port()
-    );
-    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
-    let inode = table.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&"0A")).then(|| f[9].to_string())
-    })?;
-    let link = format!("socket:[{inode}]");
-    let holders: Vec<u32> = std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-                fds.flatten().any(|fd| {
-                    std::fs::read_link(fd.path()).is_ok_and(|t| t.to_str() == Some(&link))
-                })
-            })
-        })
-        .collect();
-    holders.iter().copied().find(|&pid| {
-        stat_fields(pid)
-            .ok()
-            .and_then(|f| f.get(1)?.parse::<u32>().ok())
-            .is_none_or(|pp| !holders.contains(&pp))
-    })
-}
-
-/// A server's CPU so far: its master and every session it reaped. Waits (10 s at most)
-/// for the sessions to be gone and reaped, so that they count.
-fn server_cpu(master: Option<u32>) -> f64 {
-    let Some(pid) = master else { return f64::NAN };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = children_of(pid);
-        if left.is_empty() {
-            break;
-        }
-        if Instant::now() >= deadline {
-            eprintln!(
-                "warning: server {pid} still has sessions {left:?}: their CPU is not counted"
-            );
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    cpu_seconds(pid, true).unwrap_or(f64::NAN)
 }
 
 // ---- data ----

@@ -8,6 +8,7 @@
 pub mod daemon;
 pub mod ftpserver;
 pub mod hostile;
+pub mod procstat;
 pub mod rawftp;
 pub mod smtp;
 
