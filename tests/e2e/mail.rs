@@ -37,6 +37,12 @@ fn wait_report(d: &Bftpd, id: u64, what: &str, done: impl Fn(&Value) -> bool) ->
     }
 }
 
+fn parse(raw: &str) -> mail_parser::Message<'_> {
+    MessageParser::default()
+        .parse(raw.as_bytes())
+        .expect("a parsable message")
+}
+
 fn header<'a>(m: &'a mail_parser::Message<'a>, name: &str) -> String {
     m.header_raw(name)
         .unwrap_or_else(|| panic!("no {name} header"))
@@ -46,9 +52,7 @@ fn header<'a>(m: &'a mail_parser::Message<'a>, name: &str) -> String {
 
 /// The text part and the JSON attachment of a report, decoded.
 fn parts(raw: &str) -> (String, Value, String) {
-    let m = MessageParser::default()
-        .parse(raw.as_bytes())
-        .expect("a parsable message");
+    let m = parse(raw);
     let body = m.body_text(0).expect("a text part").to_string();
     let att = m.attachment(0).expect("a JSON attachment");
     assert_eq!(
@@ -98,9 +102,7 @@ fn the_report_of_a_partial_job_arrives_with_every_field() {
     let mail = &mails[0];
     assert_eq!(mail.mail_from, "bftp@bftp-test.invalid");
     assert_eq!(mail.rcpt_to, [NOTIFY]);
-    let m = MessageParser::default()
-        .parse(mail.data.as_bytes())
-        .unwrap();
+    let m = parse(&mail.data);
     assert_eq!(
         m.subject(),
         Some(format!("BFTP results: {id}: partial (2 of 3 files copied, 1 failed)").as_str())
@@ -290,7 +292,7 @@ fn kill9_between_finish_and_delivery_keeps_the_report_and_its_message_id() {
     assert_eq!(v["report"]["message_id"], first_id.as_str());
     let mails = sink.wait_for(1, Duration::from_secs(10)).unwrap();
     assert_eq!(mails.len(), 1);
-    let m = MessageParser::default().parse(mails[0].as_bytes()).unwrap();
+    let m = parse(&mails[0]);
     assert_eq!(header(&m, "Message-ID"), first_id);
 
     // 2. The relay stores the message but holds its 250: kill -9 before bftpd hears it.
@@ -319,7 +321,7 @@ fn kill9_between_finish_and_delivery_keeps_the_report_and_its_message_id() {
         .messages()
         .iter()
         .map(|raw| {
-            let m = MessageParser::default().parse(raw.as_bytes()).unwrap();
+            let m = parse(raw);
             header(&m, "Message-ID")
         })
         .collect();
@@ -358,9 +360,7 @@ fn cancel_mails_the_owner_a_report() {
     let mails = sink.received();
     assert_eq!(mails.len(), 1);
     assert_eq!(mails[0].rcpt_to, ["root@bftp-test.invalid"]);
-    let m = MessageParser::default()
-        .parse(mails[0].data.as_bytes())
-        .unwrap();
+    let m = parse(&mails[0].data);
     let subject = m.subject().unwrap_or("").to_string();
     assert!(
         subject.starts_with(&format!("BFTP results: {id}: cancelled")),
