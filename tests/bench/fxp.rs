@@ -27,6 +27,12 @@
 //! in full, the big one compared in full), the destination is emptied and `sync` run before
 //! the next, and each run is bounded by `BENCH_TIMEOUT` seconds (default 600).
 //!
+//! Runs must not pay for the ones before them. Two effects did that, each up to 2-3x in CPU
+//! per file: TIME_WAIT connections (each run waits, at most `BENCH_SETTLE` seconds, default
+//! 70, until at most 200 are left; the servers get `BENCH_PASSIVE_PORTS` passive ports,
+//! default 4,000, instead of the tests' 32), and ext4 skipping recently freed inodes (the
+//! destination's earlier copies are moved aside, deleted only at the end).
+//!
 //! Also printed: bftp's phases (start to the listing, listing to the last file), and the FTP
 //! commands per file each server received (from vsftpd's protocol log and proFTPD's
 //! ExtendedLog; Pure-FTPd logs none), which is where the round trips go.
@@ -56,7 +62,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use bftp_tests::daemon::{bin, Bftpd};
 use bftp_tests::procstat::{
-    cpu_jiffies, cpu_seconds, load1, proc_io, server_cpu, server_master, status_kib,
+    cpu_jiffies, cpu_seconds, load1, proc_io, server_cpu, server_master, status_kib, steal_jiffies,
+    time_wait_count,
 };
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 
@@ -67,6 +74,11 @@ const BIG_DIR: &str = "big";
 const BIG_NAME: &str = "big.bin";
 const SMALL_DIR: &str = "small";
 const DST_DIR: &str = "dst";
+/// Where earlier runs' copies wait on the destination until the end (see `clean_destination`).
+const TRASH_DIR: &str = "dst-done";
+/// A run starts once at most this many TCP connections are in TIME_WAIT (or `BENCH_SETTLE`
+/// seconds have passed).
+const SETTLED_TIME_WAIT: usize = 200;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -666,7 +678,11 @@ struct Row {
     log_bytes: Option<u64>,
     phases: Option<Phases>,
     load: (f64, f64),
+    /// TCP connections in TIME_WAIT when the run started.
+    time_wait: usize,
     busy: f64,
+    /// Share of all CPU time the hypervisor gave to others (steal).
+    steal: f64,
     check: Result<(), String>,
     src_verbs: Option<BTreeMap<String, u64>>,
     dst_verbs: Option<BTreeMap<String, u64>>,
@@ -692,7 +708,9 @@ impl Row {
             log_bytes: None,
             phases: None,
             load: (0.0, 0.0),
+            time_wait: 0,
             busy: 0.0,
+            steal: 0.0,
             check: Ok(()),
             src_verbs: None,
             dst_verbs: None,
@@ -731,6 +749,8 @@ struct Bench {
     limit: Duration,
     tap: Option<Duration>,
     log_level: String,
+    /// How long a run waits for earlier runs' TIME_WAIT connections to go (`BENCH_SETTLE`).
+    settle: Duration,
 }
 
 impl Bench {
@@ -747,10 +767,26 @@ impl Bench {
 
     /// An empty destination directory, and nothing dirty in the page cache from the
     /// previous run to be written back during the next.
+    ///
+    /// The previous run's small files are moved aside, not deleted: ext4's inode allocator
+    /// skips inodes freed in the last 30 s (`recently_deleted`, reading each one's block),
+    /// and after a delete of thousands of files the destination server's CPU per created
+    /// file doubled (perf: proFTPD's time in `recently_deleted` and `find_get_block`), so the
+    /// order of the runs, not the controller, decided the result. They go at the end.
     fn clean_destination(&self) -> Result<()> {
         let dir = self.dst.path(DST_DIR);
         if dir.exists() {
-            std::fs::remove_dir_all(&dir)?;
+            let trash = self.dst.path(TRASH_DIR);
+            std::fs::create_dir_all(&trash)?;
+            // Big files go now: a few inodes, and gigabytes of disk.
+            for entry in std::fs::read_dir(&dir)? {
+                let entry = entry?;
+                if entry.metadata()?.len() > 1 << 20 {
+                    std::fs::remove_file(entry.path())?;
+                }
+            }
+            let n = std::fs::read_dir(&trash)?.count();
+            std::fs::rename(&dir, trash.join(n.to_string()))?;
         }
         self.dst.mkdir(DST_DIR)?;
         // SAFETY: sync(2) takes no arguments.
@@ -795,20 +831,39 @@ impl Bench {
         Ok(())
     }
 
+    /// Waits (at most `settle`) until the TIME_WAIT connections of earlier runs are gone:
+    /// an active server's bind(2) of its data socket searches past every local port they
+    /// hold, and a run right after another paid up to 3x the CPU per file (measured), so
+    /// without this the order of the runs decides the winner. Returns the count at start.
+    fn settle(&self) -> usize {
+        let deadline = Instant::now() + self.settle;
+        loop {
+            let n = time_wait_count();
+            if n <= SETTLED_TIME_WAIT || Instant::now() >= deadline {
+                return n;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     fn run(&self, data: Data, tool: Tool) -> Result<Row> {
         self.clean_destination()?;
+        let time_wait = self.settle();
         let (files, bytes) = self.data_files(data);
         let (src_off, dst_off) = (self.src_log.offset(), self.dst_log.offset());
         let srv_before = (server_cpu(self.src_master), server_cpu(self.dst_master));
         let load_before = load1();
         let jiffies = cpu_jiffies();
+        let steal = steal_jiffies();
         let mut row = match tool {
             Tool::Bftp(pairs) => self.run_bftp(data, pairs)?,
             Tool::Lftp(parallel) => self.run_lftp(data, parallel)?,
         };
         let now = cpu_jiffies();
         row.busy = (now.0 - jiffies.0) as f64 / (now.1 - jiffies.1).max(1) as f64;
+        row.steal = (steal_jiffies() - steal) as f64 / (now.1 - jiffies.1).max(1) as f64;
         row.load = (load_before, load1());
+        row.time_wait = time_wait;
         let srv_after = (server_cpu(self.src_master), server_cpu(self.dst_master));
         row.srv_cpu = (srv_after.0 - srv_before.0, srv_after.1 - srv_before.1);
         row.data = data;
@@ -1144,9 +1199,11 @@ fn details(rows: &[Row]) -> String {
         let total = r.ctl_cpu + r.cli_cpu.unwrap_or(0.0) + r.srv_cpu.0 + r.srv_cpu.1;
         let _ = writeln!(
             t,
-            "; CPU all parties {:.2} s = {:.2} ms/file",
+            "; CPU all parties {:.2} s = {:.2} ms/file; TIME_WAIT at start {}; steal {:.1}%",
             total,
-            total * 1e3 / r.files as f64
+            total * 1e3 / r.files as f64,
+            r.time_wait,
+            r.steal * 100.0
         );
     }
     t
@@ -1292,6 +1349,16 @@ fn main() -> Result<()> {
     let want_tools = env_list("BENCH_TOOLS", "bftp1,bftp4,lftp1,lftp4");
     let log_level = env_or("BENCH_LOG", "info".to_string());
     let rounds: usize = env_or("BENCH_ROUNDS", 1).max(1);
+    let passive_ports: u16 = env_or("BENCH_PASSIVE_PORTS", 4000).clamp(2, 10_000);
+    let settle = Duration::from_secs(env_or("BENCH_SETTLE", 70));
+    // The servers' files on a tmpfs by default: creating and deleting thousands of files on
+    // ext4 costs the destination server more after each run (see `clean_destination`), so
+    // a disk file system measures the file system's history more than the controllers.
+    let roots = match std::env::var("BENCH_ROOTS") {
+        Ok(dir) if dir.is_empty() => None,
+        Ok(dir) => Some(PathBuf::from(dir)),
+        Err(_) => Some(PathBuf::from("/dev/shm")).filter(|d| d.is_dir()),
+    };
     ensure!(
         Command::new("lftp")
             .arg("--version")
@@ -1304,8 +1371,17 @@ fn main() -> Result<()> {
     let _ = (bin("bftpd"), bin("bftp"));
 
     let out = &mut std::io::stdout();
-    let src = FtpServer::start(src_kind, FtpOptions::default())?;
-    let dst = FtpServer::start(dst_kind, FtpOptions::default())?;
+    // A wide passive port range, as a real server has: with the tests' 32 ports, each run
+    // leaves thousands of TIME_WAIT connections on the same few (address, port) pairs, and
+    // the active server's connect(2) then searches the ephemeral range for a free 4-tuple:
+    // the next run's CPU per file tripled (measured), whichever controller ran it.
+    let opts = || FtpOptions {
+        passive_ports,
+        parent: roots.clone(),
+        ..FtpOptions::default()
+    };
+    let src = FtpServer::start(src_kind, opts())?;
+    let dst = FtpServer::start(dst_kind, opts())?;
     let t = Instant::now();
     let wants = |d: Data| want_data.iter().any(|w| w == d.label());
     let big_bytes = if wants(Data::Big) {
@@ -1320,10 +1396,15 @@ fn main() -> Result<()> {
     };
     writeln!(
         out,
-        "source {src_kind} on {}, destination {dst_kind} on {}; data written in {:.1} s: \
-         {:.0} MiB file, {} x {SMALL_SIZE} B files; {} CPUs, loadavg {}",
+        "source {src_kind} on {}, destination {dst_kind} on {}, files under {}; data written \
+         in {:.1} s: {:.0} MiB file, {} x {SMALL_SIZE} B files; {} CPUs, loadavg {}",
         src.addr(),
         dst.addr(),
+        roots
+            .as_deref()
+            .map_or("the temporary directory".into(), |d| d
+                .display()
+                .to_string()),
         t.elapsed().as_secs_f64(),
         big_bytes as f64 / 1048576.0,
         small_bytes as usize / SMALL_SIZE,
@@ -1345,6 +1426,7 @@ fn main() -> Result<()> {
         limit,
         tap: (tap_ms > 0).then(|| Duration::from_millis(tap_ms)),
         log_level,
+        settle,
     };
     let mut rows = Vec::new();
     for data in [Data::Big, Data::Small] {
@@ -1375,6 +1457,7 @@ fn main() -> Result<()> {
         }
     }
     bench.clean_destination()?;
+    std::fs::remove_dir_all(bench.dst.path(TRASH_DIR))?;
 
     writeln!(out)?;
     write!(out, "{}", table(&rows))?;

@@ -105,6 +105,9 @@ pub struct FtpOptions {
     /// need more: a port is busy while its last connection is in TIME_WAIT, and Pure-FTPd
     /// also admits at most half this many sessions at once.
     pub passive_ports: u16,
+    /// Where the server's directory (configuration, root, logs) is made; default the
+    /// system's temporary directory. The FXP benchmark puts it on a tmpfs.
+    pub parent: Option<PathBuf>,
 }
 
 impl Default for FtpOptions {
@@ -113,6 +116,7 @@ impl Default for FtpOptions {
             fxp: true,
             host: Ipv4Addr::new(127, 0, 0, 2),
             passive_ports: PASSIVE_PORTS,
+            parent: None,
         }
     }
 }
@@ -178,9 +182,13 @@ impl FtpServer {
         let (uid, gid) = lookup_account(FTP_USER)?;
         let host = IpAddr::V4(opts.host);
 
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("bftp-{}-", kind.name()))
-            .tempdir()?;
+        let prefix = format!("bftp-{}-", kind.name());
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix);
+        let dir = match &opts.parent {
+            Some(parent) => builder.tempdir_in(parent)?,
+            None => builder.tempdir()?,
+        };
         // The session runs as FTP_USER and must reach root/ through this directory.
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))?;
         let root = dir.path().join("root");

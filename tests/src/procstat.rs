@@ -83,6 +83,32 @@ pub fn load1() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// TCP connections in TIME_WAIT on this machine (network namespace), IPv4 and IPv6, from
+/// /proc/net/tcp{,6} (state 06).
+pub fn time_wait_count() -> usize {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .map(|s| {
+            s.lines()
+                .skip(1)
+                .filter(|l| l.split_whitespace().nth(3) == Some("06"))
+                .count()
+        })
+        .sum()
+}
+
+/// Jiffies all CPUs were ready but the hypervisor ran something else (steal), from
+/// /proc/stat: a neighbour's load on a virtual machine, which no process here pays for.
+pub fn steal_jiffies() -> u64 {
+    std::fs::read_to_string("/proc/stat")
+        .unwrap_or_default()
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(8)?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// (busy, total) jiffies of all CPUs, from /proc/stat.
 pub fn cpu_jiffies() -> (u64, u64) {
     let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
