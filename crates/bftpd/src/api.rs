@@ -261,15 +261,35 @@ async fn transfer(
     ));
     let lines = futures_util::stream::unfold(rx, |mut rx| async move {
         let event = rx.recv().await?;
-        let mut line = serde_json::to_vec(&event).unwrap_or_default();
-        line.push(b'\n');
-        Some((Ok::<_, std::convert::Infallible>(Bytes::from(line)), rx))
+        let mut chunk = Vec::new();
+        push_event_line(&mut chunk, &event);
+        // Events already waiting (parallel pairs finish files close together) go out in
+        // the same chunk: one write to the socket and one wake-up of `bftp`, not one each.
+        while chunk.len() < EVENT_CHUNK {
+            match rx.try_recv() {
+                Ok(event) => push_event_line(&mut chunk, &event),
+                Err(_) => break,
+            }
+        }
+        Some((Ok::<_, std::convert::Infallible>(Bytes::from(chunk)), rx))
     });
     Ok((
         [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
         axum::body::Body::from_stream(lines),
     )
         .into_response())
+}
+
+/// Coalesced transfer events stop growing a chunk at this size.
+const EVENT_CHUNK: usize = 64 * 1024;
+
+/// One NDJSON line (none if the event cannot be serialized: nothing half-written).
+fn push_event_line(chunk: &mut Vec<u8>, event: &bftp_api::TransferEvent) {
+    let start = chunk.len();
+    match serde_json::to_writer(&mut *chunk, event) {
+        Ok(()) => chunk.push(b'\n'),
+        Err(_) => chunk.truncate(start),
+    }
 }
 
 async fn submit(
