@@ -18,6 +18,29 @@ fn pw_env<'a>(src: &'a FtpServer, dst: &'a FtpServer) -> [(&'static str, &'a str
     ]
 }
 
+/// `bftp --json transfer SOURCE_PATTERN DEST` through `d`, which must exit 0: the
+/// output (for messages) and its events, one JSON value per line.
+fn json_transfer(
+    d: &Bftpd,
+    src: &FtpServer,
+    dst: &FtpServer,
+    pattern: &str,
+    dest: &str,
+) -> (String, Vec<Value>) {
+    let o = d.bftp_env(
+        None,
+        &["--json", "transfer", &src.url(pattern), &dst.url(dest)],
+        &pw_env(src, dst),
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let events = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (out, events)
+}
+
 #[test]
 fn transfer_copies_server_to_server_and_reports_each_file() {
     let (src, dst) = servers();
@@ -27,22 +50,7 @@ fn transfer_copies_server_to_server_and_reports_each_file() {
     src.put_file("data/b.bin", b"second file").unwrap();
     src.put_file("data/skip.txt", b"not matched").unwrap();
     let d = Bftpd::start().unwrap();
-    let o = d.bftp_env(
-        None,
-        &[
-            "--json",
-            "transfer",
-            &src.url("data/*.bin"),
-            &dst.url("in/"),
-        ],
-        &pw_env(&src, &dst),
-    );
-    let out = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{out}");
-    let events: Vec<Value> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (out, events) = json_transfer(&d, &src, &dst, "data/*.bin", "in/");
     let summary = events.last().unwrap();
     assert_eq!(
         (
@@ -87,22 +95,7 @@ fn transfer_of_many_small_files_coalesces_phase_events() {
     }
     src.mkdir("many/dir.dat").unwrap();
     let d = Bftpd::start().unwrap();
-    let o = d.bftp_env(
-        None,
-        &[
-            "--json",
-            "transfer",
-            &src.url("many/*.dat"),
-            &dst.url("in/"),
-        ],
-        &pw_env(&src, &dst),
-    );
-    let out = text(&o);
-    assert_eq!(o.status.code(), Some(0), "{out}");
-    let events: Vec<Value> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (out, events) = json_transfer(&d, &src, &dst, "many/*.dat", "in/");
     let files: Vec<&Value> = events.iter().filter(|e| e["event"] == "file").collect();
     assert_eq!(files.len(), count, "{out}");
     assert!(

@@ -9,13 +9,6 @@ use bftp_tests::daemon::{text, Bftpd};
 use bftp_tests::{Direction, FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
 
-pub(crate) fn pw_env<'a>(src: &'a FtpServer, dst: &'a FtpServer) -> [(&'static str, &'a str); 2] {
-    [
-        ("BFTP_SOURCE_PASSWORD", src.password()),
-        ("BFTP_DEST_PASSWORD", dst.password()),
-    ]
-}
-
 pub(crate) fn submit(
     d: &Bftpd,
     src: &FtpServer,
@@ -24,11 +17,25 @@ pub(crate) fn submit(
     dst_path: &str,
     extra: &[&str],
 ) -> u64 {
-    let s = src.url(src_path);
-    let t = dst.url(dst_path);
-    let mut args = vec!["--json", "submit", s.as_str(), t.as_str()];
+    let (s, t) = (src.url(src_path), dst.url(dst_path));
+    submit_urls(d, (&s, src.password()), (&t, dst.password()), extra)
+}
+
+/// `bftp --json submit SOURCE DEST EXTRA...` with each side's (URL, password), for servers
+/// of any kind (the scripted one included): the new job's id.
+pub(crate) fn submit_urls(
+    d: &Bftpd,
+    (source, source_password): (&str, &str),
+    (dest, dest_password): (&str, &str),
+    extra: &[&str],
+) -> u64 {
+    let mut args = vec!["--json", "submit", source, dest];
     args.extend_from_slice(extra);
-    let o = d.bftp_env(None, &args, &pw_env(src, dst));
+    let env = [
+        ("BFTP_SOURCE_PASSWORD", source_password),
+        ("BFTP_DEST_PASSWORD", dest_password),
+    ];
+    let o = d.bftp_env(None, &args, &env);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     v["job"]["id"].as_u64().unwrap()
@@ -934,18 +941,12 @@ fn a_multi_file_job_copies_on_parallel_pairs() {
     let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
     dst.mkdir("in").unwrap();
     let d = Bftpd::start_with(config_plus("[ftp]\nparallel_pairs = 4\n")).unwrap();
-    let o = d.bftp_env(
-        None,
-        &["--json", "submit", &src.url("out/p-*.bin"), &dst.url("in/")],
-        &[
-            ("BFTP_SOURCE_PASSWORD", src.password()),
-            ("BFTP_DEST_PASSWORD", dst.password()),
-        ],
+    let id = submit_urls(
+        &d,
+        (&src.url("out/p-*.bin"), src.password()),
+        (&dst.url("in/"), dst.password()),
+        &[],
     );
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let id = serde_json::from_slice::<Value>(&o.stdout).unwrap()["job"]["id"]
-        .as_u64()
-        .unwrap();
     let v = wait_final(&d, id, Duration::from_secs(60));
     assert_eq!(v["outcome"], "succeeded", "{v:#}");
     for n in names {
@@ -1010,23 +1011,12 @@ fn cancel_mid_copy_sends_abor_through_the_daemon() {
     let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
     dst.mkdir("in").unwrap();
     let d = Bftpd::start().unwrap();
-    let o = d.bftp_env(
-        None,
-        &[
-            "--json",
-            "submit",
-            &src.url("out/stall.bin"),
-            &dst.url("in/"),
-        ],
-        &[
-            ("BFTP_SOURCE_PASSWORD", src.password()),
-            ("BFTP_DEST_PASSWORD", dst.password()),
-        ],
+    let id = submit_urls(
+        &d,
+        (&src.url("out/stall.bin"), src.password()),
+        (&dst.url("in/"), dst.password()),
+        &[],
     );
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let id = serde_json::from_slice::<Value>(&o.stdout).unwrap()["job"]["id"]
-        .as_u64()
-        .unwrap();
     src.wait_for_command("RETR", Duration::from_secs(30))
         .unwrap();
     let asked = Instant::now();

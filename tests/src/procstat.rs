@@ -98,28 +98,28 @@ pub fn time_wait_count() -> usize {
         .sum()
 }
 
-/// Jiffies all CPUs were ready but the hypervisor ran something else (steal), from
-/// /proc/stat: a neighbour's load on a virtual machine, which no process here pays for.
-pub fn steal_jiffies() -> u64 {
+/// The all-CPU line of /proc/stat: user nice system idle iowait irq softirq steal ...
+fn all_cpu_jiffies() -> Vec<u64> {
     std::fs::read_to_string("/proc/stat")
         .unwrap_or_default()
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(8)?.parse().ok())
-        .unwrap_or(0)
-}
-
-/// (busy, total) jiffies of all CPUs, from /proc/stat.
-pub fn cpu_jiffies() -> (u64, u64) {
-    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let v: Vec<u64> = s
         .lines()
         .next()
         .unwrap_or("")
         .split_whitespace()
         .skip(1)
         .filter_map(|x| x.parse().ok())
-        .collect();
+        .collect()
+}
+
+/// Jiffies all CPUs were ready but the hypervisor ran something else (steal), from
+/// /proc/stat: a neighbour's load on a virtual machine, which no process here pays for.
+pub fn steal_jiffies() -> u64 {
+    all_cpu_jiffies().get(7).copied().unwrap_or(0)
+}
+
+/// (busy, total) jiffies of all CPUs, from /proc/stat.
+pub fn cpu_jiffies() -> (u64, u64) {
+    let v = all_cpu_jiffies();
     let total: u64 = v.iter().take(8).sum();
     let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
     (total - idle, total)
