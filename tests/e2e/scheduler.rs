@@ -1029,3 +1029,114 @@ fn cancel_mid_copy_sends_abor_through_the_daemon() {
     assert_eq!(v["state"], "cancelled", "{v:#}");
     assert_eq!(v["members"][0]["state"], "cancelled", "{v:#}");
 }
+
+/// A data connection that does not open for one file (the scripted destination answers its
+/// first STOR with Pure-FTPd's `425 ... Cannot assign requested address`, seen when the active
+/// side's fixed data port meets a TIME_WAIT) costs that file a second try about a second
+/// later in the same attempt, not the job's next attempt ten minutes later (the default
+/// policy here). A second 425 for the same file leaves it, and the second tries not yet
+/// made, to the next attempt.
+#[test]
+fn a_refused_data_connection_is_tried_again_within_the_attempt() {
+    use bftp_tests::hostile::{Action, HostileServer, Script};
+    const REFUSED: &str =
+        "425 Could not open data connection to port 14434: Cannot assign requested address";
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let names = ["r-0.bin", "r-1.bin", "r-2.bin"];
+    for n in names {
+        src.put_file(&format!("out/{n}"), &content(n, 50_000))
+            .unwrap();
+    }
+    let dst = HostileServer::start(
+        Script::new()
+            .user("dst", "dst-pw")
+            .dir("/in")
+            .on("STOR", Action::Sequence(vec![Action::reply(REFUSED)])),
+    )
+    .unwrap();
+    // One pair: the files go in name order, so the n-th STOR is known.
+    let d = Bftpd::start_with(config_plus("[ftp]\nparallel_pairs = 1\n")).unwrap();
+    let started = Instant::now();
+    let id = submit_urls(
+        &d,
+        (&src.url("out/r-*.bin"), src.password()),
+        (&dst.url("in/"), dst.password()),
+        &[],
+    );
+    let v = wait_final(&d, id, Duration::from_secs(30));
+    let took = started.elapsed();
+    assert_eq!(
+        (v["outcome"].as_str(), v["attempts"].as_u64()),
+        (Some("succeeded"), Some(1)),
+        "{v:#}"
+    );
+    assert!(
+        took >= Duration::from_secs(1),
+        "no pause before the second try: {took:?}"
+    );
+    for n in names {
+        assert_eq!(dst.stored(&format!("/in/{n}")), Some(content(n, 50_000)));
+    }
+    // The refused file (the first) was tried twice, the others once.
+    let tries: Vec<u64> = names
+        .iter()
+        .map(|n| member(&v, n)["attempts"].as_u64().unwrap())
+        .collect();
+    assert_eq!(tries, [2, 1, 1], "{v:#}");
+    let stors = dst
+        .commands()
+        .iter()
+        .filter(|c| c.starts_with("STOR"))
+        .count();
+    assert_eq!(stors, 4, "{:#?}", dst.commands());
+
+    // A destination that refuses every data connection: the path is broken, not one
+    // connection. The first file's second try fails too, and the others get none.
+    let dst = HostileServer::start(
+        Script::new()
+            .user("dst", "dst-pw")
+            .dir("/in")
+            .on("STOR", Action::reply(REFUSED)),
+    )
+    .unwrap();
+    let id = submit_urls(
+        &d,
+        (&src.url("out/r-*.bin"), src.password()),
+        (&dst.url("in/"), dst.password()),
+        &[],
+    );
+    let v = wait_until(
+        &d,
+        id,
+        Duration::from_secs(30),
+        "the first attempt ended",
+        |v| !events(v, "requeue").is_empty(),
+    );
+    let tries: Vec<(&str, u64)> = names
+        .iter()
+        .map(|n| {
+            let m = member(&v, n);
+            (
+                m["state"].as_str().unwrap(),
+                m["attempts"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tries,
+        [("pending", 2), ("pending", 1), ("pending", 1)],
+        "{v:#}"
+    );
+    assert!(
+        events(&v, "requeue")[0]["detail"]
+            .as_str()
+            .is_some_and(|t| t.contains("425")),
+        "{v:#}"
+    );
+    let stors = dst
+        .commands()
+        .iter()
+        .filter(|c| c.starts_with("STOR"))
+        .count();
+    assert_eq!(stors, 4, "{:#?}", dst.commands());
+}

@@ -19,7 +19,9 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use bftp_core::reply::TransientKind;
 use bftp_core::{DestCommand, Disposition, Endpoint, JobSpec, MemberState, Secret, Timestamp};
 use bftp_ftp::{
     ActionError, AddressCheck, CopyOutcome, Limits, Pair, PairError, ServerLogin, Side, Transcript,
@@ -147,7 +149,7 @@ impl Executor for FtpExecutor {
 
 /// How long an aborted attempt may take to send ABOR and close: a little more than the
 /// engine's own bound on waiting for ABOR's replies.
-const ABORT_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+const ABORT_GRACE: Duration = Duration::from_secs(3);
 
 fn now() -> Timestamp {
     Timestamp::from_system(std::time::SystemTime::now())
@@ -232,6 +234,53 @@ struct Run {
 struct LaneEnd {
     end: Option<AttemptEnd>,
     transient: Option<String>,
+}
+
+/// A member left pending by this attempt: why, and whether it is worth a second try within
+/// the attempt ([`SECOND_TRY_AFTER`]).
+struct Pending {
+    reason: String,
+    again: bool,
+}
+
+impl From<String> for Pending {
+    fn from(reason: String) -> Pending {
+        Pending {
+            reason,
+            again: false,
+        }
+    }
+}
+
+/// A data connection that did not open (425) or broke (426) is often about that one
+/// connection: a passive port still in TIME_WAIT for the active side's fixed data port
+/// (Pure-FTPd answers `425 ... Cannot assign requested address`), a port taken meanwhile.
+/// Such a member goes to the back of the attempt's queue and is tried once more, no sooner
+/// than this, instead of waiting for the job's next attempt (10 minutes by default).
+const SECOND_TRY_AFTER: Duration = Duration::from_secs(1);
+
+/// What the lanes of one attempt share.
+struct Lanes {
+    queue: Mutex<VecDeque<Queued>>,
+    /// Set by a job-level end in one lane: the others stop after their file in flight.
+    stop: AtomicBool,
+    /// Cleared when a second try failed again: then the data path itself is broken, and
+    /// the second tries still queued are not made (their first failure stands).
+    second_tries: AtomicBool,
+}
+
+impl Lanes {
+    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One entry of an attempt's work queue.
+struct Queued {
+    member: Member,
+    /// For a second try: not before then, and the first try's failure (reported if the
+    /// attempt ends before the second try).
+    second: Option<(tokio::time::Instant, String)>,
 }
 
 /// What a DELE of a source file did, with SIZE as the evidence when it was refused.
@@ -420,12 +469,22 @@ impl Run {
                 Err(e) => self.keep(&e.transcript),
             }
         }
-        let queue = Mutex::new(work);
-        let stop = AtomicBool::new(false);
+        let lanes = Lanes {
+            queue: Mutex::new(
+                work.into_iter()
+                    .map(|member| Queued {
+                        member,
+                        second: None,
+                    })
+                    .collect(),
+            ),
+            stop: AtomicBool::new(false),
+            second_tries: AtomicBool::new(true),
+        };
         let ends = futures_util::future::join_all(
             pairs
                 .into_iter()
-                .map(|p| self.lane(p, &spec, attempt, &queue, &stop)),
+                .map(|p| self.lane(p, &spec, attempt, &lanes)),
         )
         .await;
         drop(extra_permits);
@@ -441,6 +500,14 @@ impl Run {
                 (first, Some(_)) => first,
             };
         }
+        // A second try that no lane took (they all stopped): its first failure stands.
+        let transient = transient.or_else(|| {
+            let left = lanes.queue.into_inner().unwrap_or_else(|p| p.into_inner());
+            left.into_iter().find_map(|q| {
+                q.second
+                    .map(|(_, reason)| format!("{}: {reason}", q.member.name))
+            })
+        });
         match (end, transient) {
             (Some(end), _) => end,
             (None, None) => AttemptEnd::Complete,
@@ -451,32 +518,41 @@ impl Run {
     /// One connection pair working through the shared queue of members, until it is empty,
     /// shutdown drains, or a job-level failure here or in another lane (`stop`) ends the
     /// attempt; the file in flight is always finished and recorded first.
-    async fn lane(
-        &self,
-        mut pair: Pair,
-        spec: &JobSpec,
-        attempt: u32,
-        queue: &Mutex<VecDeque<Member>>,
-        stop: &AtomicBool,
-    ) -> LaneEnd {
+    async fn lane(&self, mut pair: Pair, spec: &JobSpec, attempt: u32, lanes: &Lanes) -> LaneEnd {
         let mut transient = None;
         let end = loop {
             if self.drain.is_cancelled() || self.abort.is_cancelled() {
                 break Some(AttemptEnd::Interrupted);
             }
-            if stop.load(Ordering::Acquire) {
+            if lanes.stop.load(Ordering::Acquire) {
                 break None;
             }
-            let Some(m) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front() else {
+            let Some(q) = lanes.queue().pop_front() else {
                 break None;
             };
+            if let Some((at, reason)) = &q.second {
+                if !lanes.second_tries.load(Ordering::Acquire) {
+                    transient = Some(format!("{}: {reason}", q.member.name));
+                    continue;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(*at) => {}
+                    () = self.drain.cancelled() => {}
+                    () = self.abort.cancelled() => {}
+                }
+                if self.drain.is_cancelled() || self.abort.is_cancelled() {
+                    transient = Some(format!("{}: {reason}", q.member.name));
+                    break Some(AttemptEnd::Interrupted);
+                }
+            }
+            let m = q.member;
             if !pair.is_usable() {
                 self.keep(&pair.take_transcript());
                 pair = match self.open(spec).await {
                     Ok(p) => p,
                     Err(e) => {
                         self.keep(&e.transcript);
-                        stop.store(true, Ordering::Release);
+                        lanes.stop.store(true, Ordering::Release);
                         return LaneEnd {
                             end: Some(pair_failed(&e)),
                             transient,
@@ -486,9 +562,29 @@ impl Run {
             }
             match self.member(&mut pair, spec, &m, attempt).await {
                 Ok(None) => {}
-                Ok(Some(reason)) => transient = Some(format!("{}: {reason}", m.name)),
+                Ok(Some(Pending { reason, again })) if again && q.second.is_none() => {
+                    tracing::info!(job = self.id.0, member = %m.name, attempt, %reason, "file to be tried again in this attempt");
+                    let member = Member {
+                        attempts: m.attempts + 1,
+                        detail: Some(reason.clone()),
+                        intent: None,
+                        ..m
+                    };
+                    let at = tokio::time::Instant::now() + SECOND_TRY_AFTER;
+                    lanes.queue().push_back(Queued {
+                        member,
+                        second: Some((at, reason)),
+                    });
+                }
+                Ok(Some(Pending { reason, again })) => {
+                    if again {
+                        // The second try failed as the first did.
+                        lanes.second_tries.store(false, Ordering::Release);
+                    }
+                    transient = Some(format!("{}: {reason}", m.name))
+                }
                 Err(end) => {
-                    stop.store(true, Ordering::Release);
+                    lanes.stop.store(true, Ordering::Release);
                     break Some(end);
                 }
             }
@@ -539,14 +635,14 @@ impl Run {
             .map_err(store_failed)
     }
 
-    /// One member. `Ok(Some(reason))`: it stays pending for a retry; `Err`: the attempt ends.
+    /// One member. `Ok(Some(pending))`: it stays pending for a retry; `Err`: the attempt ends.
     async fn member(
         &self,
         pair: &mut Pair,
         spec: &JobSpec,
         m: &Member,
         attempt: u32,
-    ) -> Result<Option<String>, AttemptEnd> {
+    ) -> Result<Option<Pending>, AttemptEnd> {
         let index = m.index;
         let src_path = source_path(spec, &m.name);
         if let Some(intent) = m.intent.as_deref().and_then(Intent::decode) {
@@ -600,9 +696,9 @@ impl Run {
                             return Ok(None);
                         }
                         Err(e) => {
-                            return Ok(Some(format!(
-                                "cannot resolve an interrupted append yet: {e}"
-                            )))
+                            return Ok(Some(
+                                format!("cannot resolve an interrupted append yet: {e}").into(),
+                            ))
                         }
                     }
                 }
@@ -646,7 +742,9 @@ impl Run {
                         .map_err(store_failed)?;
                         return Ok(None);
                     }
-                    Err(e) if e.disposition().is_transient() => return Ok(Some(e.to_string())),
+                    Err(e) if e.disposition().is_transient() => {
+                        return Ok(Some(e.to_string().into()))
+                    }
                     Err(e) => {
                         self.update(
                             index,
@@ -661,7 +759,9 @@ impl Run {
                 };
                 let before = match pair.size(Side::Destination, &req.dest_path).await {
                     Ok(s) => s.unwrap_or(0),
-                    Err(e) if e.disposition().is_transient() => return Ok(Some(e.to_string())),
+                    Err(e) if e.disposition().is_transient() => {
+                        return Ok(Some(e.to_string().into()))
+                    }
                     Err(e) => {
                         self.update(
                             index,
@@ -802,7 +902,7 @@ impl Run {
                 .map_err(store_failed)?;
                 Ok(None)
             }
-            CopyOutcome::Transient { failure, .. } => {
+            CopyOutcome::Transient { kind, failure, .. } => {
                 let reason = failure.to_string();
                 let mut u = MemberUpdate {
                     detail: Some(reason.clone()),
@@ -833,9 +933,14 @@ impl Run {
                 }
                 // An append's intent stays: the next attempt resolves it from SIZE.
                 let counted = FileResult::Transient.unless_uncertain(u.state);
+                // Nothing of it is left to resolve, and the failure was a data connection
+                // that did not open or broke (425/426): worth another try in this attempt.
+                let again = kind == TransientKind::DataConnection
+                    && u.state.is_none()
+                    && u.intent == Some(None);
                 self.metrics.file(counted, report.duration, None);
                 self.update(index, u).await.map_err(store_failed)?;
-                Ok(Some(reason))
+                Ok(Some(Pending { reason, again }))
             }
         }
     }
@@ -878,7 +983,7 @@ impl Run {
         index: u32,
         path: &str,
         evidence: &str,
-    ) -> Result<Option<String>, AttemptEnd> {
+    ) -> Result<Option<Pending>, AttemptEnd> {
         let result = dele(pair, path).await;
         let note = match &result {
             Dele::Deleted(_) => "source deleted".to_string(),
@@ -899,7 +1004,7 @@ impl Run {
             )
             .await
             .map_err(store_failed)?;
-            return Ok(Some(format!("copied, but the {note}")));
+            return Ok(Some(format!("copied, but the {note}").into()));
         }
         if !matches!(result, Dele::Deleted(_)) {
             tracing::warn!(job = self.id.0, path, "{note}");
@@ -925,7 +1030,7 @@ impl Run {
         m: &Member,
         path: &str,
         resumed: bool,
-    ) -> Result<Option<String>, AttemptEnd> {
+    ) -> Result<Option<Pending>, AttemptEnd> {
         let result = dele(pair, path).await;
         let reply = |r: &bftp_ftp::parse::Reply| {
             Some(LastReply {
@@ -957,7 +1062,7 @@ impl Run {
                 )
                 .await
                 .map_err(store_failed)?;
-                return Ok(Some(result.to_string()));
+                return Ok(Some(result.to_string().into()));
             }
             _ => u.state = Some(MemberState::FailedPermanent),
         }
