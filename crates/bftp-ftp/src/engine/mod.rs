@@ -50,9 +50,10 @@ pub struct CopyRequest {
     pub dest_command: DestCommand,
     /// The source file's size when the caller learned it moments ago on this pair (the
     /// listing's SIZE or MLSD `size` fact): then the copy asks no SIZE of the source before
-    /// the transfer. It is never evidence: the proof is still the SIZE both servers give
-    /// after the transfer. `None`: the copy asks first (a missing source file then fails
-    /// before the destination is touched).
+    /// the transfer, and it is not evidence: the source is asked after the transfer, with
+    /// the destination. `None`: the copy asks first (a missing source file then fails
+    /// before the destination is touched), and that answer, moments before the RETR, is the
+    /// source's side of the proof: only the destination is asked after the transfer.
     pub source_size: Option<u64>,
 }
 
@@ -441,12 +442,12 @@ impl Pair {
         }
     }
 
-    /// SIZE of `paths[0]` on the source and of `paths[1]` (when given) on the destination,
-    /// both at once: the two control connections are independent, so the two round trips
+    /// SIZE of `src_path` on the source and of `dst_path` on the destination (each when
+    /// given), both at once: the two control connections are independent, so the two round trips
     /// overlap. Image type first where needed, as [`Pair::size_answer`].
     async fn size_both(
         &mut self,
-        src_path: &str,
+        src_path: Option<&str>,
         dst_path: Option<&str>,
     ) -> [Option<SizeAnswer>; 2] {
         let deadline = self.reply_deadline();
@@ -455,7 +456,14 @@ impl Pair {
         let [src_type, dst_type] = &mut self.types;
         let (src, dst) = (&mut self.src, &mut self.dst);
         let (a, b) = tokio::join!(
-            size_on(src, src_type, src_host, limits, deadline, src_path),
+            async {
+                match src_path {
+                    Some(path) => {
+                        Some(size_on(src, src_type, src_host, limits, deadline, path).await)
+                    }
+                    None => None,
+                }
+            },
             async {
                 match dst_path {
                     Some(path) => {
@@ -466,7 +474,7 @@ impl Pair {
             }
         );
         let mut answers = [None, None];
-        for (i, answer) in [Some(a), b].into_iter().enumerate() {
+        for (i, answer) in [a, b].into_iter().enumerate() {
             if let Some((answer, last)) = answer {
                 self.last[i] = Some(last);
                 answers[i] = Some(answer);

@@ -187,7 +187,7 @@ pub(super) async fn run(pair: &mut Pair, request: &CopyRequest) -> Result<CopyOu
         report: AttemptReport::default(),
         orders: VecDeque::from([Side::Source, Side::Destination]),
         refusals: Vec::new(),
-        source_size: None,
+        source_size_asked: None,
         changed_directory: false,
     };
     let mut phase = Phase::Prepare;
@@ -225,7 +225,9 @@ struct Attempt<'a> {
     /// Passive sides of the role orders not yet tried.
     orders: VecDeque<Side>,
     refusals: Vec<Refusal>,
-    source_size: Option<u64>,
+    /// The source's SIZE, asked by this copy right before the transfer: the source's side
+    /// of the evidence, so that only the destination is asked afterwards.
+    source_size_asked: Option<u64>,
     /// STOU: the destination session was moved into the target directory.
     changed_directory: bool,
 }
@@ -249,14 +251,19 @@ impl Attempt<'_> {
         }
 
         let source_path = self.request.source_path.clone();
-        // Known from the listing a moment ago: not asked again (the evidence is the SIZE
-        // of both sides after the transfer, asked whatever happens here).
+        // Known from the listing a moment ago: not asked again, and then not evidence (the
+        // source is asked again after the transfer). Asked here, moments before the RETR,
+        // the answer is the source's side of the evidence.
         let known = self.request.source_size;
         match match known {
             Some(size) => SizeAnswer::Size(size),
             None => self.pair.size_answer(Side::Source, &source_path).await,
         } {
-            SizeAnswer::Size(size) => self.source_size = Some(size),
+            SizeAnswer::Size(size) => {
+                if known.is_none() {
+                    self.source_size_asked = Some(size);
+                }
+            }
             SizeAnswer::NoFile(result) => {
                 return self.fail(Side::Source, &format!("SIZE {source_path}"), result, None)
             }
@@ -726,12 +733,24 @@ impl Attempt<'_> {
             },
             _ => Ok(self.request.dest_path.clone()),
         };
-        // Both sizes at once: one round trip instead of two.
+        // Both sizes at once: one round trip instead of two. The source only if its size
+        // was not asked right before the transfer: a source that changed during the copy
+        // shows as a mismatch either way (the bytes sent are not what SIZE said before).
         let [source_answer, dest_answer] = self
             .pair
-            .size_both(&source_path, dest_name.as_deref().ok())
+            .size_both(
+                self.source_size_asked
+                    .is_none()
+                    .then_some(source_path.as_str()),
+                dest_name.as_deref().ok(),
+            )
             .await;
-        let source = match source_answer.expect("the source is always asked") {
+        let source_answer = match (self.source_size_asked, source_answer) {
+            (Some(size), _) => SizeAnswer::Size(size),
+            (None, Some(answer)) => answer,
+            (None, None) => unreachable!("the source is asked when its size is not known"),
+        };
+        let source = match source_answer {
             SizeAnswer::Size(size) => Ok(size),
             SizeAnswer::Unavailable(reason) => Err(reason),
             SizeAnswer::NoFile(result) => Err(format!(
