@@ -81,7 +81,12 @@ fn main() -> ExitCode {
         }
     };
     init_logging(&cfg);
-    let rt = match tokio::runtime::Runtime::new() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cfg.scheduler.worker_threads)
+        .thread_name("bftpd-worker")
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("bftpd: cannot start the runtime: {e}");
