@@ -181,3 +181,113 @@ fn the_host_policy_applies_to_verify_and_transfer() {
         assert!(text(&o).contains("loopback"), "{cmd}: {}", text(&o));
     }
 }
+
+/// `bftp transfer` gives a file whose data connection did not open (the scripted
+/// destination answers the first STOR with Pure-FTPd's `425 ... Cannot assign requested
+/// address`) a second try a second later, as an attempt does: the transfer succeeds. When
+/// every data connection is refused, the first file's second try fails too, the other files
+/// get none, and each is reported with its failure.
+#[test]
+fn transfer_tries_a_refused_data_connection_once_more() {
+    use bftp_tests::hostile::{Action, HostileServer, Script};
+    const REFUSED: &str =
+        "425 Could not open data connection to port 14434: Cannot assign requested address";
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let names = ["r-0.bin", "r-1.bin", "r-2.bin"];
+    for n in names {
+        src.put_file(&format!("out/{n}"), n.repeat(1000).as_bytes())
+            .unwrap();
+    }
+    // One pair: the files go in name order, so the n-th STOR is known.
+    let d = Bftpd::start_with(|dir| {
+        format!("{}[ftp]\nparallel_pairs = 1\n", Bftpd::default_config(dir))
+    })
+    .unwrap();
+    let run = |stor: Action| {
+        let dst = HostileServer::start(
+            Script::new()
+                .user("dst", "dst-pw")
+                .dir("/in")
+                .on("STOR", stor),
+        )
+        .unwrap();
+        let o = d.bftp_env(
+            None,
+            &[
+                "--json",
+                "transfer",
+                &src.url("out/r-*.bin"),
+                &dst.url("in/"),
+            ],
+            &[
+                ("BFTP_SOURCE_PASSWORD", src.password()),
+                ("BFTP_DEST_PASSWORD", dst.password()),
+            ],
+        );
+        let events: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let stors = dst
+            .commands()
+            .iter()
+            .filter(|c| c.starts_with("STOR"))
+            .count();
+        (o, events, stors, dst)
+    };
+
+    let (o, events, stors, dst) = run(Action::Sequence(vec![Action::reply(REFUSED)]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let files: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e["event"] == "file")
+        .map(|e| (e["name"].as_str().unwrap(), e["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        files,
+        [
+            ("r-1.bin", "succeeded"),
+            ("r-2.bin", "succeeded"),
+            ("r-0.bin", "succeeded")
+        ],
+        "{}",
+        text(&o)
+    );
+    let summary = events.last().unwrap();
+    assert_eq!(
+        (summary["files"].as_u64(), summary["succeeded"].as_u64()),
+        (Some(3), Some(3)),
+        "{summary}"
+    );
+    assert_eq!(stors, 4, "{:#?}", dst.commands());
+    for n in names {
+        assert_eq!(
+            dst.stored(&format!("/in/{n}")),
+            Some(n.repeat(1000).into_bytes())
+        );
+    }
+
+    let (o, events, stors, dst) = run(Action::reply(REFUSED));
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o));
+    let mut failed: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "file")
+        .inspect(|e| {
+            assert!(
+                e["state"] == "failed_transient"
+                    && e["detail"].as_str().is_some_and(|t| t.contains("425")),
+                "{e}"
+            )
+        })
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    failed.sort_unstable();
+    assert_eq!(failed, names, "{}", text(&o));
+    let summary = events.last().unwrap();
+    assert_eq!(
+        (summary["files"].as_u64(), summary["failed"].as_u64()),
+        (Some(3), Some(3)),
+        "{summary}"
+    );
+    assert_eq!(stors, 4, "{:#?}", dst.commands());
+}

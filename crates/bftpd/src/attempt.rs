@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bftp_core::reply::TransientKind;
 use bftp_core::{DestCommand, Disposition, Endpoint, JobSpec, MemberState, Secret, Timestamp};
 use bftp_ftp::{
     ActionError, AddressCheck, CopyOutcome, Limits, Pair, PairError, ServerLogin, Side, Transcript,
@@ -37,6 +36,7 @@ use crate::ftp::{copy_request, source_path};
 use crate::metrics::{FileResult, Metrics};
 use crate::scheduler::{AttemptEnd, AttemptFuture, AttemptSignals, Executor};
 use crate::secrets::Secrets;
+use crate::work::{data_connection_failed, Next, WorkQueue};
 
 /// What is about to happen that must not happen twice, stored in the member before it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -237,7 +237,7 @@ struct LaneEnd {
 }
 
 /// A member left pending by this attempt: why, and whether it is worth a second try within
-/// the attempt ([`SECOND_TRY_AFTER`]).
+/// the attempt ([`crate::work`]).
 struct Pending {
     reason: String,
     again: bool,
@@ -252,35 +252,11 @@ impl From<String> for Pending {
     }
 }
 
-/// A data connection that did not open (425) or broke (426) is often about that one
-/// connection: a passive port still in TIME_WAIT for the active side's fixed data port
-/// (Pure-FTPd answers `425 ... Cannot assign requested address`), a port taken meanwhile.
-/// Such a member goes to the back of the attempt's queue and is tried once more, no sooner
-/// than this, instead of waiting for the job's next attempt (10 minutes by default).
-const SECOND_TRY_AFTER: Duration = Duration::from_secs(1);
-
 /// What the lanes of one attempt share.
 struct Lanes {
-    queue: Mutex<VecDeque<Queued>>,
+    queue: WorkQueue<Member>,
     /// Set by a job-level end in one lane: the others stop after their file in flight.
     stop: AtomicBool,
-    /// Cleared when a second try failed again: then the data path itself is broken, and
-    /// the second tries still queued are not made (their first failure stands).
-    second_tries: AtomicBool,
-}
-
-impl Lanes {
-    fn queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// One entry of an attempt's work queue.
-struct Queued {
-    member: Member,
-    /// For a second try: not before then, and the first try's failure (reported if the
-    /// attempt ends before the second try).
-    second: Option<(tokio::time::Instant, String)>,
 }
 
 /// What a DELE of a source file did, with SIZE as the evidence when it was refused.
@@ -470,16 +446,8 @@ impl Run {
             }
         }
         let lanes = Lanes {
-            queue: Mutex::new(
-                work.into_iter()
-                    .map(|member| Queued {
-                        member,
-                        second: None,
-                    })
-                    .collect(),
-            ),
+            queue: WorkQueue::new(work),
             stop: AtomicBool::new(false),
-            second_tries: AtomicBool::new(true),
         };
         let ends = futures_util::future::join_all(
             pairs
@@ -502,10 +470,10 @@ impl Run {
         }
         // A second try that no lane took (they all stopped): its first failure stands.
         let transient = transient.or_else(|| {
-            let left = lanes.queue.into_inner().unwrap_or_else(|p| p.into_inner());
-            left.into_iter().find_map(|q| {
-                q.second
-                    .map(|(_, reason)| format!("{}: {reason}", q.member.name))
+            let left = lanes.queue.into_left();
+            left.into_iter().find_map(|e| {
+                e.second
+                    .map(|(_, reason)| format!("{}: {reason}", e.item.name))
             })
         });
         match (end, transient) {
@@ -527,25 +495,28 @@ impl Run {
             if lanes.stop.load(Ordering::Acquire) {
                 break None;
             }
-            let Some(q) = lanes.queue().pop_front() else {
-                break None;
-            };
-            if let Some((at, reason)) = &q.second {
-                if !lanes.second_tries.load(Ordering::Acquire) {
-                    transient = Some(format!("{}: {reason}", q.member.name));
+            let entry = match lanes.queue.pop() {
+                None => break None,
+                Some(Next::Dropped { item, reason }) => {
+                    transient = Some(format!("{}: {reason}", item.name));
                     continue;
                 }
+                Some(Next::Copy(entry)) => entry,
+            };
+            let interrupted = async {
                 tokio::select! {
-                    () = tokio::time::sleep_until(*at) => {}
                     () = self.drain.cancelled() => {}
                     () = self.abort.cancelled() => {}
                 }
-                if self.drain.is_cancelled() || self.abort.is_cancelled() {
-                    transient = Some(format!("{}: {reason}", q.member.name));
-                    break Some(AttemptEnd::Interrupted);
+            };
+            if !entry.wait(interrupted).await {
+                if let Some((_, reason)) = &entry.second {
+                    transient = Some(format!("{}: {reason}", entry.item.name));
                 }
+                break Some(AttemptEnd::Interrupted);
             }
-            let m = q.member;
+            let second = entry.second.is_some();
+            let m = entry.item;
             if !pair.is_usable() {
                 self.keep(&pair.take_transcript());
                 pair = match self.open(spec).await {
@@ -562,7 +533,7 @@ impl Run {
             }
             match self.member(&mut pair, spec, &m, attempt).await {
                 Ok(None) => {}
-                Ok(Some(Pending { reason, again })) if again && q.second.is_none() => {
+                Ok(Some(Pending { reason, again })) if again && !second => {
                     tracing::info!(job = self.id.0, member = %m.name, attempt, %reason, "file to be tried again in this attempt");
                     let member = Member {
                         attempts: m.attempts + 1,
@@ -570,16 +541,11 @@ impl Run {
                         intent: None,
                         ..m
                     };
-                    let at = tokio::time::Instant::now() + SECOND_TRY_AFTER;
-                    lanes.queue().push_back(Queued {
-                        member,
-                        second: Some((at, reason)),
-                    });
+                    lanes.queue.try_again(member, reason);
                 }
                 Ok(Some(Pending { reason, again })) => {
                     if again {
-                        // The second try failed as the first did.
-                        lanes.second_tries.store(false, Ordering::Release);
+                        lanes.queue.second_try_failed();
                     }
                     transient = Some(format!("{}: {reason}", m.name))
                 }
@@ -833,6 +799,7 @@ impl Run {
             }
         };
         let report = outcome.report().clone();
+        let data_connection = data_connection_failed(&outcome);
         self.keep(&report.transcript);
         let replies = MemberUpdate {
             attempts: Some(m.attempts + 1),
@@ -902,7 +869,7 @@ impl Run {
                 .map_err(store_failed)?;
                 Ok(None)
             }
-            CopyOutcome::Transient { kind, failure, .. } => {
+            CopyOutcome::Transient { failure, .. } => {
                 let reason = failure.to_string();
                 let mut u = MemberUpdate {
                     detail: Some(reason.clone()),
@@ -935,9 +902,7 @@ impl Run {
                 let counted = FileResult::Transient.unless_uncertain(u.state);
                 // Nothing of it is left to resolve, and the failure was a data connection
                 // that did not open or broke (425/426): worth another try in this attempt.
-                let again = kind == TransientKind::DataConnection
-                    && u.state.is_none()
-                    && u.intent == Some(None);
+                let again = data_connection && u.state.is_none() && u.intent == Some(None);
                 self.metrics.file(counted, report.duration, None);
                 self.update(index, u).await.map_err(store_failed)?;
                 Ok(Some(Pending { reason, again }))

@@ -18,6 +18,7 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use crate::policy::HostPolicy;
+use crate::work::{data_connection_failed, Next, WorkQueue};
 
 /// `[ftp]` in the config.
 #[derive(Debug, Clone, Deserialize)]
@@ -440,7 +441,11 @@ async fn run_transfer(
     close_early(unused);
     let mut early = early.into_iter();
     let shared = Arc::new(Shared {
-        queue: std::sync::Mutex::new(names.into_iter().collect()),
+        queue: WorkQueue::new(names.into_iter().map(|(name, size)| File {
+            name,
+            size,
+            first: None,
+        })),
         summary: std::sync::Mutex::new(summary),
         stop: std::sync::atomic::AtomicBool::new(false),
     });
@@ -516,10 +521,18 @@ fn close_early(early: Vec<tokio::task::JoinHandle<EarlyPair>>) {
 /// Three phase events per small file were most of the stream's bytes.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(500);
 
+/// One file of a foreground transfer.
+struct File {
+    name: String,
+    /// The listing's size, where it gave one.
+    size: Option<u64>,
+    /// For a second try: the first try's result, which stands if the second is not made.
+    first: Option<FileResult>,
+}
+
 /// What the workers of one foreground transfer share.
 struct Shared {
-    /// Names, with the listing's size where it gave one.
-    queue: std::sync::Mutex<std::collections::VecDeque<(String, Option<u64>)>>,
+    queue: WorkQueue<File>,
     summary: std::sync::Mutex<TransferSummary>,
     /// A job-level failure stops every worker.
     stop: std::sync::atomic::AtomicBool,
@@ -538,6 +551,32 @@ struct Worker {
 }
 
 impl Worker {
+    /// Counts a file's final result and sends it to the client: `false` if the client is
+    /// gone (then every worker stops).
+    async fn report(&self, result: FileResult, succeeded: bool) -> bool {
+        {
+            let mut s = self
+                .shared
+                .summary
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            s.files += 1;
+            if succeeded {
+                s.succeeded += 1;
+                s.bytes += result.bytes.unwrap_or(0);
+            } else {
+                s.failed += 1;
+            }
+        }
+        if self.tx.send(TransferEvent::File(result)).await.is_err() {
+            self.shared
+                .stop
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
     fn fail(&self, error: String, transcript: Vec<String>) {
         self.shared
             .stop
@@ -564,15 +603,20 @@ impl Worker {
             if self.shared.stop.load(std::sync::atomic::Ordering::SeqCst) {
                 break;
             }
-            let Some((name, size)) = self
-                .shared
-                .queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pop_front()
-            else {
-                break;
+            let entry = match self.shared.queue.pop() {
+                None => break,
+                Some(Next::Dropped { item, .. }) => {
+                    let first = item.first.expect("a second try keeps its first result");
+                    if !self.report(first, false).await {
+                        break;
+                    }
+                    continue;
+                }
+                Some(Next::Copy(entry)) => entry,
             };
+            entry.wait(std::future::pending()).await;
+            let second = entry.second.is_some();
+            let File { name, size, .. } = entry.item;
             if !pair.as_ref().is_some_and(Pair::is_usable) {
                 if _permits.is_none() {
                     _permits = Some(self.hosts.acquire(&self.src.host, &self.dst.host).await);
@@ -630,26 +674,24 @@ impl Worker {
                     break;
                 }
             };
+            let result = file_result(&name, &outcome, t.elapsed().as_secs_f64());
+            // A repeat is safe unless a partial append or unique file may be left behind.
+            if data_connection_failed(&outcome)
+                && (self.spec.dest_command == DestCommand::Replace
+                    || !outcome.report().destination_touched)
             {
-                let mut s = self
-                    .shared
-                    .summary
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
-                s.files += 1;
-                if let CopyOutcome::Succeeded { bytes, .. } = &outcome {
-                    s.succeeded += 1;
-                    s.bytes += bytes.unwrap_or(0);
-                } else {
-                    s.failed += 1;
+                if !second {
+                    let reason = result.detail.clone().unwrap_or_default();
+                    tracing::info!(file = %name, %reason, "file to be tried again");
+                    let first = Some(result);
+                    self.shared
+                        .queue
+                        .try_again(File { name, size, first }, reason);
+                    continue;
                 }
+                self.shared.queue.second_try_failed();
             }
-            let event =
-                TransferEvent::File(file_result(&name, &outcome, t.elapsed().as_secs_f64()));
-            if self.tx.send(event).await.is_err() {
-                self.shared
-                    .stop
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            if !self.report(result, outcome.is_success()).await {
                 break;
             }
         }

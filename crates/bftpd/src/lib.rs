@@ -17,6 +17,7 @@ pub mod server;
 pub mod service;
 pub mod submit;
 pub mod views;
+pub mod work;
 
 use std::future::Future;
 use std::os::unix::fs::DirBuilderExt;
