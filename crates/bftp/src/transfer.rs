@@ -277,9 +277,13 @@ impl<O: Write, E: Write> View<O, E> {
 
     fn line(&mut self, raw: &[u8], now: Instant) -> io::Result<()> {
         if self.json {
-            let mut line = raw.to_vec();
-            line.push(b'\n');
-            match self.out.write_all(&line).and_then(|()| self.out.flush()) {
+            // Flushed once per chunk received ([`View::flush`]): one write for the events
+            // bftpd sent together.
+            match self
+                .out
+                .write_all(raw)
+                .and_then(|()| self.out.write_all(b"\n"))
+            {
                 Err(e) if e.kind() != io::ErrorKind::BrokenPipe => return Err(e),
                 _ => {}
             }
@@ -356,6 +360,14 @@ impl<O: Write, E: Write> View<O, E> {
         write(&mut self.err, &format!("\r{line}\x1b[K"))
     }
 
+    /// Writes out what [`View::line`] buffered (the JSON lines).
+    fn flush(&mut self) -> io::Result<()> {
+        match self.out.flush() {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+            r => r,
+        }
+    }
+
     fn clear(&mut self) -> io::Result<()> {
         if std::mem::take(&mut self.shown) {
             write(&mut self.err, "\r\x1b[K")?;
@@ -364,6 +376,7 @@ impl<O: Write, E: Write> View<O, E> {
     }
 
     fn interrupted(&mut self) -> Exit {
+        let _ = self.flush();
         let _ = self.clear();
         let _ = write(
             &mut self.err,
@@ -374,6 +387,7 @@ impl<O: Write, E: Write> View<O, E> {
     }
 
     fn finish(mut self) -> anyhow::Result<Exit> {
+        self.flush()?;
         self.clear()?;
         match &self.summary {
             Some(s) => Ok(exit_for(self.every_file_succeeded, s)),
@@ -391,7 +405,7 @@ pub async fn run(client: &Client, prepared: &Prepared, json: bool) -> anyhow::Re
     let mut interrupt = signal(SignalKind::interrupt()).context("catching Ctrl-C")?;
     let body = serde_json::to_vec(&prepared.request).context("encoding the request")?;
     let live = !json && io::stderr().is_terminal();
-    let mut view = View::new(io::stdout(), io::stderr(), json, live);
+    let mut view = View::new(io::BufWriter::new(io::stdout()), io::stderr(), json, live);
     let path = format!("{API_PREFIX}/transfer");
     let mut stream = tokio::select! {
         s = client.post_streaming(&path, body) => s.context("starting the transfer")?,
@@ -407,6 +421,7 @@ pub async fn run(client: &Client, prepared: &Prepared, json: bool) -> anyhow::Re
                         for line in complete {
                             view.line(&line, Instant::now())?;
                         }
+                        view.flush()?;
                     }
                     Err(e) => {
                         view.clear()?;
