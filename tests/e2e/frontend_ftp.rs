@@ -1,5 +1,7 @@
 //! `bftp verify` and `bftp transfer` end to end: the real CLI, the real daemon, real servers.
 
+use std::time::Duration;
+
 use bftp_tests::daemon::{text, Bftpd};
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
@@ -290,4 +292,55 @@ fn transfer_tries_a_refused_data_connection_once_more() {
         "{summary}"
     );
     assert_eq!(stors, 4, "{:#?}", dst.commands());
+}
+
+/// A copy that takes longer than the 500 ms coalescing interval shows its phase on the event
+/// stream while it runs: the scripted source waits 1.5 s before each RETR, so each file's
+/// `progress` event comes before its `file` result; a file's progress names that file.
+#[test]
+fn transfer_shows_the_phase_of_a_slow_copy_while_it_runs() {
+    use bftp_tests::hostile::{Action, HostileServer, Script};
+    let names = ["s-0.bin", "s-1.bin"];
+    let mut script = Script::new().user("src", "src-pw").on(
+        "RETR",
+        Action::delayed(Duration::from_millis(1500), Action::Default),
+    );
+    for n in names {
+        script = script.file(&format!("/out/{n}"), n.repeat(500));
+    }
+    let src = HostileServer::start(script).unwrap();
+    let dst = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    dst.mkdir("in").unwrap();
+    let d = Bftpd::start().unwrap();
+    let o = d.bftp_env(
+        None,
+        &[
+            "--json",
+            "transfer",
+            &src.url("out/s-*.bin"),
+            &dst.url("in/"),
+        ],
+        &[
+            ("BFTP_SOURCE_PASSWORD", src.password()),
+            ("BFTP_DEST_PASSWORD", dst.password()),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let events: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for n in names {
+        let at = |kind: &str| {
+            events
+                .iter()
+                .position(|e| e["event"] == kind && e["name"] == n)
+        };
+        let (progress, file) = (at("progress"), at("file"));
+        assert!(
+            progress.is_some() && progress < file,
+            "{n}: progress at {progress:?}, result at {file:?}: {}",
+            text(&o)
+        );
+    }
 }

@@ -530,6 +530,34 @@ struct File {
     first: Option<FileResult>,
 }
 
+/// The phase of one file's copy on the event stream, coalesced: at most every
+/// [`PROGRESS_INTERVAL`], none for a quick copy. Never completes: the copy ends it.
+async fn show_progress(
+    mut progress: tokio::sync::watch::Receiver<bftp_ftp::Progress>,
+    tx: mpsc::Sender<TransferEvent>,
+    name: String,
+) -> std::convert::Infallible {
+    let mut shown = None;
+    loop {
+        tokio::time::sleep(PROGRESS_INTERVAL).await;
+        let now = phase(&progress.borrow_and_update()).map(|(_, phase)| phase);
+        if let Some(now) = now.filter(|now| shown != Some(*now)) {
+            shown = Some(now);
+            let event = TransferEvent::Progress {
+                name: name.clone(),
+                phase: now.into(),
+            };
+            if tx.send(event).await.is_err() {
+                break;
+            }
+        }
+        if progress.changed().await.is_err() {
+            break;
+        }
+    }
+    std::future::pending().await
+}
+
 /// What the workers of one foreground transfer share.
 struct Shared {
     queue: WorkQueue<File>,
@@ -638,35 +666,17 @@ impl Worker {
                 };
             }
             let p = pair.as_mut().expect("opened above");
-            let mut progress = p.progress();
-            let ptx = self.tx.clone();
-            let member = name.clone();
-            let watcher = tokio::spawn(async move {
-                // Coalesced: the phase at most every PROGRESS_INTERVAL, none for a quick copy.
-                let mut shown = None;
-                loop {
-                    tokio::time::sleep(PROGRESS_INTERVAL).await;
-                    let now = phase(&progress.borrow_and_update()).map(|(_, phase)| phase);
-                    if let Some(now) = now.filter(|now| shown != Some(*now)) {
-                        shown = Some(now);
-                        let event = TransferEvent::Progress {
-                            name: member.clone(),
-                            phase: now.into(),
-                        };
-                        if ptx.send(event).await.is_err() {
-                            break;
-                        }
-                    }
-                    if progress.changed().await.is_err() {
-                        break;
-                    }
-                }
-            });
+            // Polled alongside the copy in this task (no task spawned per file), and dropped
+            // with it.
+            let watcher = show_progress(p.progress(), self.tx.clone(), name.clone());
             let t = Instant::now();
             let mut request = copy_request(&self.spec, &name);
             request.source_size = size;
-            let outcome = p.copy(&request).await;
-            watcher.abort();
+            let outcome = tokio::select! {
+                biased;
+                outcome = p.copy(&request) => outcome,
+                never = watcher => match never {},
+            };
             let outcome = match outcome {
                 Ok(o) => o,
                 Err(e) => {
