@@ -29,18 +29,36 @@ fn json_transfer(
     pattern: &str,
     dest: &str,
 ) -> (String, Vec<Value>) {
-    let o = d.bftp_env(
-        None,
-        &["--json", "transfer", &src.url(pattern), &dst.url(dest)],
-        &pw_env(src, dst),
+    let (o, events) = transfer_urls(
+        d,
+        (&src.url(pattern), src.password()),
+        (&dst.url(dest), dst.password()),
     );
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
+    (out, events)
+}
+
+/// `bftp --json transfer SOURCE DEST` with each side's (URL, password), for servers of any
+/// kind (the scripted one included), whatever its exit: the output and its events.
+fn transfer_urls(
+    d: &Bftpd,
+    (source, source_password): (&str, &str),
+    (dest, dest_password): (&str, &str),
+) -> (std::process::Output, Vec<Value>) {
+    let o = d.bftp_env(
+        None,
+        &["--json", "transfer", source, dest],
+        &[
+            ("BFTP_SOURCE_PASSWORD", source_password),
+            ("BFTP_DEST_PASSWORD", dest_password),
+        ],
+    );
     let events = String::from_utf8_lossy(&o.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    (out, events)
+    (o, events)
 }
 
 #[test]
@@ -213,23 +231,11 @@ fn transfer_tries_a_refused_data_connection_once_more() {
                 .on("STOR", stor),
         )
         .unwrap();
-        let o = d.bftp_env(
-            None,
-            &[
-                "--json",
-                "transfer",
-                &src.url("out/r-*.bin"),
-                &dst.url("in/"),
-            ],
-            &[
-                ("BFTP_SOURCE_PASSWORD", src.password()),
-                ("BFTP_DEST_PASSWORD", dst.password()),
-            ],
+        let (o, events) = transfer_urls(
+            &d,
+            (&src.url("out/r-*.bin"), src.password()),
+            (&dst.url("in/"), dst.password()),
         );
-        let events: Vec<Value> = String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
         let stors = dst
             .commands()
             .iter()
@@ -312,24 +318,12 @@ fn transfer_shows_the_phase_of_a_slow_copy_while_it_runs() {
     let dst = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
     dst.mkdir("in").unwrap();
     let d = Bftpd::start().unwrap();
-    let o = d.bftp_env(
-        None,
-        &[
-            "--json",
-            "transfer",
-            &src.url("out/s-*.bin"),
-            &dst.url("in/"),
-        ],
-        &[
-            ("BFTP_SOURCE_PASSWORD", src.password()),
-            ("BFTP_DEST_PASSWORD", dst.password()),
-        ],
+    let (o, events) = transfer_urls(
+        &d,
+        (&src.url("out/s-*.bin"), src.password()),
+        (&dst.url("in/"), dst.password()),
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let events: Vec<Value> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     for n in names {
         let at = |kind: &str| {
             events

@@ -60,8 +60,9 @@ pub struct SchedulerConfig {
     pub grace: Duration,
     /// Threads that run the control connections, the API and the scheduler. The work is
     /// waiting on sockets: one thread does it with the least CPU per file (a second one
-    /// costs wake-ups between threads: bftpd's CPU per copied file was 22% higher with
-    /// two). The store's disk writes have threads of their own.
+    /// costs wake-ups between threads: bftpd's CPU per copied file was about a third higher
+    /// with two, 0.72 against 0.55 s per 2,000 files). The store's disk writes have
+    /// threads of their own.
     #[serde(default = "d_worker_threads")]
     pub worker_threads: usize,
 }
