@@ -3,7 +3,7 @@
 //!
 //! | tree       | key                              | value          |
 //! |------------|----------------------------------|----------------|
-//! | `meta`     | `magic`, `schema`, `next_id`, `seq` | see below   |
+//! | `meta`     | `magic`, `schema`, `next_id`, `seq`, `digest` | see below |
 //! | `jobs`     | id                               | job record     |
 //! | `members`  | id, index (u32)                  | member record  |
 //! | `history`  | id, seq (u32)                    | history record |
@@ -27,6 +27,8 @@ pub(crate) const META_SCHEMA: &[u8] = b"schema";
 pub(crate) const META_NEXT_ID: &[u8] = b"next_id";
 /// Commit sequence: bumped by every transaction, compared with the watermark file at open.
 pub(crate) const META_SEQ: &[u8] = b"seq";
+/// The content digest of every other tree (`digest.rs`), kept by every transaction.
+pub(crate) const META_DIGEST: &[u8] = b"digest";
 pub(crate) const MAGIC_VALUE: &[u8] = b"bftp-store";
 
 pub(crate) fn job(id: JobId) -> [u8; 8] {

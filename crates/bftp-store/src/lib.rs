@@ -9,10 +9,13 @@
 //!   entries and its history event are written in one transaction;
 //! - secrets arrive sealed and keywords and request keys as keyed hashes: nothing secret is
 //!   stored in clear;
-//! - nothing read from disk can panic the caller: damage is a [`StoreError`].
+//! - nothing read from disk can panic the caller: damage is a [`StoreError`];
+//! - damage that the storage engine recovers from silently (a page back at an older version)
+//!   is found at open: every transaction keeps a digest of all entries (`digest.rs`).
 //!
 //! Synchronous: the daemon calls it from `spawn_blocking`.
 
+mod digest;
 mod durable;
 mod error;
 mod files;
