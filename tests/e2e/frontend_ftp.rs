@@ -338,3 +338,42 @@ fn transfer_shows_the_phase_of_a_slow_copy_while_it_runs() {
         );
     }
 }
+
+/// A listed file gone by the time its copy starts: the source is asked before the
+/// destination is touched, so the destination's old file stays (a STOR first would truncate
+/// it, and the failed copy's cleanup would then remove it).
+#[test]
+fn transfer_leaves_the_destination_alone_when_a_listed_file_is_gone() {
+    use bftp_tests::hostile::{Action, HostileServer, Script};
+    let gone = "550 g.bin: No such file or directory";
+    let src = HostileServer::start(
+        Script::new()
+            .user("src", "src-pw")
+            .file("/out/g.bin", vec![7u8; 2000])
+            .on("SIZE", Action::reply(gone))
+            .on("RETR", Action::reply(gone)),
+    )
+    .unwrap();
+    let dst = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    dst.put_file("in/g.bin", b"the destination's own copy")
+        .unwrap();
+    let d = Bftpd::start().unwrap();
+    let (o, events) = transfer_urls(
+        &d,
+        (&src.url("out/*.bin"), src.password()),
+        (&dst.url("in/"), dst.password()),
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o));
+    let file = events
+        .iter()
+        .find(|e| e["event"] == "file" && e["name"] == "g.bin")
+        .unwrap_or_else(|| panic!("no result for g.bin: {}", text(&o)));
+    assert!(file.to_string().contains("550"), "{file}");
+    assert_eq!(
+        dst.read_file("in/g.bin").unwrap(),
+        b"the destination's own copy",
+        "{}",
+        text(&o)
+    );
+    assert!(!src.observed().saw("RETR"), "{:?}", src.commands());
+}

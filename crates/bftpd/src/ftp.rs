@@ -405,12 +405,14 @@ async fn run_transfer(
                         rejected,
                     })
                     .await;
-                // The listing's sizes (asked a moment ago on this pair) spare each copy its
-                // SIZE before the transfer.
+                // Not the listing's sizes: the last files of a long listing are copied
+                // minutes after it, and each copy asks the source's SIZE right before it
+                // touches the destination (a file gone since must not cost the
+                // destination its old copy).
                 listing
                     .members
                     .into_iter()
-                    .map(|m| (m.name, m.size))
+                    .map(|m| m.name)
                     .collect::<Vec<_>>()
             }
             Err(e) => {
@@ -428,7 +430,7 @@ async fn run_transfer(
                 rejected: vec![],
             })
             .await;
-        vec![(name, None)]
+        vec![name]
     };
     if names.is_empty() {
         summary.error = Some(format!("no file matches {:?}", spec.source.path));
@@ -441,11 +443,7 @@ async fn run_transfer(
     close_early(unused);
     let mut early = early.into_iter();
     let shared = Arc::new(Shared {
-        queue: WorkQueue::new(names.into_iter().map(|(name, size)| File {
-            name,
-            size,
-            first: None,
-        })),
+        queue: WorkQueue::new(names.into_iter().map(|name| File { name, first: None })),
         summary: std::sync::Mutex::new(summary),
         stop: std::sync::atomic::AtomicBool::new(false),
     });
@@ -524,8 +522,6 @@ const PROGRESS_INTERVAL: Duration = Duration::from_millis(500);
 /// One file of a foreground transfer.
 struct File {
     name: String,
-    /// The listing's size, where it gave one.
-    size: Option<u64>,
     /// For a second try: the first try's result, which stands if the second is not made.
     first: Option<FileResult>,
 }
@@ -644,7 +640,7 @@ impl Worker {
             };
             entry.wait(std::future::pending()).await;
             let second = entry.second.is_some();
-            let File { name, size, .. } = entry.item;
+            let File { name, .. } = entry.item;
             if !pair.as_ref().is_some_and(Pair::is_usable) {
                 if _permits.is_none() {
                     _permits = Some(self.hosts.acquire(&self.src.host, &self.dst.host).await);
@@ -670,8 +666,7 @@ impl Worker {
             // with it.
             let watcher = show_progress(p.progress(), self.tx.clone(), name.clone());
             let t = Instant::now();
-            let mut request = copy_request(&self.spec, &name);
-            request.source_size = size;
+            let request = copy_request(&self.spec, &name);
             let outcome = tokio::select! {
                 biased;
                 outcome = p.copy(&request) => outcome,
@@ -694,9 +689,7 @@ impl Worker {
                     let reason = result.detail.clone().unwrap_or_default();
                     tracing::info!(file = %name, %reason, "file to be tried again");
                     let first = Some(result);
-                    self.shared
-                        .queue
-                        .try_again(File { name, size, first }, reason);
+                    self.shared.queue.try_again(File { name, first }, reason);
                     continue;
                 }
                 self.shared.queue.second_try_failed();
