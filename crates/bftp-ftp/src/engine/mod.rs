@@ -48,10 +48,11 @@ pub struct CopyRequest {
     /// the server picks one and reports it.
     pub dest_path: String,
     pub dest_command: DestCommand,
-    /// The source file's size when the caller learned it moments ago on this pair (the
-    /// listing's SIZE or MLSD `size` fact): then the copy asks no SIZE of the source before
+    /// The source file's size when the caller asked it just now on this pair (bftpd before
+    /// an APPE, whose intent records it): then the copy asks no SIZE of the source before
     /// the transfer, and it is not evidence: the source is asked after the transfer, with
-    /// the destination. `None`: the copy asks first (a missing source file then fails
+    /// the destination. Not a listing's size from longer ago: a file removed since would
+    /// meet the destination's STOR before the source's 550. `None`: the copy asks first (a missing source file then fails
     /// before the destination is touched), and that answer, moments before the RETR, is the
     /// source's side of the proof: only the destination is asked after the transfer.
     pub source_size: Option<u64>,

@@ -50,8 +50,8 @@ use crate::transcript::Side;
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Phase {
-    /// SIZE of the source in image type, unless the request carries the size (the
-    /// listing's): 213 (the size), 550 (no such file: this member fails for good before
+    /// SIZE of the source in image type, unless the request carries the size (asked by the
+    /// caller just now): 213 (the size), 550 (no such file: this member fails for good before
     /// the destination is touched), 500/501/502/504 (no SIZE: no size
     /// evidence). For APPE also SIZE of the destination: 213 (the size before, the
     /// evidence SPEC §4.3 wants), 550 (absent: 0). Then TYPE (200) back to the job's.
@@ -251,8 +251,8 @@ impl Attempt<'_> {
         }
 
         let source_path = self.request.source_path.clone();
-        // Known from the listing a moment ago: not asked again, and then not evidence (the
-        // source is asked again after the transfer). Asked here, moments before the RETR,
+        // Asked by the caller just now: not asked again, and then not evidence (the source
+        // is asked again after the transfer). Asked here, moments before the RETR,
         // the answer is the source's side of the evidence.
         let known = self.request.source_size;
         match match known {
