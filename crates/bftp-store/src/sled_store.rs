@@ -233,34 +233,31 @@ fn damaged(dir: &Path, reason: impl Into<String>) -> StoreError {
     }
 }
 
-/// Opens sled's database in `dir`; sled's failures become the store's errors.
+/// Opens sled's database in `dir`; sled's failures become the store's errors. A lock held is
+/// tried again for up to a second: sled lets go of its file lock from a background thread
+/// after its last handle is dropped, so this process (which opens sled twice, and tests that
+/// edit the database raw) can find its own lock still held for a moment.
 fn open_db(config: &sled::Config, dir: &Path) -> Result<sled::Db, StoreError> {
-    match no_panic(|| config.open()) {
-        Ok(Ok(db)) => Ok(db),
-        Ok(Err(sled::Error::Io(e))) if e.to_string().contains("could not acquire lock") => {
-            Err(StoreError::Locked {
-                path: dir.to_path_buf(),
-            })
-        }
-        Ok(Err(e)) => Err(damaged(dir, format!("sled cannot open it: {e}"))),
-        Err(msg) => Err(damaged(
-            dir,
-            format!("sled panicked while recovering it: {msg}"),
-        )),
-    }
-}
-
-/// [`open_db`] right after this process closed the database: sled's last thread may still
-/// be letting go of the file lock, so a lock held is tried again for up to a second.
-fn reopen_db(config: &sled::Config, dir: &Path) -> Result<sled::Db, StoreError> {
     let mut tries = 0;
     loop {
-        match open_db(config, dir) {
-            Err(StoreError::Locked { .. }) if tries < 20 => {
+        match no_panic(|| config.open()) {
+            Ok(Ok(db)) => return Ok(db),
+            Ok(Err(sled::Error::Io(e))) if e.to_string().contains("could not acquire lock") => {
+                if tries == 20 {
+                    return Err(StoreError::Locked {
+                        path: dir.to_path_buf(),
+                    });
+                }
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(50));
             }
-            r => return r,
+            Ok(Err(e)) => return Err(damaged(dir, format!("sled cannot open it: {e}"))),
+            Err(msg) => {
+                return Err(damaged(
+                    dir,
+                    format!("sled panicked while recovering it: {msg}"),
+                ))
+            }
         }
     }
 }
@@ -329,16 +326,8 @@ impl SledStore {
             initialise(&t)?;
         }
         let seq = check_meta(&t.meta, dir)?;
-        check_digest(&t, dir)?;
-        // The scan left sled's cache holding every page it read (its limit is soft: about
-        // 90 MiB more for 100,000 jobs). That instance is closed, the memory handed back to
-        // the system, and the store opened afresh for work (0.1 s for 100,000 jobs).
-        db.flush().map_err(backend("open"))?;
-        drop(t);
-        drop(db);
-        release_free_memory();
-        let db = reopen_db(&config, dir)?;
-        let t = Self::open_trees(&db, dir)?;
+        // The cheap check first: a lost tail is named as such, and nothing is written to a
+        // database that lost one (check_digest may add a digest).
         if let Some(w) = watermark {
             if seq < w {
                 return Err(damaged(
@@ -352,6 +341,16 @@ impl SledStore {
                 ));
             }
         }
+        check_digest(&t, dir)?;
+        // The scan left sled's cache holding every page it read (its limit is soft: about
+        // 90 MiB more for 100,000 jobs). That instance is closed, the memory handed back to
+        // the system, and the store opened afresh for work (0.1 s for 100,000 jobs).
+        db.flush().map_err(backend("open"))?;
+        drop(t);
+        drop(db);
+        release_free_memory();
+        let db = open_db(&config, dir)?;
+        let t = Self::open_trees(&db, dir)?;
 
         // sled fsyncs neither `conf` nor the directory entries it created.
         db.flush().map_err(backend("open"))?;

@@ -551,3 +551,31 @@ fn a_store_without_a_digest_gets_one_and_is_checked_from_then_on() {
         "{e:?}"
     );
 }
+
+/// A database that lost its tail is named as such before its digest is looked at, and the
+/// open writes nothing into it (not even the digest a store from before the digest gets).
+#[test]
+fn a_lost_tail_is_found_before_the_digest_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = tempfile::tempdir().unwrap();
+    filled(dir.path(), 16);
+    for name in ["db", "conf"] {
+        std::fs::copy(dir.path().join(name), copy.path().join(name)).unwrap();
+    }
+    {
+        let db = sled::open(copy.path()).unwrap();
+        db.open_tree("meta").unwrap().remove("digest").unwrap();
+        db.flush().unwrap();
+    }
+    filled(dir.path(), 16);
+    for name in ["db", "conf"] {
+        std::fs::copy(copy.path().join(name), dir.path().join(name)).unwrap();
+    }
+    let e = open_err(dir.path());
+    assert!(
+        matches!(&e, StoreError::Damaged { reason, .. } if reason.contains("was durable before")),
+        "{e:?}"
+    );
+    let db = sled::open(dir.path()).unwrap();
+    assert_eq!(db.open_tree("meta").unwrap().get("digest").unwrap(), None);
+}
