@@ -263,7 +263,8 @@ fn open_db(config: &sled::Config, dir: &Path) -> Result<sled::Db, StoreError> {
 }
 
 /// Hands memory the allocator holds free back to the system; glibc keeps it otherwise, and
-/// the process's resident size stays at its peak.
+/// the process's resident size stays at its peak. The crate's one unsafe call.
+#[allow(unsafe_code)]
 fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim takes no pointers; it only walks the allocator's own free lists.
