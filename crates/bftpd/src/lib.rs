@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod attempt;
+pub mod clock;
 pub mod config;
 pub mod ftp;
 pub mod identity;
@@ -85,6 +86,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         config.ftp.max_connections_per_host,
     );
     let metrics = Arc::new(metrics::Metrics::new());
+    let clock = clock::Clock::system();
     let executor = Arc::new(attempt::FtpExecutor {
         store: store.clone(),
         secrets: secrets.clone(),
@@ -101,6 +103,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             max_running_jobs: config.scheduler.max_running_jobs,
             grace: config.scheduler.grace,
         },
+        clock.clone(),
+        clock::random_jitter(),
     );
     let recovered = scheduler
         .recover()
@@ -125,6 +129,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             scheduler: scheduler.clone(),
             wake: scheduler.finals(),
             metrics: metrics.clone(),
+            clock: clock.clone(),
+            jitter: clock::random_jitter(),
         }))
     } else {
         tracing::warn!("[mail] enabled = false: reports stay in the outbox, undelivered");

@@ -13,17 +13,17 @@
 //! shows where the report stands.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bftp_api::ReportView;
 use bftp_core::Timestamp;
 use bftp_mail::{MailConfig, Mailer, SendError};
 use bftp_store::{DeliveryTry, Job, JobId, JobStore, OutboxEntry, OutboxState, StoreError};
-use rand::Rng;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::clock::{Clock, Jitter};
 use crate::metrics::{Metrics, ReportResult};
 use crate::secrets::Secrets;
 
@@ -33,10 +33,8 @@ const BATCH: usize = 16;
 const WAIT_FOR_ATTEMPT: Duration = Duration::from_secs(1);
 /// After a store error, the postman looks again this much later.
 const STORE_RETRY: Duration = Duration::from_secs(5);
-
-fn now() -> Timestamp {
-    Timestamp::from_system(SystemTime::now())
-}
+/// With no report pending, the postman still looks at the outbox this often.
+const IDLE_LOOK: Duration = Duration::from_secs(3600);
 
 /// What the API and the postman both need to know about mail: who a report goes to and
 /// what its Message-ID is.
@@ -120,6 +118,9 @@ pub struct Postman {
     /// Notified when a job becomes final.
     pub wake: Arc<Notify>,
     pub metrics: Arc<Metrics>,
+    pub clock: Clock,
+    /// The draw behind each retry's jitter.
+    pub jitter: Jitter,
 }
 
 impl Postman {
@@ -132,15 +133,13 @@ impl Postman {
             };
             let next = next.unwrap_or_else(|e| {
                 tracing::error!(error = %e, "the postman cannot read the outbox; retrying soon");
-                Some(now().saturating_add(STORE_RETRY))
+                Some(self.clock.now().saturating_add(STORE_RETRY))
             });
-            let sleep = next.map_or(Duration::from_secs(3600), |t| {
-                t.saturating_duration_since(now())
-            });
+            let next = next.unwrap_or_else(|| self.clock.now().saturating_add(IDLE_LOOK));
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(sleep) => {}
+                _ = self.clock.sleep_until(next) => {}
             }
         }
     }
@@ -155,7 +154,7 @@ impl Postman {
     /// Tries every due report once; returns when the next one is due.
     async fn deliver_due(&self) -> Result<Option<Timestamp>, StoreError> {
         loop {
-            let t = now();
+            let t = self.clock.now();
             let due = self.blocking(move |s| s.outbox_due(t, BATCH)).await?;
             let full = due.len() == BATCH;
             for entry in due {
@@ -163,7 +162,7 @@ impl Postman {
                 // Every event of the delivery carries the job id.
                 let span = tracing::info_span!("report", job = id.0);
                 let result = self.try_one(&entry).instrument(span.clone()).await;
-                let at = now();
+                let at = self.clock.now();
                 let recorded = self
                     .blocking(move |s| s.record_delivery(id, result, at))
                     .instrument(span.clone())
@@ -197,7 +196,7 @@ impl Postman {
         if self.scheduler.is_running(id) {
             // A cancelled job's attempt is still stopping: its ledger may change yet.
             return DeliveryTry::Postponed {
-                next_try_at: now().saturating_add(WAIT_FOR_ATTEMPT),
+                next_try_at: self.clock.now().saturating_add(WAIT_FOR_ATTEMPT),
             };
         }
         let fail = |error: String| self.failed(entry, error);
@@ -219,9 +218,9 @@ impl Postman {
 
     /// A transient failure: the next try, or the end when `give_up_after` has passed.
     fn failed(&self, entry: &OutboxEntry, error: String) -> DeliveryTry {
-        let t = now();
+        let t = self.clock.now();
         let elapsed = t.saturating_duration_since(entry.created_at);
-        let jitter: f64 = rand::thread_rng().gen_range(-1.0..=1.0);
+        let jitter = (self.jitter)();
         match bftp_mail::next_delay(entry.tries + 1, elapsed, &self.config.retry, jitter) {
             Some(wait) => DeliveryTry::Failed {
                 error,
