@@ -17,6 +17,8 @@ pub mod secrets;
 pub mod server;
 pub mod service;
 pub mod submit;
+#[cfg(test)]
+mod testkit;
 pub mod views;
 pub mod work;
 

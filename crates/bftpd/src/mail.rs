@@ -281,6 +281,104 @@ enum Compose {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::{self, T0};
+    use bftp_core::{JobEvent, JobOutcome, RetryPolicy};
+    use bftp_mail::{MailRetry, TransportConfig};
+
+    /// Runs the postman against a final job whose mail can never be handed over (a sendmail
+    /// that does not exist: a transient failure, at once), on a paused clock, until the report
+    /// is given up.
+    async fn give_up_schedule(retry: MailRetry) -> OutboxEntry {
+        let (dir, store) = testkit::store();
+        let id = testkit::submit_one_file_job(&*store, RetryPolicy::default());
+        store
+            .apply(id, JobEvent::Start { attempt: 1 }, T0, None)
+            .unwrap();
+        let finish = JobEvent::Finish {
+            outcome: JobOutcome::Failed,
+        };
+        store.apply(id, finish, T0, None).unwrap();
+        let config = MailConfig {
+            transport: TransportConfig::Sendmail {
+                command: dir.path().join("no-such-sendmail"),
+                timeout: Duration::from_secs(5),
+            },
+            retry,
+            ..MailConfig::default()
+        };
+        struct Idle;
+        impl crate::scheduler::Executor for Idle {
+            fn attempt(
+                &self,
+                _: Job,
+                _: u32,
+                _: crate::scheduler::AttemptSignals,
+            ) -> crate::scheduler::AttemptFuture {
+                Box::pin(async { crate::scheduler::AttemptEnd::Complete })
+            }
+        }
+        let clock = Clock::following_tokio(T0);
+        let metrics = Arc::new(Metrics::new());
+        let limits = crate::scheduler::SchedulerLimits {
+            max_running_jobs: 1,
+            grace: Duration::from_secs(1),
+        };
+        let scheduler = crate::scheduler::Scheduler::new(
+            store.clone(),
+            Arc::new(Idle),
+            metrics.clone(),
+            limits,
+            clock.clone(),
+            Arc::new(|| 0.0),
+        );
+        let postman = Arc::new(Postman {
+            store: store.clone(),
+            secrets: Arc::new(Secrets::load_or_create(&dir.path().join("secret.key")).unwrap()),
+            settings: MailSettings::new(&config),
+            mailer: Mailer::new(&config).unwrap(),
+            config,
+            wake: scheduler.finals(),
+            scheduler,
+            metrics,
+            clock,
+            jitter: Arc::new(|| 0.0),
+        });
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(postman.run(stop.clone()));
+        let entry = loop {
+            let entry = store.outbox_entry(id).unwrap().unwrap();
+            if !matches!(entry.state, OutboxState::Pending) {
+                break entry;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        stop.cancel();
+        running.await.unwrap();
+        entry
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_report_is_retried_with_backoff_and_given_up_on_time() {
+        let retry = MailRetry {
+            first_interval: Duration::from_secs(60),
+            factor: 2.0,
+            cap: Duration::from_secs(300),
+            give_up_after: Duration::from_secs(1000),
+        };
+        let entry = give_up_schedule(retry).await;
+        // Tries at 0, 60, 180, 420 and 720 s (waits 60, 120, 240, then capped at 300); the
+        // next would come at 1020 s, past give_up_after: the fifth failure gives it up.
+        assert_eq!(entry.tries, 5);
+        assert_eq!(
+            entry.state,
+            OutboxState::GaveUp {
+                at: T0.saturating_add(Duration::from_secs(720))
+            }
+        );
+        let error = entry.last_error.unwrap_or_default();
+        assert!(error.contains("no-such-sendmail"), "{error}");
+        assert!(error.contains("still undelivered after 16m 40s"), "{error}");
+    }
 
     fn entry(state: OutboxState) -> OutboxEntry {
         OutboxEntry {

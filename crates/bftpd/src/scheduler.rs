@@ -377,12 +377,10 @@ mod tests {
     //! the millisecond, and a 4-attempt backoff of an hour runs in milliseconds.
 
     use super::*;
-    use bftp_core::{DestCommand, Disposition, FtpParams, JobOutcome, RetryPolicy, Timestamp};
-    use bftp_store::{
-        MemberUpdate, NewJob, NewMember, SealedEndpoint, SealedSpec, SledStore, StoreOptions,
-    };
+    use crate::testkit::{self, T0};
+    use bftp_core::RetryPolicy;
+    use bftp_store::MemberUpdate;
 
-    const T0: Timestamp = Timestamp(1_800_000_000_000);
     const MIN: Duration = Duration::from_secs(60);
 
     /// An executor that ends each attempt as its script says and notes when it started; past
@@ -412,28 +410,6 @@ mod tests {
         }
     }
 
-    fn spec(retry: RetryPolicy) -> SealedSpec {
-        let endpoint = |path: &str| SealedEndpoint {
-            host: "127.0.0.1".into(),
-            port: 21,
-            user: "anonymous".into(),
-            password: None,
-            acct: None,
-            path: path.into(),
-        };
-        SealedSpec {
-            source: endpoint("a.bin"),
-            destination: Some(endpoint("b/")),
-            disposition: Disposition::Copy,
-            dest_command: DestCommand::Replace,
-            params: FtpParams::default(),
-            start_at: T0,
-            retry,
-            notify: vec![],
-            keyword_present: false,
-        }
-    }
-
     fn transient() -> AttemptEnd {
         AttemptEnd::Transient {
             reason: "426 connection closed".into(),
@@ -443,9 +419,7 @@ mod tests {
     /// Runs one job through the scheduler until it is final; returns the attempts' start
     /// times and the final job.
     async fn run_job(retry: RetryPolicy, ends: Vec<AttemptEnd>) -> (Vec<(u32, Timestamp)>, Job) {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn JobStore> =
-            Arc::new(SledStore::open(dir.path(), StoreOptions::default()).unwrap());
+        let (_dir, store) = testkit::store();
         let clock = Clock::following_tokio(T0);
         let executor = Arc::new(Scripted {
             store: store.clone(),
@@ -464,21 +438,7 @@ mod tests {
             clock.clone(),
             Arc::new(|| 0.0),
         );
-        let submitted = store
-            .submit(NewJob {
-                owner_uid: 1000,
-                spec: spec(retry),
-                keyword_hash: None,
-                request: None,
-                created_at: T0,
-                members: vec![NewMember {
-                    name: "a.bin".into(),
-                    size: None,
-                    modified: None,
-                }],
-            })
-            .unwrap();
-        let id = submitted.job().id;
+        let id = testkit::submit_one_file_job(&*store, retry);
         let stop = CancellationToken::new();
         let running = tokio::spawn(scheduler.clone().run(stop.clone()));
         let job = loop {
