@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use bftp_core::reply::ReplyOverride;
+use bftp_core::scrub::Scrubber;
 use bftp_core::{Endpoint, Secret, ANONYMOUS};
 
 use crate::parse::ReplyLimits;
@@ -30,6 +31,18 @@ impl ServerLogin {
             password: endpoint.password.clone(),
             acct: endpoint.acct.clone(),
         }
+    }
+
+    /// Every secret of these logins (passwords and ACCT strings), as one scrubber: what the
+    /// engine masks in every text a server sends.
+    pub fn scrubber(logins: &[&ServerLogin]) -> Scrubber {
+        let secrets: Vec<&str> = logins
+            .iter()
+            .flat_map(|l| [l.password.as_ref(), l.acct.as_ref()])
+            .flatten()
+            .map(Secret::expose)
+            .collect();
+        Scrubber::new(&secrets)
     }
 
     pub(crate) fn is_anonymous(&self) -> bool {
