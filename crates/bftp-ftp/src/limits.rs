@@ -121,3 +121,28 @@ impl Default for Limits {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scrubber_of_a_pair_masks_both_passwords_and_both_accounts() {
+        let login = |password: Option<&str>, acct: Option<&str>| ServerLogin {
+            host: "127.0.0.1".into(),
+            port: 21,
+            user: "alice".into(),
+            password: password.map(Secret::new),
+            acct: acct.map(Secret::new),
+        };
+        let src = login(Some("src-secret-1"), Some("acct-src-77"));
+        let dst = login(Some("dst-secret-2"), None);
+        let anonymous = login(None, None);
+        let s = ServerLogin::scrubber(&[&src, &dst, &anonymous]);
+        assert_eq!(
+            s.scrub("530 src-secret-1 dst-secret-2 acct-src-77 alice"),
+            "530 **** **** **** alice"
+        );
+        assert!(ServerLogin::scrubber(&[&anonymous]).is_empty());
+    }
+}

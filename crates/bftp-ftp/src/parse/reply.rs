@@ -400,6 +400,35 @@ mod tests {
         ReplyCode::new(n).unwrap()
     }
 
+    #[test]
+    fn a_scrubbed_reply_shows_no_secret_but_its_numbers_are_read_as_sent() {
+        use bftp_core::scrub::Scrubber;
+        let s = Scrubber::new(&["21"]);
+        let pasv = Reply::new(
+            code(227),
+            vec!["Entering Passive Mode (127,0,0,1,4,21) for 21".into()],
+        )
+        .scrubbed(&s);
+        assert_eq!(
+            pasv.text(),
+            "Entering Passive Mode (127,0,0,1,4,****) for ****"
+        );
+        assert!(!format!("{pasv:?}").contains("21)"), "{pasv:?}");
+        let addr = pasv.parse_numbers(crate::parse::parse_pasv).unwrap();
+        assert_eq!(addr.port(), 4 * 256 + 21);
+        // A parse error quotes the scrubbed text.
+        let bad = Reply::new(code(227), vec!["no address, you sent hunter2".into()])
+            .scrubbed(&Scrubber::new(&["hunter2"]));
+        let e = bad.parse_numbers(crate::parse::parse_pasv).unwrap_err();
+        assert!(
+            !e.to_string().contains("hunter2") && e.to_string().contains("****"),
+            "{e}"
+        );
+        // Nothing to scrub: the reply is unchanged.
+        let plain = Reply::new(code(213), vec!["2121".into()]);
+        assert_eq!(plain.clone().scrubbed(&s), plain);
+    }
+
     fn complete(buf: &[u8]) -> (Reply, usize) {
         match parse_reply(buf, &ReplyLimits::default()) {
             Ok(Parsed::Complete { reply, consumed }) => (reply, consumed),
