@@ -424,3 +424,58 @@ fn sigterm_stops_the_daemon_cleanly_and_keeps_the_queue() {
     let (code, v) = status_json(&d, None, &[&id.to_string()]);
     assert_eq!((code, v["state"].as_str()), (Some(0), Some("queued")));
 }
+
+/// The store remembers its key (a fingerprint, never the key): a missing `secret.key`, or
+/// another key in its place, makes bftpd refuse to start with the file named (a new key would
+/// open none of the stored passwords and match none of the keywords), and creates no key;
+/// the right key back, it starts and the job is intact, its keyword found.
+#[test]
+fn a_missing_or_foreign_secret_key_is_refused_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut d = Bftpd::start().unwrap();
+    let v = submit(&d, None, &["--keyword", "key-kept"]);
+    let id = job_id(&v);
+    d.terminate(Duration::from_secs(10)).unwrap();
+    let key = d.state_dir().join("secret.key");
+    let original = std::fs::read(&key).unwrap();
+    assert_eq!(original.len(), 32);
+
+    let refused = |d: &mut Bftpd, what: &str| -> String {
+        let before = d.logs().len();
+        d.spawn().unwrap();
+        let st = d
+            .wait_exit(Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("{what}: bftpd must refuse to start: {e}"));
+        assert!(!st.success(), "{what}: bftpd started");
+        let said = d.logs()[before..].to_string();
+        assert!(
+            said.contains(&key.display().to_string()),
+            "{what}: the error names the key file: {said}"
+        );
+        assert!(!said.contains("panicked"), "{what}: {said}");
+        said
+    };
+
+    std::fs::remove_file(&key).unwrap();
+    let said = refused(&mut d, "no key file");
+    assert!(said.contains("missing"), "{said}");
+    assert!(
+        !key.exists(),
+        "a new key was created in place of the lost one"
+    );
+
+    let mut other = original.clone();
+    other.iter_mut().for_each(|b| *b ^= 0x5a);
+    std::fs::write(&key, &other).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let said = refused(&mut d, "another key");
+    assert!(said.contains("not the key"), "{said}");
+
+    std::fs::write(&key, &original).unwrap();
+    d.launch().unwrap();
+    let (code, after) = status_json(&d, None, &[&id.to_string()]);
+    assert_eq!(code, Some(0));
+    assert_eq!(after, v["job"], "the job changed");
+    let (_, by_kw) = status_json(&d, None, &["--keyword", "key-kept"]);
+    assert_eq!(by_kw["jobs"][0]["id"].as_u64(), Some(id), "{by_kw}");
+}

@@ -1316,6 +1316,30 @@ impl JobStore for SledStore {
         })
     }
 
+    fn is_empty(&self) -> Result<bool, StoreError> {
+        self.guarded("is_empty", || Ok(self.t.jobs.is_empty()))
+    }
+
+    fn key_fingerprint(&self) -> Result<Option<[u8; 32]>, StoreError> {
+        self.guarded("key_fingerprint", || {
+            let k = keys::META_KEY_FINGERPRINT;
+            match self.t.meta.get(k).map_err(backend("key_fingerprint"))? {
+                Some(v) => <[u8; 32]>::try_from(v.as_ref()).map(Some).map_err(|_| {
+                    keys::corrupt_key("meta", k, format!("{} bytes, not 32", v.len()))
+                }),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn set_key_fingerprint(&self, fingerprint: [u8; 32]) -> Result<(), StoreError> {
+        self.write("set_key_fingerprint", |tx| {
+            tx.meta
+                .insert(keys::META_KEY_FINGERPRINT, &fingerprint[..])?;
+            Ok(())
+        })
+    }
+
     fn transcript(&self, id: JobId) -> Result<Option<AttemptTranscript>, StoreError> {
         self.guarded("transcript", || {
             let k = keys::job(id);

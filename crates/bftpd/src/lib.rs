@@ -61,9 +61,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 config.state_dir.display()
             )
         })?;
-    let secrets = Arc::new(secrets::Secrets::load_or_create(
-        &config.state_dir.join("secret.key"),
-    )?);
     let store_dir = config.state_dir.join("store");
     let opts = StoreOptions {
         cache_capacity_bytes: config.store.cache_mib * 1024 * 1024,
@@ -80,6 +77,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 )
             })?,
     );
+    let secrets = {
+        let (store, path) = (store.clone(), config.state_dir.join("secret.key"));
+        Arc::new(
+            tokio::task::spawn_blocking(move || secrets::Secrets::open_for_store(&path, &*store))
+                .await
+                .context("key loading task failed")??,
+        )
+    };
     let admins = identity::AdminPolicy::new(config.admin_group.as_deref())?;
     let policy = policy::HostPolicy::new(&config.policy);
     let limits = config.ftp.limits()?;
