@@ -1,3 +1,4 @@
+mod api_server;
 mod engine;
 mod foundation;
 mod frontend_ftp;
