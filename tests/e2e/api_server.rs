@@ -191,6 +191,7 @@ fn one_user_flooding_the_socket_leaves_the_others_served_and_idle_connections_ar
         log()
     );
     assert!(took < Duration::from_secs(3), "bob waited {took:?}");
+    eprintln!("bob's bftp status during the flood took {took:?}");
     // The flooding user gets a clear refusal while it holds its share (once the refusals
     // of the flood itself, which wait up to 2 s for a request that never comes, are done).
     std::thread::sleep(Duration::from_millis(2500).saturating_sub(flood_started.elapsed()));
