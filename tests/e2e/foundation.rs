@@ -479,3 +479,55 @@ fn a_missing_or_foreign_secret_key_is_refused_at_start() {
     let (_, by_kw) = status_json(&d, None, &["--keyword", "key-kept"]);
     assert_eq!(by_kw["jobs"][0]["id"].as_u64(), Some(id), "{by_kw}");
 }
+
+/// Issue 11: a URL that a parser would quietly rewrite into another file or host is refused,
+/// and the refusals of `--notify` say what they are about.
+#[test]
+fn rewritten_urls_are_refused_and_notify_errors_name_their_limit_and_risk() {
+    let d = Bftpd::start().unwrap();
+    let many: Vec<String> = (0..10_000)
+        .flat_map(|i| ["--notify".to_string(), format!("u{i}@example.org")])
+        .collect();
+    let mut too_many: Vec<&str> = vec!["submit", SRC, DST];
+    too_many.extend(many.iter().map(String::as_str));
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["submit", "ftp://127.0.0.1/bad/../../../etc/passwd", DST],
+            "has a \"..\" segment",
+        ),
+        (
+            vec![
+                "submit",
+                "ftp://127.0.0.1/bad/%2e%2e/%2E%2E/etc/passwd",
+                DST,
+            ],
+            "has a \"..\" segment",
+        ),
+        (
+            vec!["submit", SRC, "ftp://127.0.0.1:2122/in/../../x"],
+            "has a \"..\" segment",
+        ),
+        (vec!["submit", "ftp:///x", DST], "names no host"),
+        (
+            too_many,
+            "notify names too many addresses (10000, at most 16)",
+        ),
+        (
+            vec!["submit", SRC, DST, "--notify", "a@b\r\nBcc: x@y"],
+            "which would inject mail headers",
+        ),
+    ];
+    for (args, needle) in &cases {
+        let o = d.bftp_env(None, args, PW_ENV);
+        let shown = text(&o);
+        let brief = &shown[..shown.len().min(400)];
+        assert_eq!(o.status.code(), Some(4), "{:?}: {brief}", &args[..3]);
+        assert!(shown.contains(needle), "{:?}: {brief}", &args[..3]);
+        assert!(!shown.contains("FTP commands"), "{brief}");
+        assert!(!shown.contains("bytes"), "{brief}");
+    }
+    assert!(
+        all_jobs(&d).is_empty(),
+        "a refused request left a job behind"
+    );
+}

@@ -1,3 +1,4 @@
+mod api_server;
 mod engine;
 mod foundation;
 mod frontend_ftp;
@@ -8,6 +9,7 @@ mod infra;
 mod mail;
 mod mail_delivery;
 mod observe;
+mod readme;
 mod scheduler;
 mod service;
 mod slow;

@@ -49,6 +49,31 @@ pub(crate) async fn on_store<T: Send + 'static>(
 /// How long open API connections may take to finish after shutdown begins.
 const API_GRACE: Duration = Duration::from_secs(5);
 
+/// The API's connection bounds (`[api]`), its connection limit lowered if the open-file
+/// limit would not leave the scheduler and the store their descriptors.
+fn api_bounds(config: &Config) -> anyhow::Result<(Arc<server::Admission>, server::Timeouts)> {
+    let api = &config.api;
+    let nofile = server::raise_nofile_limit();
+    let reserve =
+        server::descriptor_reserve(config.scheduler.max_running_jobs, config.ftp.parallel_pairs);
+    let max = server::connection_budget(api.max_connections, reserve, nofile)
+        .map_err(anyhow::Error::msg)?;
+    if max < api.max_connections {
+        tracing::warn!(
+            nofile,
+            reserve,
+            max_connections = max,
+            "the open-file limit leaves room for only {max} of [api] max_connections = {}; \
+             raise LimitNOFILE= to serve more",
+            api.max_connections
+        );
+    }
+    Ok((
+        server::Admission::new(max, api.max_connections_per_user.min(max)),
+        server::Timeouts::from(api),
+    ))
+}
+
 /// Runs the daemon until `shutdown` completes.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     std::fs::DirBuilder::new()
@@ -155,6 +180,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         retry_bounds: config.retry_bounds.bounds(),
         metrics,
     });
+    let (admission, timeouts) = api_bounds(&config)?;
+    let metrics_listener = match config.metrics.listen {
+        Some(addr) => Some(server::bind_metrics(addr).await?),
+        None => None,
+    };
     let listener = server::bind(
         &config.socket,
         config.socket_mode()?,
@@ -164,10 +194,26 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     tracing::info!(socket = %config.socket.display(), state_dir = %config.state_dir.display(), "bftpd ready");
 
     let token = CancellationToken::new();
+    let metrics_serving = metrics_listener.map(|l| {
+        if let Some(w) = config.metrics.exposure_warning() {
+            tracing::warn!("{w}");
+        }
+        tracing::info!(listen = %config.metrics.listen.expect("bound"), "serving /metrics over TCP");
+        tokio::spawn(server::serve_metrics(
+            l,
+            api::metrics_router(state.clone()),
+            admission.clone(),
+            timeouts,
+            token.clone(),
+            API_GRACE,
+        ))
+    });
     let serving = tokio::spawn(server::serve(
         listener,
         api::router(state),
         admins,
+        admission,
+        timeouts,
         token.clone(),
         API_GRACE,
     ));
@@ -183,6 +229,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     stop_scheduling.cancel();
     let (served, scheduled) = tokio::join!(serving, scheduling);
     served.context("API server task failed")?;
+    if let Some(m) = metrics_serving {
+        m.await.context("metrics listener task failed")?;
+    }
     scheduled.context("scheduler task failed")?;
     // After the scheduler: reports of attempts that ended in the grace period still get a
     // try. A delivery in flight is cut; the report stays pending for the next start.
