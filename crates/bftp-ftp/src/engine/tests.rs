@@ -143,23 +143,62 @@ async fn pasv_naming_a_third_host_is_ignored() {
     assert!(!format!("{outcome:?}").contains("secret-pw"));
 }
 
+/// A source announcing a privileged data port is not named in a PORT (RFC 2577 bounce
+/// protection), but the copy goes on in the other role order: PASV to the destination.
 #[tokio::test]
-async fn privileged_pasv_port_is_refused() {
+async fn privileged_pasv_port_is_refused_and_the_roles_swapped() {
     let src: Script = Arc::new(|line| {
         (line == "PASV").then(|| vec!["227 Entering Passive Mode (127,0,0,1,0,25)."])
     });
     let (mut pair, log) = pair_with(src, none()).await;
     let outcome = pair.copy(&copy_request()).await.expect("copy");
-    match &outcome {
-        CopyOutcome::Permanent {
-            failure: Failure::PrivilegedPort { port: 25, .. },
-            kind: PermanentKind::CommandRejected,
-            ..
-        } => {}
-        other => panic!("{other:?}"),
-    }
-    assert!(!commands(&log).iter().any(|l| l.starts_with("dst> PORT")));
-    assert!(!commands(&log).iter().any(|l| l.starts_with("dst> STOR")));
+    assert!(outcome.is_success(), "{outcome:?}");
+    let sent = commands(&log);
+    assert!(!sent.iter().any(|l| l.ends_with(",0,25")), "{sent:?}");
+    assert!(sent.contains(&"dst> PASV".to_owned()), "{sent:?}");
+    assert!(
+        sent.contains(&"src> PORT 127,0,0,1,200,10".to_owned()),
+        "{sent:?}"
+    );
+    let swapped = outcome.report().fallbacks.iter().find_map(|f| match f {
+        Fallback::RolesSwapped { reason } => Some(reason.clone()),
+        _ => None,
+    });
+    assert!(
+        swapped.as_deref().is_some_and(|r| r.contains("port 25")),
+        "{:?}",
+        outcome.report().fallbacks
+    );
+}
+
+/// Both servers announce a privileged port: a job-level permanent failure that names the
+/// bounce protection and both servers, and no PORT naming either port.
+#[tokio::test]
+async fn privileged_pasv_port_on_both_sides_fails_for_good() {
+    let src: Script = Arc::new(|line| {
+        (line == "PASV").then(|| vec!["227 Entering Passive Mode (127,0,0,1,0,25)."])
+    });
+    let dst: Script = Arc::new(|line| {
+        (line == "PASV").then(|| vec!["227 Entering Passive Mode (127,0,0,1,0,21)."])
+    });
+    let (mut pair, log) = pair_with(src, dst).await;
+    let error = pair.copy(&copy_request()).await.expect_err("copy");
+    assert_eq!(
+        error.disposition,
+        Disposition::Permanent(PermanentKind::CommandRejected)
+    );
+    let text = error.to_string();
+    assert!(
+        matches!(error.failure, JobFailure::NoPassiveMode { .. })
+            && text.contains("bounce protection")
+            && text.contains("source server")
+            && text.contains("destination server")
+            && text.contains("port 25")
+            && text.contains("port 21"),
+        "{text}"
+    );
+    let sent = commands(&log);
+    assert!(!sent.iter().any(|l| l.contains("PORT")), "{sent:?}");
 }
 
 #[tokio::test]
