@@ -8,6 +8,7 @@ mod infra;
 mod mail;
 mod mail_delivery;
 mod observe;
+mod protocol;
 mod scheduler;
 mod service;
 mod slow;
