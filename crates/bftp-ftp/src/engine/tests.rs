@@ -17,8 +17,9 @@ use crate::limits::AllowAll;
 type Script = Arc<dyn Fn(&str) -> Option<Vec<&'static str>> + Send + Sync>;
 type Log = Arc<Mutex<Vec<(&'static str, String)>>>;
 
-/// A fake FTP server on 127.0.0.1: `script` answers a command line first; the
-/// defaults log in and accept TYPE/MODE/STRU/SIZE/PWD/QUIT.
+/// A fake FTP server on 127.0.0.1: `script` answers a command line first (and the
+/// empty line stands for the greeting); the defaults log in and accept
+/// TYPE/MODE/STRU/SIZE/PWD/QUIT.
 async fn fake(name: &'static str, log: Log, script: Script) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().expect("addr").port();
@@ -28,7 +29,10 @@ async fn fake(name: &'static str, log: Log, script: Script) -> u16 {
             tokio::spawn(async move {
                 let (read, mut write) = stream.into_split();
                 let mut lines = BufReader::new(read).lines();
-                let _ = write.write_all(b"220 fake ready\r\n").await;
+                let greeting = script("").unwrap_or_else(|| vec!["220 fake ready"]);
+                for line in greeting {
+                    let _ = write.write_all(format!("{line}\r\n").as_bytes()).await;
+                }
                 while let Ok(Some(line)) = lines.next_line().await {
                     log.lock().expect("log").push((name, line.clone()));
                     let verb = line.split(' ').next().unwrap_or("").to_ascii_uppercase();
@@ -341,6 +345,33 @@ async fn watchdog_closes_a_silent_pair() {
             ..
         })
     ));
+}
+
+/// A greeting and a 230 whose inner lines start with other codes and a space are each one
+/// reply (RFC 959 §4.2): the login goes through and the copy runs on the same connections.
+#[tokio::test]
+async fn greeting_and_login_replies_with_inner_code_lines_are_one_reply_each() {
+    let script: Script = Arc::new(|line| match line.split(' ').next() {
+        Some("") => Some(vec!["220-Hello", "230 not really", "220 ready"]),
+        Some("USER") => Some(vec!["331-Password", "230 not yet", "331 please"]),
+        Some("PASS") => Some(vec![
+            "230-Welcome",
+            "331 not asking again",
+            "530 not refused",
+            "230 in",
+        ]),
+        _ => None,
+    });
+    let (mut pair, log) = pair_with(script.clone(), script).await;
+    let outcome = pair.copy(&copy_request()).await.expect("copy");
+    assert!(outcome.is_success(), "{outcome:?}");
+    let transcript = outcome.report().transcript.to_string();
+    assert!(transcript.contains("230 not really"), "{transcript}");
+    // One USER and one PASS per connection: the inner lines were not taken for replies.
+    let sent = commands(&log);
+    let count = |prefix: &str| sent.iter().filter(|l| l.starts_with(prefix)).count();
+    assert_eq!((count("src> USER"), count("src> PASS")), (1, 1), "{sent:?}");
+    assert_eq!((count("dst> USER"), count("dst> PASS")), (1, 1), "{sent:?}");
 }
 
 /// 332 after PASS: ACCT is sent, masked in the transcript.
