@@ -9,6 +9,7 @@ mod infra;
 mod mail;
 mod mail_delivery;
 mod observe;
+mod protocol;
 mod readme;
 mod scheduler;
 mod service;

@@ -238,6 +238,8 @@ pub struct Script {
     refuse_foreign_port: Option<String>,
     refuse_foreign_data: bool,
     data_timeout: Duration,
+    /// The reply to a successful login, instead of `230 Login successful.`.
+    login_reply: Option<String>,
 }
 
 impl Default for Script {
@@ -274,6 +276,7 @@ impl Script {
             refuse_foreign_port: None,
             refuse_foreign_data: false,
             data_timeout: DEFAULT_DATA_TIMEOUT,
+            login_reply: None,
         }
     }
 
@@ -366,6 +369,14 @@ impl Script {
     /// transfer command gets `425 Security: Bad IP connecting.` (vsftpd's stock behaviour).
     pub fn refuse_foreign_data(mut self) -> Script {
         self.refuse_foreign_data = true;
+        self
+    }
+
+    /// The reply to a successful PASS (or ACCT), sent as [`Action::Reply`] sends its text,
+    /// instead of `230 Login successful.`: the session is logged in all the same (unlike
+    /// scripting PASS with [`Script::on`], which only replies).
+    pub fn login_reply(mut self, text: impl Into<String>) -> Script {
+        self.login_reply = Some(text.into());
         self
     }
 
@@ -1017,7 +1028,7 @@ impl Session {
                     self.reply("332 Need account for login.")
                 } else {
                     self.login = Login::Done;
-                    self.reply("230 Login successful.")
+                    self.logged_in()
                 }
             }
             Login::NeedPass(_) => self.reply("530 Login incorrect."),
@@ -1029,11 +1040,16 @@ impl Session {
         }
     }
 
+    fn logged_in(&mut self) -> Step {
+        let text = self.shared.script.login_reply.clone();
+        self.reply(text.as_deref().unwrap_or("230 Login successful."))
+    }
+
     fn acct(&mut self, arg: &str) -> Step {
         match self.login {
             Login::NeedAcct if self.shared.script.account.as_deref() == Some(arg) => {
                 self.login = Login::Done;
-                self.reply("230 Login successful.")
+                self.logged_in()
             }
             Login::NeedAcct => {
                 self.login = Login::Start;

@@ -5,6 +5,7 @@
 
 pub mod ftpurl;
 pub mod model;
+pub mod refusal;
 pub mod reply;
 pub mod retry;
 pub mod scrub;

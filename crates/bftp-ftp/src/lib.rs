@@ -1,5 +1,5 @@
 //! The FTP side of bftp: parsing what servers say ([`parse`], pure), one control
-//! connection ([`session`], the only module that touches suppaftp), and the
+//! connection ([`session`], which reads every reply with our own parser), and the
 //! third-party transfer engine ([`engine`]): a [`Pair`] of sessions that copies files
 //! server to server, lists the source, and verifies a job before it runs.
 

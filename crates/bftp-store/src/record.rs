@@ -188,6 +188,55 @@ pub(crate) struct TranscriptV1 {
     pub lines: Vec<String>,
 }
 
+/// A server's last transient refusal of a command (`bftp_core::refusal::RefusalMemory`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct RefusalV1 {
+    pub v: u32,
+    pub code: u16,
+    pub text: String,
+    pub first_seen: u64,
+    pub last_seen: u64,
+    pub count: u32,
+    pub last_job: u64,
+    pub last_attempt: u32,
+}
+
+impl RefusalV1 {
+    pub(crate) fn from_core(m: &bftp_core::refusal::RefusalMemory) -> RefusalV1 {
+        RefusalV1 {
+            v: RECORD_VERSION,
+            code: m.code.get(),
+            text: m.text.clone(),
+            first_seen: m.first_seen.0,
+            last_seen: m.last_seen.0,
+            count: m.count,
+            last_job: m.last_job,
+            last_attempt: m.last_attempt,
+        }
+    }
+
+    pub(crate) fn to_core(
+        &self,
+        key: &[u8],
+    ) -> Result<bftp_core::refusal::RefusalMemory, StoreError> {
+        let code =
+            bftp_core::reply::ReplyCode::new(self.code).ok_or_else(|| StoreError::Corrupt {
+                what: "refusal",
+                key: hex(key),
+                reason: format!("reply code {} is outside 100..=599", self.code),
+            })?;
+        Ok(bftp_core::refusal::RefusalMemory {
+            code,
+            text: self.text.clone(),
+            first_seen: bftp_core::Timestamp(self.first_seen),
+            last_seen: bftp_core::Timestamp(self.last_seen),
+            count: self.count,
+            last_job: self.last_job,
+            last_attempt: self.last_attempt,
+        })
+    }
+}
+
 // ---- encoding ----
 
 pub(crate) fn encode<T: Serialize>(r: &T) -> Vec<u8> {
@@ -739,6 +788,23 @@ mod tests {
         let t = t.to_api();
         assert_eq!(t.attempt, 3);
         assert_eq!(t.lines[1], "[      3 ms] source> PASS ****");
+
+        let f: RefusalV1 = decode(
+            "refusal",
+            b"fixture",
+            include_bytes!("../tests/fixtures/refusal_v1.json"),
+        )
+        .unwrap();
+        let f = f.to_core(b"fixture").unwrap();
+        assert_eq!(
+            (f.code.get(), f.count, f.last_job, f.last_attempt),
+            (451, 2, 7, 2)
+        );
+        assert_eq!(f.text, "<path>: Append/Restart not permitted, try again");
+        assert_eq!(
+            (f.first_seen, f.last_seen),
+            (Timestamp(1_796_040_300_000), Timestamp(1_796_040_400_000))
+        );
 
         let r: RequestV1 = decode(
             "request",

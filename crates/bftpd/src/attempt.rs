@@ -869,7 +869,33 @@ impl Run {
                 .map_err(store_failed)?;
                 Ok(None)
             }
-            CopyOutcome::Transient { failure, .. } => {
+            CopyOutcome::Transient { kind, failure, .. } => {
+                // The same refusal again from this server: its configuration, not a moment.
+                let settled = crate::refusals::settle_repeated(
+                    &self.store,
+                    pair,
+                    spec,
+                    &req,
+                    kind,
+                    &failure,
+                    &report,
+                    self.id,
+                    attempt,
+                )
+                .await
+                .map_err(store_failed)?;
+                if let Some(settled) = settled {
+                    let counted = FileResult::FailedPermanent.unless_uncertain(Some(settled.state));
+                    self.metrics.file(counted, report.duration, None);
+                    let u = MemberUpdate {
+                        state: Some(settled.state),
+                        detail: Some(settled.detail),
+                        intent: Some(None),
+                        ..replies
+                    };
+                    self.update(index, u).await.map_err(store_failed)?;
+                    return Ok(None);
+                }
                 let reason = failure.to_string();
                 let mut u = MemberUpdate {
                     detail: Some(reason.clone()),

@@ -12,6 +12,7 @@ pub mod identity;
 pub mod mail;
 pub mod metrics;
 pub mod policy;
+mod refusals;
 pub mod scheduler;
 pub mod secrets;
 pub mod server;

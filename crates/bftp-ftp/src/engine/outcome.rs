@@ -308,7 +308,9 @@ pub enum JobFailure {
         source_reply: Option<LastReply>,
         destination_reply: Option<LastReply>,
     },
-    #[error("neither server offers a passive data connection (PASV and EPSV refused): {detail}")]
+    /// Neither server offered a passive data connection that may be used: PASV and EPSV
+    /// refused, or a data port below 1024 announced (refused: RFC 2577 bounce protection).
+    #[error("neither server offers a usable passive data connection: {detail}")]
     NoPassiveMode { detail: String },
     #[error("the connection pair was closed ({reason}); open a new one")]
     Closed { reason: String },
