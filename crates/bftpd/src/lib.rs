@@ -16,6 +16,7 @@ pub mod secrets;
 pub mod server;
 pub mod service;
 pub mod submit;
+pub mod unique;
 pub mod views;
 pub mod work;
 
