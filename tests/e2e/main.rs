@@ -14,3 +14,5 @@ mod slow;
 mod slow_engine;
 mod slow_package;
 mod slow_scheduler;
+mod slow_unique;
+mod unique;

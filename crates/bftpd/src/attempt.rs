@@ -945,8 +945,10 @@ impl Run {
                 let again =
                     (data_connection || name_taken) && u.state.is_none() && u.intent == Some(None);
                 self.metrics.file(counted, report.duration, None);
+                let settled = u.state.is_some();
                 self.update(index, u).await.map_err(store_failed)?;
-                Ok(Some(Pending { reason, again }))
+                // An uncertain member is settled: nothing for a retry to do.
+                Ok((!settled).then_some(Pending { reason, again }))
             }
         }
     }
