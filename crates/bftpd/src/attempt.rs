@@ -6,8 +6,11 @@
 //! - APPE: the destination size before, and the source size; after a crash the destination
 //!   size tells whether the append happened (before + source), did not (before), or cannot
 //!   be told (anything else: `uncertain`);
-//! - STOU: that a unique file may be created; a crash before its name was recorded cannot
-//!   be resolved (`uncertain`), a failed STOU whose name is known is deleted;
+//! - STOU: the source size, then the name the server announced as soon as it came; after a
+//!   crash SIZE of that name settles the member (`bftp_core::intent::resolve`). STOU copies
+//!   run one at a time per destination directory, a name announced to two copies stays the
+//!   first one's, and a failed STOU's file is deleted only when provably ours (see
+//!   ARCHITECTURE.md, "Intents and unique (STOU) copies");
 //! - DELE of the source of a `move`: recorded together with the member's success, so that
 //!   after a crash the delete is completed; of a `delete` job's file: recorded before it. A
 //!   refused DELE is checked with SIZE: a file that is gone was deleted (by us, before the
