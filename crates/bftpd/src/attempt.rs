@@ -256,6 +256,9 @@ enum Fence {
     Settled(Option<Pending>),
 }
 
+/// A copy's result, the STOU names announced to it, and who else one of them was told to.
+type Announcements = (Result<CopyOutcome, PairError>, Vec<String>, Option<String>);
+
 /// What the lanes of one attempt share.
 struct Lanes {
     queue: WorkQueue<Member>,
@@ -671,93 +674,14 @@ impl Run {
             return self.delete_only(pair, m, &src_path, false).await;
         }
         // Fence the unrepeatable effects before they happen.
-        let mut unique_source_size = None;
-        match spec.dest_command {
-            DestCommand::Append => {
-                let source_size = match self
-                    .fence_size(pair, m, Side::Source, &req.source_path, true)
-                    .await?
-                {
-                    Fence::Size(Some(s)) => s,
-                    // Not produced for a required SIZE of the source (550 and failures settle).
-                    Fence::Size(None) | Fence::Unsupported => return Ok(None),
-                    Fence::Settled(p) => return Ok(p),
-                };
-                let before = match self
-                    .fence_size(pair, m, Side::Destination, &req.dest_path, false)
-                    .await?
-                {
-                    Fence::Size(s) => s.unwrap_or(0),
-                    // Not produced for a required SIZE (a failure settles).
-                    Fence::Unsupported => return Ok(None),
-                    Fence::Settled(p) => return Ok(p),
-                };
-                // Asked just now on this pair: the copy need not ask again before APPE.
-                req.source_size = Some(source_size);
-                self.set_intent(
-                    index,
-                    Intent::Append {
-                        before,
-                        source_size,
-                    },
-                )
-                .await?;
-            }
-            DestCommand::Unique => {
-                // The source's size is the evidence that settles the STOU after a crash; a
-                // server without SIZE leaves it unknown (then a crash makes it uncertain).
-                unique_source_size = match self
-                    .fence_size(pair, m, Side::Source, &req.source_path, true)
-                    .await?
-                {
-                    Fence::Size(s) => s,
-                    Fence::Unsupported => None,
-                    Fence::Settled(p) => return Ok(p),
-                };
-                req.source_size = unique_source_size;
-                self.set_intent(
-                    index,
-                    Intent::Unique {
-                        source_size: unique_source_size,
-                        announced: None,
-                    },
-                )
-                .await?;
-            }
-            DestCommand::Replace => {}
-        }
-        let (announce, mut names) = bftp_ftp::Announce::channel();
-        if spec.dest_command == DestCommand::Unique {
-            req.announce = Some(announce);
-        } else {
-            drop(announce);
-        }
-        // The names the destination announced to this copy, each recorded in the intent as
-        // soon as it came (the copy waits for that before the source sends a byte), and
-        // whether one of them was told to someone else too.
-        let mut announced: Vec<String> = Vec::new();
-        let mut collided: Option<String> = None;
-        let result = {
-            let copy = pair.copy_or_abort(&req, self.abort.cancelled(), "the attempt was aborted");
-            tokio::pin!(copy);
-            loop {
-                tokio::select! {
-                    r = &mut copy => break r,
-                    Some(a) = names.recv() => {
-                        if let Some(other) = self.claim(dir, m, &a.name) {
-                            collided.get_or_insert(other);
-                        }
-                        announced.push(a.name.clone());
-                        self.set_intent(index, Intent::Unique {
-                            source_size: unique_source_size,
-                            announced: Some(a.name),
-                        })
-                        .await?;
-                        let _ = a.recorded.send(());
-                    }
-                }
-            }
+        let unique_source_size = match self.fence(pair, spec, m, &mut req).await? {
+            Ok(size) if spec.dest_command == DestCommand::Unique => size,
+            Ok(_) => None,
+            Err(settled) => return Ok(settled),
         };
+        let (result, announced, mut collided) = self
+            .copy_announced(pair, m, &mut req, unique_source_size, dir)
+            .await?;
         let outcome = match result {
             Ok(o) => o,
             Err(e) if self.abort.is_cancelled() => {
@@ -954,6 +878,122 @@ impl Run {
                 Ok((!settled).then_some(Pending { reason, again }))
             }
         }
+    }
+
+    /// Fences an unrepeatable command with its intent, durable before it: for APPE the
+    /// source's size and the destination's size before; for STOU the source's size (the
+    /// evidence that settles it after a crash; unknown on a server without SIZE). `Ok(size)`:
+    /// the source's size where asked; `Err(settled)`: the member is settled or left pending.
+    async fn fence(
+        &self,
+        pair: &mut Pair,
+        spec: &JobSpec,
+        m: &Member,
+        req: &mut CopyRequest,
+    ) -> Result<Result<Option<u64>, Option<Pending>>, AttemptEnd> {
+        let index = m.index;
+        match spec.dest_command {
+            DestCommand::Append => {
+                let source_size = match self
+                    .fence_size(pair, m, Side::Source, &req.source_path, true)
+                    .await?
+                {
+                    Fence::Size(Some(s)) => s,
+                    // Not produced for a required SIZE of the source (550 and failures settle).
+                    Fence::Size(None) | Fence::Unsupported => return Ok(Err(None)),
+                    Fence::Settled(p) => return Ok(Err(p)),
+                };
+                let before = match self
+                    .fence_size(pair, m, Side::Destination, &req.dest_path, true)
+                    .await?
+                {
+                    Fence::Size(s) => s.unwrap_or(0),
+                    // Not produced for a required SIZE (a failure settles).
+                    Fence::Unsupported => return Ok(Err(None)),
+                    Fence::Settled(p) => return Ok(Err(p)),
+                };
+                // Asked just now on this pair: the copy need not ask again before APPE.
+                req.source_size = Some(source_size);
+                self.set_intent(
+                    index,
+                    Intent::Append {
+                        before,
+                        source_size,
+                    },
+                )
+                .await?;
+                Ok(Ok(Some(source_size)))
+            }
+            DestCommand::Unique => {
+                // The source's size is the evidence that settles the STOU after a crash; a
+                // server without SIZE leaves it unknown (then a crash makes it uncertain).
+                let size = match self
+                    .fence_size(pair, m, Side::Source, &req.source_path, false)
+                    .await?
+                {
+                    Fence::Size(s) => s,
+                    Fence::Unsupported => None,
+                    Fence::Settled(p) => return Ok(Err(p)),
+                };
+                req.source_size = size;
+                self.set_intent(
+                    index,
+                    Intent::Unique {
+                        source_size: size,
+                        announced: None,
+                    },
+                )
+                .await?;
+                Ok(Ok(size))
+            }
+            DestCommand::Replace => Ok(Ok(None)),
+        }
+    }
+
+    /// The copy, with each name a STOU announces recorded in the member's intent as soon as
+    /// it comes (the copy waits for that before the source sends a byte) and claimed: the
+    /// result, the names announced, and who else a name was already told to.
+    async fn copy_announced(
+        &self,
+        pair: &mut Pair,
+        m: &Member,
+        req: &mut CopyRequest,
+        source_size: Option<u64>,
+        dir: Option<&DirGuard>,
+    ) -> Result<Announcements, AttemptEnd> {
+        let (announce, mut names) = bftp_ftp::Announce::channel();
+        if req.dest_command == DestCommand::Unique {
+            req.announce = Some(announce);
+        } else {
+            drop(announce);
+        }
+        // The names the destination announced to this copy, each recorded in the intent as
+        // soon as it came (the copy waits for that before the source sends a byte), and
+        // whether one of them was told to someone else too.
+        let mut announced: Vec<String> = Vec::new();
+        let mut collided: Option<String> = None;
+        let result = {
+            let copy = pair.copy_or_abort(req, self.abort.cancelled(), "the attempt was aborted");
+            tokio::pin!(copy);
+            loop {
+                tokio::select! {
+                    r = &mut copy => break r,
+                    Some(a) = names.recv() => {
+                        if let Some(other) = self.claim(dir, m, &a.name) {
+                            collided.get_or_insert(other);
+                        }
+                        announced.push(a.name.clone());
+                        self.set_intent(m.index, Intent::Unique {
+                            source_size,
+                            announced: Some(a.name),
+                        })
+                        .await?;
+                        let _ = a.recorded.send(());
+                    }
+                }
+            }
+        };
+        Ok((result, announced, collided))
     }
 
     async fn succeed(
