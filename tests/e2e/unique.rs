@@ -221,3 +221,46 @@ fn a_cancel_mid_copy_deletes_the_partial_file_and_counts_the_attempt() {
         "{v:#}"
     );
 }
+
+/// A cancel in the middle of a unique copy: the destination stalls after the first chunk
+/// (and ignores ABOR). The partial file's name was announced to this copy, nobody else
+/// claims it and it is smaller than the source: provably ours, so bftpd logs in again and
+/// deletes it; the member counts the attempt.
+#[test]
+fn a_cancel_mid_stou_deletes_the_partial_file_that_is_provably_ours() {
+    let src = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    src.put_file("out/big.dat", &content("big", 4 << 20))
+        .unwrap();
+    let dst = HostileServer::start(
+        Script::new()
+            .user("dst", "dst-pw")
+            .dir("/in")
+            .on("STOU", Action::StallMidTransfer),
+    )
+    .unwrap();
+    let d = Bftpd::start().unwrap();
+    let id = submit_urls(
+        &d,
+        (&src.url("out/big.dat"), src.password()),
+        (&dst.url("in/"), dst.password()),
+        &["--dest-command", "unique"],
+    );
+    poll(Duration::from_secs(30), "the upload starting", || {
+        dst.stored("/in/stou.1").is_some_and(|b| !b.is_empty())
+    });
+    let o = d.bftp(&["--json", "cancel", &id.to_string()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    poll(Duration::from_secs(15), "the partial file deleted", || {
+        dst.stored("/in/stou.1").is_none()
+    });
+    poll(Duration::from_secs(10), "the attempt counted", || {
+        status(&d, id)["members"][0]["attempts"] == 1
+    });
+    let v = status(&d, id);
+    assert_eq!(v["state"], "cancelled", "{v:#}");
+    assert!(
+        dst.commands().iter().any(|c| c == "DELE in/stou.1"),
+        "{:?}",
+        dst.commands()
+    );
+}
