@@ -17,3 +17,5 @@ mod slow;
 mod slow_engine;
 mod slow_package;
 mod slow_scheduler;
+mod slow_unique;
+mod unique;

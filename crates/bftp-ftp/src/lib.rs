@@ -10,9 +10,9 @@ pub mod session;
 pub mod transcript;
 
 pub use engine::{
-    verify, ActionError, AttemptReport, Check, CopyOutcome, CopyRequest, Failure, Fallback,
-    JobFailure, LastReply, ListError, ListMethod, Listed, Listing, Pair, PairError, Progress,
-    RejectedName, SizeCheck, Skipped, VerifyReport, VerifyRequest,
+    verify, ActionError, Announce, Announced, AttemptReport, Check, CopyOutcome, CopyRequest,
+    Failure, Fallback, JobFailure, LastReply, ListError, ListMethod, Listed, Listing, Pair,
+    PairError, Progress, RejectedName, SizeCheck, Skipped, VerifyReport, VerifyRequest,
 };
 pub use limits::{AddressCheck, AllowAll, Limits, ServerLogin};
 pub use parse::{AddressError, FactError, MlsdError, NameError, ReplyError};

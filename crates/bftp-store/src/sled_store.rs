@@ -20,8 +20,8 @@ use crate::error::{backend, StoreError};
 use crate::files::{self, SledFlush, Watermark};
 use crate::keys;
 use crate::record::{
-    decode, encode, job_to_api, HistoryV1, JobV1, MemberStateV1, MemberV1, OutboxStateV1, OutboxV1,
-    RefusalV1, ReplyV1, RequestV1, StateV1, TranscriptV1, RECORD_VERSION,
+    decode, encode, job_to_api, HistoryV1, IntentV1, JobV1, MemberStateV1, MemberV1, OutboxStateV1,
+    OutboxV1, RefusalV1, ReplyV1, RequestV1, StateV1, TranscriptV1, RECORD_VERSION,
 };
 use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
@@ -1145,7 +1145,10 @@ impl JobStore for SledStore {
                 m.detail = Some(d.clone());
             }
             if let Some(i) = &u.intent {
-                m.intent = i.clone();
+                m.intent = i.as_ref().map(IntentV1::from_api);
+            }
+            if let Some(n) = &u.stored_as {
+                m.stored = Some(n.clone());
             }
             m.updated = now.0;
             tx.members

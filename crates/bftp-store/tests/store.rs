@@ -726,7 +726,10 @@ fn member_updates_set_fields_and_terminal_states_are_final() {
             text: "garbled".into(),
         }),
         detail: Some("sizes match".into()),
-        intent: Some(Some("APPE dest_size=100".into())),
+        intent: Some(Some(bftp_core::Intent::Append {
+            before: 100,
+            source_size: 4096,
+        })),
         ..Default::default()
     };
     let m = store.update_member(id, 0, u, at(70)).unwrap();
@@ -734,7 +737,13 @@ fn member_updates_set_fields_and_terminal_states_are_final() {
         (m.attempts, m.bytes, m.updated_at, m.state),
         (1, Some(4096), at(70), MemberState::Pending)
     );
-    assert_eq!(m.intent.as_deref(), Some("APPE dest_size=100"));
+    assert_eq!(
+        m.intent,
+        Some(bftp_core::Intent::Append {
+            before: 100,
+            source_size: 4096
+        })
+    );
     assert_eq!(store.members(id).unwrap()[0], m);
 
     let m = store

@@ -20,6 +20,7 @@ pub mod service;
 pub mod submit;
 #[cfg(test)]
 mod testkit;
+pub mod unique;
 pub mod views;
 pub mod work;
 

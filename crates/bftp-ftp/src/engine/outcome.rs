@@ -211,6 +211,10 @@ pub struct AttemptReport {
     pub destination_size_after: Option<u64>,
     /// STOU: the name the destination reported, on failure too (the file may exist).
     pub stou_name: Option<String>,
+    /// STOU that failed: every name a STOU of this copy announced (one per role order tried),
+    /// whose file may exist. The engine never deletes a STOU's file: whether it is ours to
+    /// delete depends on what the caller knows (the names its other copies claim).
+    pub stou_left: Vec<String>,
     /// Whether the destination command (STOR/APPE/STOU) was accepted with a 1yz or
     /// 2yz: the destination file may have been changed.
     pub destination_touched: bool,

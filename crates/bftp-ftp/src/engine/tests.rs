@@ -118,6 +118,7 @@ fn copy_request() -> CopyRequest {
         dest_path: "g.bin".into(),
         dest_command: DestCommand::Replace,
         source_size: None,
+        announce: None,
     }
 }
 

@@ -212,6 +212,7 @@ pub(super) async fn run(pair: &mut Pair, request: &CopyRequest) -> Result<CopyOu
         refusals: Vec::new(),
         source_size_asked: None,
         changed_directory: false,
+        unannounced: None,
     };
     let mut phase = Phase::Prepare;
     loop {
@@ -253,6 +254,8 @@ struct Attempt<'a> {
     source_size_asked: Option<u64>,
     /// STOU: the destination session was moved into the target directory.
     changed_directory: bool,
+    /// STOU: a name the destination announced that the caller has not been handed yet.
+    unannounced: Option<String>,
 }
 
 impl Attempt<'_> {
@@ -515,6 +518,7 @@ impl Attempt<'_> {
         match (disposition, result) {
             (Disposition::Preliminary, Ok(reply)) => {
                 self.accepted(active, &reply);
+                self.announce().await;
                 Phase::PassiveStart {
                     passive,
                     active_final: None,
@@ -522,6 +526,7 @@ impl Attempt<'_> {
             }
             (Disposition::Done, Ok(reply)) => {
                 self.accepted(active, &reply);
+                self.announce().await;
                 Phase::PassiveStart {
                     passive,
                     active_final: Some(reply),
@@ -546,6 +551,7 @@ impl Attempt<'_> {
         let result = match (disposition, result) {
             (Disposition::Preliminary, Ok(reply)) => {
                 self.accepted(passive, &reply);
+                self.announce().await;
                 self.pair.progress.send_replace(Progress::Transferring {
                     path: self.request.source_path.clone(),
                     since: SystemTime::now(),
@@ -558,6 +564,7 @@ impl Attempt<'_> {
             }
             (Disposition::Done, Ok(reply)) => {
                 self.accepted(passive, &reply);
+                self.announce().await;
                 return Phase::Completion {
                     passive,
                     active_final,
@@ -927,7 +934,31 @@ impl Attempt<'_> {
         if self.request.dest_command == DestCommand::Unique && self.report.stou_name.is_none() {
             if let Some(name) = stou_file_name(reply) {
                 self.report.stou_name = Some(name.to_owned());
+                self.unannounced = Some(name.to_owned());
             }
+        }
+    }
+
+    /// Hands a newly announced STOU name to the caller and waits (one reply timeout at
+    /// most) until it says the name is recorded.
+    async fn announce(&mut self) {
+        let (Some(name), Some(announce)) = (self.unannounced.take(), &self.request.announce) else {
+            return;
+        };
+        let (recorded, done) = tokio::sync::oneshot::channel();
+        if announce
+            .0
+            .send(super::Announced { name, recorded })
+            .is_err()
+        {
+            return;
+        }
+        let wait = self.pair.limits.reply_timeout;
+        if tokio::time::timeout(wait, done).await.is_err() {
+            self.pair.note(
+                Side::Destination,
+                &format!("the STOU name was not recorded within {wait:?}: going on"),
+            );
         }
     }
 
@@ -1013,11 +1044,21 @@ impl Attempt<'_> {
         self.pair.deadline = None;
         let target = match self.request.dest_command {
             DestCommand::Replace => Some(self.request.dest_path.clone()),
-            DestCommand::Unique => self
-                .report
-                .stou_name
-                .clone()
-                .filter(|n| validate_server_path(n, "").is_ok()),
+            DestCommand::Unique => {
+                // Not deleted here: a name the server announced may be another session's
+                // file too (Pure-FTPd can announce one name to two sessions), so only the
+                // caller, who knows what its other copies claim, may decide.
+                if let Some(name) = self.report.stou_name.clone() {
+                    self.pair.note(
+                        Side::Destination,
+                        &format!("the STOU file {name:?} may exist: left for bftpd to settle"),
+                    );
+                    if !self.report.stou_left.contains(&name) {
+                        self.report.stou_left.push(name);
+                    }
+                }
+                None
+            }
             DestCommand::Append => {
                 if self.pair.session(Side::Destination).is_open() {
                     let path = self.request.dest_path.clone();
