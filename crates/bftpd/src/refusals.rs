@@ -59,7 +59,7 @@ pub(crate) async fn settle_repeated(
     let key = RefusalKey::new(&endpoint.host, endpoint.port, command);
     let seen = Sighting {
         code: reply.code(),
-        text: comparable(spec, req, &reply.text()),
+        text: comparable(req, &reply.text()),
         job: job.0,
         attempt,
     };
@@ -111,22 +111,13 @@ fn endpoint(spec: &JobSpec, side: Side) -> &Endpoint {
     }
 }
 
-/// The reply text as it is compared and stored: the job's secrets masked (a server may
-/// echo what it was sent), the paths of this copy generalised.
-fn comparable(spec: &JobSpec, req: &CopyRequest, text: &str) -> String {
-    let mut text = text.to_owned();
-    for e in std::iter::once(&spec.source).chain(spec.destination.as_ref()) {
-        for secret in [e.password.as_ref(), e.acct.as_ref()].into_iter().flatten() {
-            let secret = secret.expose();
-            if !secret.is_empty() {
-                text = text.replace(secret, "****");
-            }
-        }
-    }
+/// The reply text as it is compared and stored, the paths of this copy generalised. The
+/// job's secrets are already masked: the engine scrubs every reply where it enters.
+fn comparable(req: &CopyRequest, text: &str) -> String {
     let name = |p: &str| p.rsplit('/').next().unwrap_or(p).to_owned();
     let (src_name, dst_name) = (name(&req.source_path), name(&req.dest_path));
     refusal::comparable_text(
-        &text,
+        text,
         &[&req.source_path, &req.dest_path, &src_name, &dst_name],
     )
 }
