@@ -5,6 +5,7 @@ mod host_limit;
 mod hostile;
 mod hostile_infra;
 mod infra;
+mod ledger;
 mod mail;
 mod mail_delivery;
 mod observe;

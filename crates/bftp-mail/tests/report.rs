@@ -47,6 +47,7 @@ fn member(index: u32, name: &str, state: &str, bytes: Option<u64>) -> MemberView
         },
         detail: None,
         updated_at: "2025-11-30T10:00:05Z".into(),
+        progress: None,
     }
 }
 
@@ -89,6 +90,7 @@ fn job(outcome: &str, members: Vec<MemberView>) -> JobView {
         notify: vec!["alice@example.org".into()],
         has_keyword: true,
         members,
+        counts: Default::default(),
         history: vec![
             event("2025-11-30T09:59:58Z", "submitted", None),
             event("2025-11-30T10:00:00Z", "attempt-started", Some("attempt 1")),

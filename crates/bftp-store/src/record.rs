@@ -131,6 +131,8 @@ pub(crate) enum MemberStateV1 {
     FailedRetriesExhausted,
     Cancelled,
     Uncertain,
+    /// Added within v1: a word more, so every older member record decodes unchanged.
+    Refused,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -399,6 +401,7 @@ impl MemberStateV1 {
             MemberState::FailedRetriesExhausted => MemberStateV1::FailedRetriesExhausted,
             MemberState::Cancelled => MemberStateV1::Cancelled,
             MemberState::Uncertain => MemberStateV1::Uncertain,
+            MemberState::Refused => MemberStateV1::Refused,
         }
     }
 
@@ -410,6 +413,7 @@ impl MemberStateV1 {
             MemberStateV1::FailedRetriesExhausted => MemberState::FailedRetriesExhausted,
             MemberStateV1::Cancelled => MemberState::Cancelled,
             MemberStateV1::Uncertain => MemberState::Uncertain,
+            MemberStateV1::Refused => MemberState::Refused,
         }
     }
 }
@@ -436,12 +440,17 @@ impl MemberV1 {
             name: m.name.clone(),
             size: m.size,
             mtime: m.modified.clone(),
-            state: MemberStateV1::Pending,
+            // A refused name is final from the start, its reason the detail.
+            state: if m.refused.is_some() {
+                MemberStateV1::Refused
+            } else {
+                MemberStateV1::Pending
+            },
             attempts: 0,
             bytes: None,
             src_reply: None,
             dst_reply: None,
-            detail: None,
+            detail: m.refused.clone(),
             intent: None,
             updated: now.0,
         }
@@ -787,6 +796,7 @@ mod tests {
             FailedRetriesExhausted,
             Cancelled,
             Uncertain,
+            Refused,
         ] {
             let bytes = encode(&MemberStateV1::from_api(m));
             assert_eq!(

@@ -207,6 +207,35 @@ fn report_line(r: &ReportView) -> String {
     sanitize(&line)
 }
 
+/// `: 60 succeeded, 1 refused`: how many files are in each state, in the ledger's words;
+/// empty for no files.
+fn state_counts(members: &[MemberView]) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for m in members {
+        let state = sanitize(&m.state);
+        match counts.iter_mut().find(|(s, _)| *s == state) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((state, 1)),
+        }
+    }
+    const ORDER: [&str; 7] = [
+        "succeeded",
+        "pending",
+        "failed_permanent",
+        "failed_retries_exhausted",
+        "cancelled",
+        "uncertain",
+        "refused",
+    ];
+    counts.sort_by_key(|(s, _)| ORDER.iter().position(|o| o == s).unwrap_or(ORDER.len()));
+    let words: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    if words.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", words.join(", "))
+    }
+}
+
 /// One job: its parameters, the per-file ledger and the history.
 pub fn job_detail(job: &JobView) -> String {
     let opt = |o: &Option<String>| o.as_deref().map_or("-".to_string(), sanitize);
@@ -265,7 +294,11 @@ pub fn job_detail(job: &JobView) -> String {
         out.push_str(&format!("  {k:<width$}  {v}\n"));
     }
 
-    out.push_str(&format!("\nfiles ({}):\n", job.members.len()));
+    out.push_str(&format!(
+        "\nfiles ({}{}):\n",
+        job.members.len(),
+        state_counts(&job.members)
+    ));
     if !job.members.is_empty() {
         let rows: Vec<Vec<String>> = job
             .members
@@ -375,7 +408,9 @@ pub(crate) mod tests {
                 dest_reply: None,
                 detail: None,
                 updated_at: "2026-12-01T07:10:00Z".into(),
+                progress: None,
             }],
+            counts: Default::default(),
             history: vec![EventView {
                 at: "2026-12-01T07:00:00Z".into(),
                 event: "submitted".into(),
@@ -423,6 +458,26 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn detail_counts_refused_files() {
+        let mut j = job(7);
+        let mut refused = j.members[0].clone();
+        refused.index = 1;
+        refused.name = "bad\\rname.csv".into();
+        refused.state = "refused".into();
+        refused.detail = Some("refused: name contains the byte 0x0d".into());
+        let mut ok = j.members[0].clone();
+        ok.index = 2;
+        ok.state = "succeeded".into();
+        j.members.extend([refused, ok]);
+        let d = job_detail(&j);
+        assert!(
+            d.contains("files (3: 1 succeeded, 1 pending, 1 refused):"),
+            "{d}"
+        );
+        assert!(d.contains("bad\\rname.csv") && d.contains("refused"), "{d}");
+    }
+
+    #[test]
     fn pretty_json_keeps_order_and_unknown_fields() {
         let raw = br#"{"z":1,"a":{"new_field":[true,null]},"m":"x"}"#;
         let p = pretty_json(raw).unwrap();
@@ -455,7 +510,7 @@ ID  STATE              NEXT ATTEMPT          ATTEMPTS  TRANSFER
     #[test]
     fn detail_shows_ledger_and_escapes_server_text() {
         let d = job_detail(&job(7));
-        assert!(d.contains("files (1):"), "{d}");
+        assert!(d.contains("files (1: 1 pending):"), "{d}");
         assert!(d.contains("a.csv"), "{d}");
         assert!(d.contains("4/10"), "{d}");
         assert!(d.contains("426 Connection closed"), "{d}");

@@ -328,6 +328,7 @@ async fn submit(
             name: spec.source.file_name().to_string(),
             size: None,
             modified: None,
+            refused: None,
         }]
     };
     let new = NewJob {

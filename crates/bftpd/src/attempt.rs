@@ -577,24 +577,39 @@ impl Run {
             })?;
         self.keep(&listing.transcript);
         for r in &listing.rejected {
-            tracing::warn!(job = self.id.0, line = ?r.line, reason = %r.reason, "a listed name was refused");
+            tracing::warn!(job = self.id.0, line = %r.line, reason = %r.reason, "a listed name was refused");
         }
-        if listing.members.is_empty() {
+        // A refused name that matches the pattern is a file of the job that will not be
+        // copied: it becomes a `refused` member, so the job cannot read as succeeded.
+        let refused: Vec<NewMember> = listing
+            .rejected
+            .iter()
+            .filter(|r| r.matched)
+            .map(|r| NewMember {
+                name: r.line.clone(),
+                size: None,
+                modified: None,
+                refused: Some(format!("refused: the source listed this name, which bftpd does not send in a command: {}", r.reason)),
+            })
+            .collect();
+        if listing.members.is_empty() && refused.is_empty() {
             return Err(AttemptEnd::JobPermanent {
                 reason: format!("no file matches {:?}", spec.source.path),
             });
         }
         // Name order: the ledger reads the same whatever order the server listed in.
-        let mut listed = listing.members;
-        listed.sort_by(|a, b| a.name.cmp(&b.name));
-        let members: Vec<NewMember> = listed
+        let mut members: Vec<NewMember> = listing
+            .members
             .iter()
             .map(|l| NewMember {
                 name: l.name.clone(),
                 size: l.size,
                 modified: l.modified.as_ref().map(|m| m.to_string()),
+                refused: None,
             })
+            .chain(refused)
             .collect();
+        members.sort_by(|a, b| a.name.cmp(&b.name));
         let id = self.id;
         self.blocking(move |s| s.freeze_members(id, members, now()))
             .await

@@ -397,7 +397,7 @@ async fn run_transfer(
                 let rejected = listing
                     .rejected
                     .iter()
-                    .map(|r| format!("{:?}: {}", r.line, r.reason))
+                    .map(|r| format!("\"{}\": {}", r.line, r.reason))
                     .collect();
                 let _ = tx
                     .send(TransferEvent::Listed {

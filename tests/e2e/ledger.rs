@@ -1,0 +1,140 @@
+//! Issue 11: what the ledger, the status and the report show of a job, against the real
+//! bftpd: refused names as ledger members, a file's progress while it copies, the
+//! attempt's transcript labelled by connection pair on one clock.
+
+use std::time::Duration;
+
+use bftp_tests::daemon::{text, Bftpd};
+use bftp_tests::hostile::{HostileServer, Script};
+use bftp_tests::{FtpOptions, FtpServer, ServerKind, SmtpSink};
+use mail_parser::MessageParser;
+use serde_json::Value;
+
+use crate::scheduler::{content, status, submit_urls, wait_final};
+
+const NOTIFY: &str = "ops@bftp-test.invalid";
+
+/// The refused names of the hostile listing, byte for byte, and how the ledger shows each.
+const REFUSED: [(&[u8], &str, &str); 5] = [
+    (b"bad\rname.dat", "bad\\rname.dat", "0x0d"),
+    // A bare LF inside a CRLF listing: one name, refused whole, never `bad` + `name.dat`.
+    (b"bad\nname.dat", "bad\\nname.dat", "0x0a"),
+    (b"nul\0name.dat", "nul\\0name.dat", "0x00"),
+    (b"../escape.dat", "../escape.dat", "\"..\""),
+    (
+        b"/etc/passwd.dat",
+        "/etc/passwd.dat",
+        "outside the listed directory",
+    ),
+];
+
+/// Issue 11 item 4: a listing of 60 good files and five names bftpd refuses (CR, bare LF,
+/// NUL, `..`, an absolute path elsewhere) gives a `partial` job whose ledger holds each
+/// refused name as a `refused` member with its reason; the mail's subject, the report's
+/// JSON and `bftp status` (human and JSON) count them; the bare-LF line invents no
+/// `name.dat` member (a file of that name exists on the source, and is not copied); no
+/// refused name reaches the source in a command.
+#[test]
+fn refused_listed_names_are_ledger_members_and_make_the_job_partial() {
+    let sink = SmtpSink::start().unwrap();
+    let good: Vec<String> = (0..60).map(|i| format!("g-{i:02}.dat")).collect();
+    let mut listed: Vec<Vec<u8>> = good.iter().map(|n| n.as_bytes().to_vec()).collect();
+    listed.extend(REFUSED.iter().map(|(raw, _, _)| raw.to_vec()));
+    // NLST (no MLSD): the names arrive as lines with nothing else to frame them.
+    let mut script = Script::new().user("src", "src-pw").without_mlsd();
+    for n in &good {
+        script = script.file(&format!("/out/{n}"), content(n, 2_000));
+    }
+    // What an LF split would invent, present so that a wrong member would be copied.
+    script = script
+        .file("/out/name.dat", content("name.dat", 100))
+        .listing("/out", listed);
+    let src = HostileServer::start(script).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    dst.mkdir("in").unwrap();
+    let d = Bftpd::start_with(|dir| {
+        Bftpd::mail_config(dir, sink.port(), "[ftp]\nparallel_pairs = 2\n")
+    })
+    .unwrap();
+    let id = submit_urls(
+        &d,
+        (&src.url("out/*.dat"), src.password()),
+        (&dst.url("in/"), dst.password()),
+        &["--notify", NOTIFY],
+    );
+    let v = wait_final(&d, id, Duration::from_secs(90));
+    assert_eq!(v["outcome"], "partial", "{v:#}");
+
+    // The ledger: 60 succeeded, 5 refused with their reasons, nothing invented.
+    let members = v["members"].as_array().unwrap();
+    assert_eq!(members.len(), 65, "{v:#}");
+    let succeeded = members.iter().filter(|m| m["state"] == "succeeded").count();
+    assert_eq!(succeeded, 60, "{v:#}");
+    for (_, shown, reason) in REFUSED {
+        let m = members
+            .iter()
+            .find(|m| m["name"] == shown)
+            .unwrap_or_else(|| panic!("no ledger member {shown:?}: {v:#}"));
+        assert_eq!(m["state"], "refused", "{m:#}");
+        assert_eq!(m["attempts"], 0, "{m:#}");
+        let detail = m["detail"].as_str().unwrap_or("");
+        assert!(detail.contains(reason), "{shown}: detail {detail:?}");
+    }
+    for m in members {
+        let name = m["name"].as_str().unwrap();
+        assert!(
+            name != "name.dat" && name != "bad" && !name.contains(['\r', '\n', '\0']),
+            "a member named {name:?}"
+        );
+    }
+    assert!(
+        dst.read_file("in/name.dat").is_err(),
+        "an invented name was copied"
+    );
+    let counts = &v["counts"];
+    assert_eq!(
+        (&counts["files"], &counts["succeeded"], &counts["refused"]),
+        (&Value::from(65), &Value::from(60), &Value::from(5)),
+        "{counts:#}"
+    );
+
+    // No refused name was ever sent to the source.
+    for line in src.commands() {
+        assert!(
+            !line.contains("bad")
+                && !line.contains("escape")
+                && !line.contains("passwd")
+                && !line.contains("nul")
+                && !line.contains("name.dat"),
+            "the source received {line:?}"
+        );
+    }
+
+    // `bftp status`, for people.
+    let o = d.bftp(&["status", &id.to_string()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let human = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        human.contains("files (65: 60 succeeded, 5 refused):"),
+        "{human}"
+    );
+    assert!(human.contains("bad\\rname.dat"), "{human}");
+
+    // The report: the subject and the JSON count them.
+    let mails = sink.wait_for(1, Duration::from_secs(30)).unwrap();
+    let m = MessageParser::default()
+        .parse(mails[0].as_bytes())
+        .expect("a parsable message");
+    assert_eq!(
+        m.subject(),
+        Some(format!("BFTP results: {id}: partial (60 of 65 files copied, 5 refused)").as_str())
+    );
+    let body = m.body_text(0).unwrap().to_string();
+    assert!(body.contains("bad\\nname.dat"), "{body}");
+    let att = m.attachment(0).expect("a JSON attachment");
+    let json: Value = serde_json::from_slice(att.contents()).unwrap();
+    assert_eq!(json["summary"]["refused"], 5, "{:#}", json["summary"]);
+    assert_eq!(json["summary"]["succeeded"], 60);
+    assert_eq!(json["job"]["counts"]["refused"], 5);
+    let _ = status(&d, id);
+}
