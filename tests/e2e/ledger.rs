@@ -138,3 +138,70 @@ fn refused_listed_names_are_ledger_members_and_make_the_job_partial() {
     assert_eq!(json["job"]["counts"]["refused"], 5);
     let _ = status(&d, id);
 }
+
+/// Issue 11 item 13: a multi-file job on three parallel pairs (vsftpd to Pure-FTPd). The
+/// mailed transcript of the attempt labels every line with its pair (`[p1]`...) and its
+/// times, on one clock for the attempt, never go backwards; more than one pair speaks.
+#[test]
+fn the_attempt_transcript_labels_each_pair_on_one_clock() {
+    let sink = SmtpSink::start().unwrap();
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    for i in 0..9 {
+        let n = format!("t-{i}.dat");
+        src.put_file(&format!("out/{n}"), &content(&n, 200_000))
+            .unwrap();
+    }
+    dst.mkdir("in").unwrap();
+    let d = Bftpd::start_with(|dir| {
+        Bftpd::mail_config(dir, sink.port(), "[ftp]\nparallel_pairs = 3\n")
+    })
+    .unwrap();
+    let id = submit_urls(
+        &d,
+        (&src.url("out/t-*.dat"), src.password()),
+        (&dst.url("in/"), dst.password()),
+        &["--notify", NOTIFY],
+    );
+    let v = wait_final(&d, id, Duration::from_secs(60));
+    assert_eq!(v["outcome"], "succeeded", "{v:#}");
+    let mails = sink.wait_for(1, Duration::from_secs(30)).unwrap();
+    let m = MessageParser::default()
+        .parse(mails[0].as_bytes())
+        .expect("a parsable message");
+    let att = m.attachment(0).expect("a JSON attachment");
+    let json: Value = serde_json::from_slice(att.contents()).unwrap();
+    let lines: Vec<&str> = json["transcript"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .filter(|l| !l.starts_with("[... "))
+        .collect();
+    assert!(lines.len() > 20, "{lines:#?}");
+    let mut last = 0u64;
+    let mut pairs = std::collections::BTreeSet::new();
+    for l in &lines {
+        // `[   1234 ms] [p2] source> RETR ...`
+        let (at, rest) = l
+            .strip_prefix('[')
+            .and_then(|r| r.split_once(" ms] "))
+            .unwrap_or_else(|| panic!("no time in {l:?}"));
+        let at: u64 = at.trim().parse().unwrap_or_else(|_| panic!("{l:?}"));
+        let label = rest
+            .strip_prefix("[p")
+            .and_then(|r| r.split_once("] "))
+            .map(|(n, _)| n)
+            .unwrap_or_else(|| panic!("no pair label in {l:?}"));
+        assert!(label.parse::<u32>().is_ok(), "{l:?}");
+        assert!(at >= last, "time goes back at {l:?}:\n{lines:#?}");
+        last = at;
+        pairs.insert(label.to_string());
+    }
+    assert!(pairs.len() >= 2, "only pairs {pairs:?} spoke:\n{lines:#?}");
+    // The text part shows the same lines.
+    let body = m.body_text(0).unwrap().to_string();
+    for l in lines.iter().rev().take(5) {
+        assert!(body.contains(l), "{l:?} not in the text:\n{body}");
+    }
+}

@@ -60,22 +60,58 @@ impl Intent {
 const TRANSCRIPT_LINES: usize = 300;
 
 /// The transcript of one attempt, for the report (RFC 1068 always mailed it): every
-/// transcript the engine handed out (login, listing, each copy), in order, the last
+/// transcript the engine handed out (login, listing, each copy), the last
 /// [`TRANSCRIPT_LINES`] lines kept. PASS and ACCT are masked by the engine.
-#[derive(Default)]
+///
+/// Parallel pairs hand their transcripts over as their copies end, not in the order the
+/// lines were said: each line is put on the attempt's one clock (milliseconds since the
+/// attempt began) and in time order, and labelled with its pair (`[p2]`).
 struct AttemptLog {
-    lines: VecDeque<String>,
+    clock: std::time::Instant,
+    /// Sorted by the first field, the line's time on `clock`.
+    lines: Vec<(u64, String)>,
     dropped: usize,
+}
+
+impl Default for AttemptLog {
+    fn default() -> Self {
+        AttemptLog {
+            clock: std::time::Instant::now(),
+            lines: Vec::new(),
+            dropped: 0,
+        }
+    }
 }
 
 impl AttemptLog {
     fn keep(&mut self, t: &Transcript) {
-        for line in t.to_string().lines() {
-            if self.lines.len() == TRANSCRIPT_LINES {
-                self.lines.pop_front();
-                self.dropped += 1;
+        // A recorder's clock started with its pair, inside the attempt.
+        let base = t.started.map_or(0, |s| {
+            u64::try_from(s.saturating_duration_since(self.clock).as_millis()).unwrap_or(u64::MAX)
+        });
+        let label = t.label.as_deref().unwrap_or("p?");
+        for (i, entry) in t.entries.iter().enumerate() {
+            let at = base.saturating_add(entry.at_ms);
+            if t.omitted > 0 && i == t.omitted_at {
+                self.insert(
+                    at,
+                    format!(
+                        "[{at:>7} ms] [{label}] [... {} entries omitted ...]",
+                        t.omitted
+                    ),
+                );
             }
-            self.lines.push_back(line.to_string());
+            self.insert(at, format!("[{at:>7} ms] [{label}] {entry}"));
+        }
+    }
+
+    /// In time order, after the lines of the same time already there.
+    fn insert(&mut self, at: u64, line: String) {
+        let i = self.lines.partition_point(|(t, _)| *t <= at);
+        self.lines.insert(i, (at, line));
+        if self.lines.len() > TRANSCRIPT_LINES {
+            self.lines.remove(0);
+            self.dropped += 1;
         }
     }
 
@@ -84,7 +120,7 @@ impl AttemptLog {
         if self.dropped > 0 {
             out.push(format!("[... {} earlier lines omitted ...]", self.dropped));
         }
-        out.extend(self.lines.drain(..));
+        out.extend(self.lines.drain(..).map(|(_, l)| l));
         self.dropped = 0;
         out
     }
@@ -372,7 +408,9 @@ impl Run {
         pair.close().await;
     }
 
-    async fn open(&self, spec: &JobSpec) -> Result<Pair, PairError> {
+    /// Opens a pair named `label` in the attempt's transcript (`p1`, `p2`...), its login
+    /// lines included when it fails.
+    async fn open(&self, spec: &JobSpec, label: &str) -> Result<Pair, PairError> {
         let src = ServerLogin::from_endpoint(&spec.source);
         // A delete job has no destination: both connections go to the source.
         let dst = spec
@@ -380,7 +418,16 @@ impl Run {
             .as_ref()
             .map(ServerLogin::from_endpoint)
             .unwrap_or_else(|| src.clone());
-        Pair::open(&src, &dst, spec.params, &self.limits, self.check.clone()).await
+        match Pair::open(&src, &dst, spec.params, &self.limits, self.check.clone()).await {
+            Ok(pair) => {
+                pair.set_label(label);
+                Ok(pair)
+            }
+            Err(mut e) => {
+                e.transcript.label = Some(label.to_owned());
+                Err(e)
+            }
+        }
     }
 
     async fn run(self, job: Job, attempt: u32) -> AttemptEnd {
@@ -408,7 +455,7 @@ impl Run {
             .map_or(spec.source.host.as_str(), |d| d.host.as_str());
         // Held while this attempt has connections open.
         let _permits = self.hosts.acquire(&spec.source.host, dst_host).await;
-        let mut pair = match self.open(&spec).await {
+        let mut pair = match self.open(&spec, "p1").await {
             Ok(p) => p,
             Err(e) => {
                 self.keep(&e.transcript);
@@ -435,8 +482,11 @@ impl Run {
                 None => break,
             }
         }
+        let labels: Vec<String> = (2..=extra_permits.len() + 1)
+            .map(|n| format!("p{n}"))
+            .collect();
         let opened =
-            futures_util::future::join_all(extra_permits.iter().map(|_| self.open(&spec))).await;
+            futures_util::future::join_all(labels.iter().map(|l| self.open(&spec, l))).await;
         let mut pairs = vec![pair];
         for r in opened {
             match r {
@@ -519,7 +569,8 @@ impl Run {
             let m = entry.item;
             if !pair.is_usable() {
                 self.keep(&pair.take_transcript());
-                pair = match self.open(spec).await {
+                let label = pair.label().unwrap_or_else(|| "p?".into());
+                pair = match self.open(spec, &label).await {
                     Ok(p) => p,
                     Err(e) => {
                         self.keep(&e.transcript);
@@ -1060,5 +1111,69 @@ impl Run {
         }
         self.update(m.index, u).await.map_err(store_failed)?;
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bftp_ftp::{Entry, EntryKind};
+    use std::time::Instant;
+
+    fn transcript(started: Instant, label: &str, lines: &[(u64, &str)]) -> Transcript {
+        Transcript {
+            entries: lines
+                .iter()
+                .map(|(at_ms, text)| Entry {
+                    at_ms: *at_ms,
+                    side: Side::Source,
+                    kind: EntryKind::Sent,
+                    text: text.to_string(),
+                })
+                .collect(),
+            started: Some(started),
+            label: Some(label.into()),
+            ..Default::default()
+        }
+    }
+
+    /// Two pairs' transcripts handed over late and out of order come out on the attempt's
+    /// one clock, in time order, each line with its pair.
+    #[test]
+    fn parallel_transcripts_share_one_clock_and_say_their_pair() {
+        let mut log = AttemptLog::default();
+        let t0 = log.clock;
+        let p1 = transcript(t0, "p1", &[(10, "USER a"), (300, "RETR /x")]);
+        let p2 = transcript(
+            t0 + Duration::from_millis(100),
+            "p2",
+            &[(0, "USER b"), (50, "RETR /y")],
+        );
+        log.keep(&p2);
+        log.keep(&p1);
+        assert_eq!(
+            log.take(),
+            [
+                "[     10 ms] [p1] source> USER a",
+                "[    100 ms] [p2] source> USER b",
+                "[    150 ms] [p2] source> RETR /y",
+                "[    300 ms] [p1] source> RETR /x",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_log_keeps_the_latest_lines_and_counts_the_rest() {
+        let mut log = AttemptLog::default();
+        let t0 = log.clock;
+        let lines: Vec<(u64, String)> = (0..TRANSCRIPT_LINES as u64 + 5)
+            .map(|i| (i, format!("NOOP {i}")))
+            .collect();
+        let refs: Vec<(u64, &str)> = lines.iter().map(|(t, l)| (*t, l.as_str())).collect();
+        log.keep(&transcript(t0, "p1", &refs));
+        let out = log.take();
+        assert_eq!(out.len(), TRANSCRIPT_LINES + 1);
+        assert_eq!(out[0], "[... 5 earlier lines omitted ...]");
+        assert!(out[1].ends_with("NOOP 5"), "{}", out[1]);
     }
 }

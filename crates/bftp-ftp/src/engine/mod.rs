@@ -204,6 +204,17 @@ impl Pair {
         self.progress.subscribe()
     }
 
+    /// Names this pair in every transcript it hands out from now on (`p2`), so that the
+    /// lines of pairs working side by side can be told apart.
+    pub fn set_label(&self, label: &str) {
+        self.recorder.set_label(label);
+    }
+
+    /// The name given with [`Pair::set_label`].
+    pub fn label(&self) -> Option<String> {
+        self.recorder.label()
+    }
+
     /// What was recorded and not yet handed out with an outcome (the login, a listing).
     pub fn take_transcript(&mut self) -> Transcript {
         self.recorder.take()
