@@ -205,3 +205,87 @@ fn the_attempt_transcript_labels_each_pair_on_one_clock() {
         assert!(body.contains(l), "{l:?} not in the text:\n{body}");
     }
 }
+
+/// Issue 11 item 12: while a rate-limited vsftpd sends an 8 MB file (2 MB/s) to Pure-FTPd,
+/// `bftp status --json` shows the running member's progress with bytes so far above zero,
+/// a rate and an elapsed time before the member ends; `bftp status` and `--watch` show the
+/// file in flight in words, times beside their distance from now; and once done, the
+/// single-file member carries the size SIZE gave.
+#[test]
+fn a_running_copy_shows_its_progress_and_the_single_file_size_is_recorded() {
+    const LEN: usize = 8_000_000;
+    let src = FtpServer::start(
+        ServerKind::Vsftpd,
+        FtpOptions {
+            max_rate: Some(2_000_000),
+            ..FtpOptions::default()
+        },
+    )
+    .unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    let data = content("slow.bin", LEN);
+    src.put_file("out/slow.bin", &data).unwrap();
+    dst.mkdir("in").unwrap();
+    let d = Bftpd::start().unwrap();
+    let id = submit_urls(
+        &d,
+        (&src.url("out/slow.bin"), src.password()),
+        (&dst.url("in/slow.bin"), dst.password()),
+        &[],
+    );
+    let (watched, seen, human) = std::thread::scope(|s| {
+        let watch =
+            s.spawn(|| d.bftp(&["status", "--watch", "--interval", "300ms", &id.to_string()]));
+        let mut seen: Option<Value> = None;
+        let mut human = String::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let v = status(&d, id);
+            let m = &v["members"][0];
+            if m["state"] != "pending" || v["state"] == "finished" {
+                break;
+            }
+            let p = &m["progress"];
+            if p["bytes_so_far"].as_u64().is_some_and(|b| b > 0) && seen.is_none() {
+                seen = Some(p.clone());
+                let o = d.bftp(&["status", &id.to_string()]);
+                human = String::from_utf8_lossy(&o.stdout).to_string();
+            }
+            assert!(std::time::Instant::now() < deadline, "{v:#}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        (watch.join().unwrap(), seen, human)
+    });
+    let p = seen.unwrap_or_else(|| panic!("no bytes so far seen while copying\n{}", d.logs()));
+    eprintln!("progress while copying: {p}");
+    assert_eq!(p["phase"], "transferring", "{p:#}");
+    let bytes = p["bytes_so_far"].as_u64().unwrap();
+    assert!(bytes > 0 && bytes < LEN as u64, "{p:#}");
+    assert!(p["elapsed_seconds"].as_f64().unwrap() > 0.0, "{p:#}");
+    assert!(p["started_at"].is_string(), "{p:#}");
+    assert!(
+        p["rate_bytes_per_second"]
+            .as_f64()
+            .is_some_and(|r| r > 100_000.0 && r < 20_000_000.0),
+        "{p:#}"
+    );
+    assert!(
+        human.contains("copying #0 slow.bin: transferring, "),
+        "{human}"
+    );
+    assert!(human.contains(" ago)"), "no relative time: {human}");
+
+    let v = wait_final(&d, id, Duration::from_secs(60));
+    assert_eq!(v["outcome"], "succeeded", "{v:#}");
+    let m = &v["members"][0];
+    assert_eq!(m["size"], LEN as u64, "{m:#}");
+    assert!(m.get("progress").is_none(), "{m:#}");
+    assert_eq!(dst.read_file("in/slow.bin").unwrap(), data);
+
+    assert_eq!(watched.status.code(), Some(0), "{}", text(&watched));
+    let watched = String::from_utf8_lossy(&watched.stdout).to_string();
+    assert!(
+        watched.contains("copying #0 slow.bin: transferring, ") && watched.contains(" MB"),
+        "--watch never showed the file in flight:\n{watched}"
+    );
+}

@@ -133,6 +133,8 @@ pub struct FtpExecutor {
     pub check: Arc<dyn AddressCheck>,
     pub hosts: Arc<crate::ftp::HostLimits>,
     pub metrics: Arc<Metrics>,
+    /// The files in flight, for the API's views.
+    pub live: Arc<crate::live::Live>,
 }
 
 impl Executor for FtpExecutor {
@@ -144,6 +146,7 @@ impl Executor for FtpExecutor {
             check: self.check.clone(),
             hosts: self.hosts.clone(),
             metrics: self.metrics.clone(),
+            live: self.live.clone(),
             drain: signals.drain,
             abort: signals.abort.clone(),
             id: job.id,
@@ -256,6 +259,7 @@ struct Run {
     /// Connection slots per host, shared with every other job and `bftp transfer`.
     hosts: Arc<crate::ftp::HostLimits>,
     metrics: Arc<Metrics>,
+    live: Arc<crate::live::Live>,
     /// Shutdown began: finish the file in flight, start no other.
     drain: CancellationToken,
     /// Cancel or the end of the shutdown grace: ABOR the copy in flight.
@@ -359,6 +363,15 @@ impl std::fmt::Display for Dele {
     }
 }
 
+/// The source's size as SIZE told the copy, if it did.
+fn source_size(check: &bftp_ftp::SizeCheck) -> Option<u64> {
+    match check {
+        bftp_ftp::SizeCheck::Equal { source, .. } => Some(*source),
+        bftp_ftp::SizeCheck::TextType { source, .. } => *source,
+        bftp_ftp::SizeCheck::NotAvailable(_) => None,
+    }
+}
+
 /// Pending, or succeeded with an effect still to complete (the DELE of a `move`).
 fn needs_work(m: &Member) -> bool {
     m.state == MemberState::Pending || (m.state == MemberState::Succeeded && m.intent.is_some())
@@ -406,6 +419,22 @@ impl Run {
     async fn close(&self, mut pair: Pair) {
         self.keep(&pair.take_transcript());
         pair.close().await;
+    }
+
+    /// Where the bytes of `m`'s copy can be seen while it runs: a `replace` copy's
+    /// destination file (see [`crate::live`]).
+    fn look(&self, spec: &JobSpec, m: &Member) -> Option<crate::live::Look> {
+        let dst = spec.destination.as_ref()?;
+        if spec.disposition == Disposition::Delete || spec.dest_command != DestCommand::Replace {
+            return None;
+        }
+        Some(crate::live::Look {
+            login: ServerLogin::from_endpoint(dst),
+            path: copy_request(spec, &m.name).dest_path,
+            limits: self.limits.clone(),
+            check: self.check.clone(),
+            hosts: self.hosts.clone(),
+        })
     }
 
     /// Opens a pair named `label` in the attempt's transcript (`p1`, `p2`...), its login
@@ -582,7 +611,21 @@ impl Run {
                     }
                 };
             }
-            match self.member(&mut pair, spec, &m, attempt).await {
+            // The member's progress, in memory for the views, while it is worked on.
+            let follow = crate::live::follow(
+                self.live.clone(),
+                self.id,
+                m.index,
+                pair.progress(),
+                self.look(spec, &m),
+            );
+            let result = tokio::select! {
+                biased;
+                result = self.member(&mut pair, spec, &m, attempt) => result,
+                never = follow => match never {},
+            };
+            self.live.end(self.id, m.index);
+            match result {
                 Ok(None) => {}
                 Ok(Some(Pending { reason, again })) if again && !second => {
                     tracing::info!(job = self.id.0, member = %m.name, attempt, %reason, "file to be tried again in this attempt");
@@ -897,6 +940,9 @@ impl Run {
                 let mut u = MemberUpdate {
                     state: Some(MemberState::Succeeded),
                     bytes,
+                    // The size SIZE gave the copy, where the listing gave none (a
+                    // single-file job's member is known before any SIZE).
+                    size: source_size(&size_check).filter(|_| m.size.is_none()),
                     detail: Some(detail.clone()),
                     intent: Some(None),
                     ..replies

@@ -753,6 +753,14 @@ impl HostLimits {
         out
     }
 
+    /// A slot on one host if one is free now: for a look at a copy's bytes, which must
+    /// never wait for, or take the place of, a copy.
+    pub fn try_acquire_one(&self, host: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.semaphore(&host.to_ascii_lowercase())
+            .try_acquire_owned()
+            .ok()
+    }
+
     /// A slot on both hosts if both are free now; `None` otherwise (nothing held).
     pub fn try_acquire(&self, a: &str, b: &str) -> Option<Vec<tokio::sync::OwnedSemaphorePermit>> {
         let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());

@@ -8,6 +8,7 @@ pub mod attempt;
 pub mod config;
 pub mod ftp;
 pub mod identity;
+pub mod live;
 pub mod mail;
 pub mod metrics;
 pub mod policy;
@@ -85,6 +86,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         config.ftp.max_connections_per_host,
     );
     let metrics = Arc::new(metrics::Metrics::new());
+    let live = Arc::new(live::Live::default());
     let executor = Arc::new(attempt::FtpExecutor {
         store: store.clone(),
         secrets: secrets.clone(),
@@ -92,6 +94,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         check: Arc::new(ftp::PolicyCheck(policy.clone())),
         hosts: hosts.clone(),
         metrics: metrics.clone(),
+        live: live.clone(),
     });
     let scheduler = scheduler::Scheduler::new(
         store.clone(),
@@ -141,6 +144,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         retry_defaults: config.retry.policy(),
         retry_bounds: config.retry_bounds.bounds(),
         metrics,
+        live,
     });
     let listener = server::bind(
         &config.socket,

@@ -14,6 +14,7 @@
 
 mod listing;
 mod outcome;
+mod size_watch;
 mod transfer;
 mod verify;
 
@@ -30,6 +31,7 @@ pub use outcome::{
     AttemptReport, CopyOutcome, Failure, Fallback, JobFailure, LastReply, PairError, Progress,
     SizeCheck,
 };
+pub use size_watch::SizeWatch;
 pub use verify::{verify, Check, VerifyReport, VerifyRequest};
 
 use crate::limits::{AddressCheck, Limits, ServerLogin};
