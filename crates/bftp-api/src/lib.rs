@@ -170,7 +170,8 @@ pub struct MemberView {
 /// A file being copied right now.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProgressView {
-    /// `preparing`, `transferring`, `checking`.
+    /// `preparing`, `transferring`, `checking`, `finishing` (after the copy: a `move`'s
+    /// DELE of the source, the ledger entry).
     pub phase: String,
     /// When this file's copy began (RFC 3339).
     pub started_at: String,

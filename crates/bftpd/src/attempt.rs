@@ -135,6 +135,8 @@ pub struct FtpExecutor {
     pub metrics: Arc<Metrics>,
     /// The files in flight, for the API's views.
     pub live: Arc<crate::live::Live>,
+    /// `[ftp] watch_progress`: look at a running copy's bytes.
+    pub watch_progress: bool,
 }
 
 impl Executor for FtpExecutor {
@@ -147,6 +149,7 @@ impl Executor for FtpExecutor {
             hosts: self.hosts.clone(),
             metrics: self.metrics.clone(),
             live: self.live.clone(),
+            watch_progress: self.watch_progress,
             drain: signals.drain,
             abort: signals.abort.clone(),
             id: job.id,
@@ -260,6 +263,7 @@ struct Run {
     hosts: Arc<crate::ftp::HostLimits>,
     metrics: Arc<Metrics>,
     live: Arc<crate::live::Live>,
+    watch_progress: bool,
     /// Shutdown began: finish the file in flight, start no other.
     drain: CancellationToken,
     /// Cancel or the end of the shutdown grace: ABOR the copy in flight.
@@ -425,7 +429,10 @@ impl Run {
     /// destination file (see [`crate::live`]).
     fn look(&self, spec: &JobSpec, m: &Member) -> Option<crate::live::Look> {
         let dst = spec.destination.as_ref()?;
-        if spec.disposition == Disposition::Delete || spec.dest_command != DestCommand::Replace {
+        if !self.watch_progress
+            || spec.disposition == Disposition::Delete
+            || spec.dest_command != DestCommand::Replace
+        {
             return None;
         }
         Some(crate::live::Look {
@@ -611,20 +618,25 @@ impl Run {
                     }
                 };
             }
-            // The member's progress, in memory for the views, while it is worked on.
-            let follow = crate::live::follow(
-                self.live.clone(),
-                self.id,
-                m.index,
-                pair.progress(),
-                self.look(spec, &m),
-            );
-            let result = tokio::select! {
-                biased;
-                result = self.member(&mut pair, spec, &m, attempt) => result,
-                never = follow => match never {},
+            // A copy's progress, in memory for the views, while it is worked on.
+            let result = if spec.destination.is_some() {
+                let follow = crate::live::follow(
+                    self.live.clone(),
+                    self.id,
+                    m.index,
+                    pair.progress(),
+                    self.look(spec, &m),
+                );
+                let result = tokio::select! {
+                    biased;
+                    result = self.member(&mut pair, spec, &m, attempt) => result,
+                    never = follow => match never {},
+                };
+                self.live.end(self.id, m.index);
+                result
+            } else {
+                self.member(&mut pair, spec, &m, attempt).await
             };
-            self.live.end(self.id, m.index);
             match result {
                 Ok(None) => {}
                 Ok(Some(Pending { reason, again })) if again && !second => {

@@ -95,6 +95,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         hosts: hosts.clone(),
         metrics: metrics.clone(),
         live: live.clone(),
+        watch_progress: config.ftp.watch_progress,
     });
     let scheduler = scheduler::Scheduler::new(
         store.clone(),

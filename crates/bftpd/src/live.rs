@@ -80,12 +80,14 @@ impl Live {
         files.remove(&(job.0, index));
     }
 
-    fn phase(&self, job: JobId, index: u32, p: &Progress) {
+    /// `first`: the value the pair showed when the member began (idle, or the end of the
+    /// pair's previous copy), which says nothing about this member yet.
+    fn phase(&self, job: JobId, index: u32, p: &Progress, first: bool) {
         self.with(job, index, |f| match p {
-            // Before the copy (or the last copy's end on a reused pair): preparing.
-            Progress::Idle | Progress::Finished { .. } | Progress::Preparing { .. } => {
-                f.phase = "preparing"
-            }
+            _ if first => f.phase = "preparing",
+            Progress::Idle | Progress::Preparing { .. } => f.phase = "preparing",
+            // The copy is over; what follows (a `move`'s DELE) is still this member's.
+            Progress::Finished { .. } => f.phase = "finishing",
             Progress::Transferring { since, .. } => {
                 f.phase = "transferring";
                 f.transferring_since = Some(*since);
@@ -155,13 +157,15 @@ pub async fn follow(
     live.start(job, index, SystemTime::now());
     // The look's connection and the host slot it holds.
     let mut watcher: Option<(SizeWatch, tokio::sync::OwnedSemaphorePermit)> = None;
+    let mut first = true;
     loop {
         let now = progress.borrow_and_update().clone();
-        live.phase(job, index, &now);
+        live.phase(job, index, &now, first);
         let transferring = match &now {
-            Progress::Transferring { since, .. } => Some(*since),
+            Progress::Transferring { since, .. } if !first => Some(*since),
             _ => None,
         };
+        first = false;
         match (transferring, look.as_ref()) {
             (Some(since), Some(l)) => {
                 let due = since + FIRST_LOOK;
@@ -233,6 +237,14 @@ mod tests {
             (v.phase.as_str(), v.elapsed_seconds, v.bytes_so_far),
             ("preparing", 3.0, None)
         );
+        // What the pair showed before this member began says nothing about it.
+        let earlier = Progress::Finished {
+            path: "y".into(),
+            bytes: None,
+            success: true,
+        };
+        live.phase(job, 2, &earlier, true);
+        assert_eq!(live.view(7, 2, t0).unwrap().phase, "preparing");
         live.phase(
             job,
             2,
@@ -240,6 +252,7 @@ mod tests {
                 path: "x".into(),
                 since: t0 + Duration::from_secs(1),
             },
+            false,
         );
         live.bytes(job, 2, 4_000_000, t0 + Duration::from_secs(5));
         let v = live.view(7, 2, t0 + Duration::from_secs(6)).unwrap();
@@ -248,6 +261,8 @@ mod tests {
         assert_eq!(v.rate_bytes_per_second, Some(1_000_000.0));
         assert_eq!(v.elapsed_seconds, 6.0);
         assert!(live.view(7, 3, t0).is_none() && live.view(8, 2, t0).is_none());
+        live.phase(job, 2, &earlier, false);
+        assert_eq!(live.view(7, 2, t0).unwrap().phase, "finishing");
         live.end(job, 2);
         assert!(live.view(7, 2, t0).is_none());
     }

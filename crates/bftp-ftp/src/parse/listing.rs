@@ -333,10 +333,13 @@ pub fn parse_mlsd(listing: &[u8], listed_dir: &str) -> MlsdListing {
             Ok(MlsdLine::Skip(_)) => {}
             Err(reason) => {
                 let line = strip_line_end(line);
-                // The name after the facts, where the line has that shape.
+                // The name after the facts where the facts were read (the name, or a
+                // fact's value, failed); else the whole line: no part of it is known to
+                // be a name.
+                let read_facts = matches!(reason, MlsdError::Name(_) | MlsdError::Fact(_));
                 let name = match line.iter().position(|&b| b == b' ') {
-                    Some(space) => &line[space + 1..],
-                    None => line,
+                    Some(space) if read_facts => &line[space + 1..],
+                    _ => line,
                 };
                 out.rejected.push(RejectedLine::new(name, reason))
             }
@@ -554,6 +557,10 @@ mod tests {
         assert_eq!(mlsd.rejected.len(), 1, "{mlsd:?}");
         assert_eq!(mlsd.rejected[0].line, "bad\\nname");
         assert_eq!(mlsd.rejected[0].name, "bad\nname");
+        // A line whose facts cannot be read is shown whole: `x` is not known to be a name.
+        let mlsd = parse_mlsd(b"DELE x\r\ntype=file;size=zz; b\r\n", "/pub");
+        let lines: Vec<&str> = mlsd.rejected.iter().map(|r| r.line.as_str()).collect();
+        assert_eq!(lines, ["DELE x", "b"]);
     }
 
     fn mlsd(line: &str) -> Result<MlsdLine, MlsdError> {
