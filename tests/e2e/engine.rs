@@ -58,16 +58,7 @@ fn start_stock(kind: ServerKind) -> Result<FtpServer> {
     )
 }
 
-/// Deterministic bytes that are not all alike, so a shifted or truncated copy shows.
-pub(crate) fn payload(len: usize, seed: u8) -> Vec<u8> {
-    let mut x = u32::from(seed) | 0x0100;
-    (0..len)
-        .map(|_| {
-            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-            (x >> 16) as u8
-        })
-        .collect()
-}
+pub(crate) use bftp_tests::payload;
 
 pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_multi_thread()

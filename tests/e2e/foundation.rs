@@ -424,3 +424,110 @@ fn sigterm_stops_the_daemon_cleanly_and_keeps_the_queue() {
     let (code, v) = status_json(&d, None, &[&id.to_string()]);
     assert_eq!((code, v["state"].as_str()), (Some(0), Some("queued")));
 }
+
+/// The store remembers its key (a fingerprint, never the key): a missing `secret.key`, or
+/// another key in its place, makes bftpd refuse to start with the file named (a new key would
+/// open none of the stored passwords and match none of the keywords), and creates no key;
+/// the right key back, it starts and the job is intact, its keyword found.
+#[test]
+fn a_missing_or_foreign_secret_key_is_refused_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut d = Bftpd::start().unwrap();
+    let v = submit(&d, None, &["--keyword", "key-kept"]);
+    let id = job_id(&v);
+    d.terminate(Duration::from_secs(10)).unwrap();
+    let key = d.state_dir().join("secret.key");
+    let original = std::fs::read(&key).unwrap();
+    assert_eq!(original.len(), 32);
+
+    let refused = |d: &mut Bftpd, what: &str| -> String {
+        let before = d.logs().len();
+        d.spawn().unwrap();
+        let st = d
+            .wait_exit(Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("{what}: bftpd must refuse to start: {e}"));
+        assert!(!st.success(), "{what}: bftpd started");
+        let said = d.logs()[before..].to_string();
+        assert!(
+            said.contains(&key.display().to_string()),
+            "{what}: the error names the key file: {said}"
+        );
+        assert!(!said.contains("panicked"), "{what}: {said}");
+        said
+    };
+
+    std::fs::remove_file(&key).unwrap();
+    let said = refused(&mut d, "no key file");
+    assert!(said.contains("missing"), "{said}");
+    assert!(
+        !key.exists(),
+        "a new key was created in place of the lost one"
+    );
+
+    let mut other = original.clone();
+    other.iter_mut().for_each(|b| *b ^= 0x5a);
+    std::fs::write(&key, &other).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let said = refused(&mut d, "another key");
+    assert!(said.contains("not the key"), "{said}");
+
+    std::fs::write(&key, &original).unwrap();
+    d.launch().unwrap();
+    let (code, after) = status_json(&d, None, &[&id.to_string()]);
+    assert_eq!(code, Some(0));
+    assert_eq!(after, v["job"], "the job changed");
+    let (_, by_kw) = status_json(&d, None, &["--keyword", "key-kept"]);
+    assert_eq!(by_kw["jobs"][0]["id"].as_u64(), Some(id), "{by_kw}");
+}
+
+/// Issue 11: a URL that a parser would quietly rewrite into another file or host is refused,
+/// and the refusals of `--notify` say what they are about.
+#[test]
+fn rewritten_urls_are_refused_and_notify_errors_name_their_limit_and_risk() {
+    let d = Bftpd::start().unwrap();
+    let many: Vec<String> = (0..10_000)
+        .flat_map(|i| ["--notify".to_string(), format!("u{i}@example.org")])
+        .collect();
+    let mut too_many: Vec<&str> = vec!["submit", SRC, DST];
+    too_many.extend(many.iter().map(String::as_str));
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["submit", "ftp://127.0.0.1/bad/../../../etc/passwd", DST],
+            "has a \"..\" segment",
+        ),
+        (
+            vec![
+                "submit",
+                "ftp://127.0.0.1/bad/%2e%2e/%2E%2E/etc/passwd",
+                DST,
+            ],
+            "has a \"..\" segment",
+        ),
+        (
+            vec!["submit", SRC, "ftp://127.0.0.1:2122/in/../../x"],
+            "has a \"..\" segment",
+        ),
+        (vec!["submit", "ftp:///x", DST], "names no host"),
+        (
+            too_many,
+            "notify names too many addresses (10000, at most 16)",
+        ),
+        (
+            vec!["submit", SRC, DST, "--notify", "a@b\r\nBcc: x@y"],
+            "which would inject mail headers",
+        ),
+    ];
+    for (args, needle) in &cases {
+        let o = d.bftp_env(None, args, PW_ENV);
+        let shown = text(&o);
+        let brief = &shown[..shown.len().min(400)];
+        assert_eq!(o.status.code(), Some(4), "{:?}: {brief}", &args[..3]);
+        assert!(shown.contains(needle), "{:?}: {brief}", &args[..3]);
+        assert!(!shown.contains("FTP commands"), "{brief}");
+        assert!(!shown.contains("bytes"), "{brief}");
+    }
+    assert!(
+        all_jobs(&d).is_empty(),
+        "a refused request left a job behind"
+    );
+}

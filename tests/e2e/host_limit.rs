@@ -18,11 +18,7 @@ const SOURCE_HOST: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 7);
 /// long, so without the limit the second job would log in while the first still runs.
 const SLOW_RETR: Duration = Duration::from_millis(1500);
 
-fn payload(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
+use bftp_tests::payload;
 
 /// With `max_connections_per_host = 1`, one job's connections (one to the source, one to
 /// the destination) fill the limit: of two jobs due at once from the same source host (and
@@ -32,7 +28,7 @@ fn payload(seed: u8, len: usize) -> Vec<u8> {
 /// before any command of the second), although each held its connection for a slow RETR.
 #[test]
 fn max_connections_per_host_keeps_two_jobs_to_one_host_apart() -> Result<()> {
-    let (a, b) = (payload(1, 50_000), payload(2, 60_000));
+    let (a, b) = (payload(50_000, 1), payload(60_000, 2));
     let src = HostileServer::start(
         Script::new()
             .host(SOURCE_HOST)

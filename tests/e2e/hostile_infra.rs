@@ -17,16 +17,7 @@ const SHORT: Duration = Duration::from_millis(300);
 /// A loopback address no test server or client uses: it stands for a third host.
 const THIRD_HOST: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
 
-/// Deterministic bytes that are not all alike, so a shifted or truncated copy shows.
-fn payload(len: usize, seed: u8) -> Vec<u8> {
-    let mut x = u32::from(seed) | 0x0100;
-    (0..len)
-        .map(|_| {
-            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-            (x >> 16) as u8
-        })
-        .collect()
-}
+use bftp_tests::payload;
 
 fn is_timeout(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {

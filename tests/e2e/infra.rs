@@ -37,16 +37,7 @@ fn start_without_fxp(kind: ServerKind) -> Result<FtpServer> {
     )
 }
 
-/// Deterministic bytes that are not all alike, so a shifted or truncated copy shows.
-fn payload(len: usize, seed: u8) -> Vec<u8> {
-    let mut x = u32::from(seed) | 0x0100;
-    (0..len)
-        .map(|_| {
-            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-            (x >> 16) as u8
-        })
-        .collect()
-}
+use bftp_tests::payload;
 
 /// The transfer-log lines of `server` about `path`.
 fn xfers(server: &FtpServer, path: &str) -> Result<Vec<XferEntry>> {

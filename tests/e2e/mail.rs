@@ -411,8 +411,9 @@ fn a_permanent_refusal_gives_the_report_up_with_the_reason() {
     assert!(sink.messages().is_empty());
 }
 
-/// SPEC §8: no password, in any form, in a delivered report, even where a server repeats it
-/// (here inside file names, which appear in replies, the ledger and the transcript).
+/// No password, in any form, in a delivered report, even where a server repeats it (here
+/// inside a file name, which appears in listings and replies): that name is refused at the
+/// listing (copying it would store the password in the ledger) and shown masked.
 #[test]
 fn no_password_in_any_form_reaches_a_report() {
     let sink = SmtpSink::start().unwrap();
@@ -420,6 +421,8 @@ fn no_password_in_any_form_reaches_a_report() {
     let dst = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
     let pw = src.password().to_string();
     src.put_file(&format!("out/leak-{pw}.dat"), &content("l", 5_000))
+        .unwrap();
+    src.put_file("out/leak-plain.dat", &content("p", 5_000))
         .unwrap();
     dst.mkdir("in").unwrap();
     let d = start_daemon(&sink);
@@ -432,11 +435,13 @@ fn no_password_in_any_form_reaches_a_report() {
         &["--notify", NOTIFY],
     );
     let v = wait_final(&d, id, Duration::from_secs(60));
-    assert_eq!(v["outcome"], "succeeded", "{v:#}");
+    let names = crate::scheduler::member_names(&v);
     assert!(
-        v["members"][0]["name"].as_str().unwrap().contains(&pw),
-        "the test is meaningful only if the name carries the password: {v:#}"
+        names.iter().any(|n| n.contains("leak-plain.dat"))
+            && !names.iter().any(|n| n.contains(&pw)),
+        "the name holding the password is not a member: {v:#}"
     );
+    assert!(!v.to_string().contains(&pw), "{v:#}");
     wait_report(&d, id, "delivered", |r| r["state"] == "delivered");
     let raw = sink.messages().pop().unwrap();
     let (body, json, _) = parts(&raw);
@@ -467,5 +472,208 @@ fn no_password_in_any_form_reaches_a_report() {
     assert!(
         body.contains("leak-****.dat"),
         "the name is shown, masked: {body}"
+    );
+}
+
+/// The forms a password takes when a server echoes it: clear, percent-encoded, base64 alone
+/// and inside longer base64 at each of the three alignments, hex in both cases.
+fn echoed_forms(pw: &str) -> Vec<(&'static str, String)> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let hex = |upper: bool| -> String {
+        pw.bytes()
+            .map(|b| {
+                if upper {
+                    format!("{b:02X}")
+                } else {
+                    format!("{b:02x}")
+                }
+            })
+            .collect()
+    };
+    let pct: String = pw.bytes().map(|b| format!("%{b:02X}")).collect();
+    vec![
+        ("clear", pw.to_string()),
+        ("percent", pct),
+        (
+            "userinfo percent",
+            pw.replace('/', "%2f").replace(':', "%3a"),
+        ),
+        ("base64", b64.encode(pw)),
+        ("base64 at offset 1", b64.encode(format!("\0{pw}!"))),
+        ("base64 at offset 2", b64.encode(format!("\0u\0{pw}"))),
+        (
+            "base64 at offset 0 of a longer text",
+            b64.encode(format!("abc{pw}xyz")),
+        ),
+        ("hex lower", hex(false)),
+        ("hex upper", hex(true)),
+    ]
+}
+
+/// What betrays the password in any text: the clear and percent forms, the hex forms, and
+/// the characters of its base64 made only of its bits at each alignment.
+fn leak_needles(pw: &str) -> Vec<(String, String)> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut needles: Vec<(String, String)> = echoed_forms(pw)
+        .into_iter()
+        .filter(|(what, _)| !what.starts_with("base64"))
+        .map(|(w, f)| (w.to_string(), f))
+        .collect();
+    for k in 0..3usize {
+        let mut buf = vec![0u8; k];
+        buf.extend_from_slice(pw.as_bytes());
+        let enc = b64.encode(&buf);
+        let inner = enc[(8 * k).div_ceil(6)..(8 * (k + pw.len())) / 6].to_string();
+        needles.push((format!("base64 at alignment {k}"), inner));
+    }
+    needles
+}
+
+fn assert_no_leak(what: &str, hay: &[u8], pw: &str) {
+    for (form, needle) in leak_needles(pw) {
+        assert!(
+            !hay.windows(needle.len()).any(|w| w == needle.as_bytes()),
+            "{what} holds the password ({form}: {needle}):\n{}",
+            String::from_utf8_lossy(hay)
+        );
+    }
+}
+
+/// A server that echoes the password back, in every encoding, in its refusal of PASS (one
+/// job) and of RETR (another): the password reaches neither the job's history, its ledger,
+/// its stored transcript, `bftp status` (text and JSON), `bftp verify --transcript`, the
+/// report mail, nor any file of the state directory.
+#[test]
+fn a_server_echoing_the_password_leaks_it_nowhere() {
+    use bftp_tests::hostile::{Action, HostileServer, Script};
+    let pw = "Ech0-S3cret/pw:42";
+    let echo = |code: u16| {
+        let forms: Vec<String> = echoed_forms(pw)
+            .into_iter()
+            .map(|(what, form)| format!(" {what}: {form}"))
+            .collect();
+        format!(
+            "{code}-Refused. You sent:\n{}\n{code} {pw} is not welcome, {} either",
+            forms.join("\n"),
+            echoed_forms(pw)[7].1
+        )
+    };
+    let refusing = HostileServer::start(
+        Script::new()
+            .user("alice", pw)
+            .file("/out/a.dat", content("a", 2_000))
+            .on("PASS", Action::reply(echo(530))),
+    )
+    .unwrap();
+    let echoing = HostileServer::start(
+        Script::new()
+            .user("alice", pw)
+            .file("/out/b.dat", content("b", 2_000))
+            .on("RETR", Action::reply(echo(550))),
+    )
+    .unwrap();
+    let dst = HostileServer::start(Script::new().user("bob", "dst-pw").dir("/in")).unwrap();
+    let sink = SmtpSink::start().unwrap();
+    let d = start_daemon(&sink);
+
+    let mut jobs = Vec::new();
+    for src in [&refusing, &echoing] {
+        let id = crate::scheduler::submit_urls(
+            &d,
+            (&src.url("out/*.dat"), pw),
+            (&dst.url("in/"), dst.password()),
+            &["--notify", NOTIFY],
+        );
+        jobs.push(id);
+    }
+    let mut views = Vec::new();
+    for &id in &jobs {
+        let v = wait_final(&d, id, Duration::from_secs(60));
+        assert_eq!(v["outcome"], "failed", "{v:#}");
+        views.push(v);
+    }
+    // The servers did echo it: the test means something only if they did.
+    assert!(echoing.observed().saw("RETR") && refusing.observed().saw("PASS"));
+    let refused = views[0].to_string();
+    assert!(
+        refused.contains("530") && refused.contains("****"),
+        "{refused}"
+    );
+    let failed = views[1].to_string();
+    assert!(
+        failed.contains("550") && failed.contains("****"),
+        "{failed}"
+    );
+
+    for &id in &jobs {
+        wait_report(&d, id, "delivered", |r| r["state"] == "delivered");
+    }
+    let mails = sink.messages();
+    assert_eq!(mails.len(), 2);
+    for raw in &mails {
+        let (body, json, _) = parts(raw);
+        assert!(body.contains("****"), "{body}");
+        assert_no_leak("the raw mail", raw.as_bytes(), pw);
+        assert_no_leak("the mail's text part", body.as_bytes(), pw);
+        assert_no_leak("the mail's JSON", json.to_string().as_bytes(), pw);
+    }
+
+    for &id in &jobs {
+        let id = id.to_string();
+        for args in [
+            vec!["status", &id],
+            vec!["--json", "status", &id],
+            vec!["status"],
+            vec!["--json", "status"],
+        ] {
+            let o = d.bftp(&args);
+            assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o));
+            assert_no_leak(&format!("bftp {args:?}"), text(&o).as_bytes(), pw);
+        }
+    }
+    for src in [&refusing, &echoing] {
+        let o = d.bftp_env(
+            None,
+            &[
+                "verify",
+                "--transcript",
+                &src.url("out/a.dat"),
+                &dst.url("in/"),
+            ],
+            &[
+                ("BFTP_SOURCE_PASSWORD", pw),
+                ("BFTP_DEST_PASSWORD", dst.password()),
+            ],
+        );
+        let shown = text(&o);
+        assert!(
+            shown.contains("transcript:") && shown.contains("****"),
+            "{shown}"
+        );
+        assert_no_leak("bftp verify --transcript", shown.as_bytes(), pw);
+    }
+    assert_no_leak("bftpd's log", d.logs().as_bytes(), pw);
+
+    // Every file of the state directory, raw.
+    let mut stack = vec![d.state_dir()];
+    let mut files = 0;
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files += 1;
+                let bytes = std::fs::read(&p).unwrap();
+                assert_no_leak(&p.display().to_string(), &bytes, pw);
+            }
+        }
+    }
+    assert!(
+        files > 0,
+        "no store files under {}",
+        d.state_dir().display()
     );
 }

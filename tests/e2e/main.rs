@@ -1,3 +1,4 @@
+mod api_server;
 mod engine;
 mod foundation;
 mod frontend_ftp;
@@ -9,6 +10,7 @@ mod ledger;
 mod mail;
 mod mail_delivery;
 mod observe;
+mod readme;
 mod scheduler;
 mod service;
 mod slow;

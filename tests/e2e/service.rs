@@ -49,6 +49,9 @@ fn check_config_accepts_the_shipped_configs_and_says_what_is_wrong_otherwise() {
         ("[mail.transport]\nkind = \"smtp\"\nusername = \"u\"\n", "password_file"),
         ("[mail.transport]\nkind = \"smtp\"\nusername = \"u\"\npassword_file = \"/nonexistent/pw\"\n", "/nonexistent/pw"),
         ("[sheduler]\n", "sheduler"),
+        ("[metrics]\nlisten = \"localhost:9464\"\n", "invalid socket address"),
+        ("[metrics]\nlisten = \"127.0.0.1:0\"\n", "needs a port"),
+        ("[api]\nmax_connections_per_user = 0\n", "max_connections_per_user"),
     ] {
         let path = dir.path().join("bad.toml");
         std::fs::write(&path, format!("{base}{bad}")).unwrap();
@@ -57,7 +60,35 @@ fn check_config_accepts_the_shipped_configs_and_says_what_is_wrong_otherwise() {
         assert!(o.stdout.is_empty(), "{bad:?}: {}", text(&o));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(needle), "{bad:?}: {err}");
+        // The file is named once, whichever check found the fault.
+        let named = err.matches(path.to_str().unwrap()).count();
+        assert_eq!(named, 1, "{bad:?}: {err}");
     }
+    // A metrics listener on loopback is fine; on any other address it is allowed, with a
+    // warning.
+    let path = dir.path().join("metrics.toml");
+    std::fs::write(
+        &path,
+        format!("{base}[metrics]\nlisten = \"127.0.0.1:9464\"\n"),
+    )
+    .unwrap();
+    let o = check_config(&path);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+    std::fs::write(
+        &path,
+        format!("{base}[metrics]\nlisten = \"0.0.0.0:9464\"\n"),
+    )
+    .unwrap();
+    let o = check_config(&path);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "OK\n");
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("warning: [metrics] listen = \"0.0.0.0:9464\" is not a loopback address"),
+        "{}",
+        text(&o)
+    );
     // A checked config with mail off needs no mail settings to be valid.
     let path = dir.path().join("nomail.toml");
     std::fs::write(
@@ -77,6 +108,14 @@ fn systemd_analyze_verifies_the_unit() {
     let dir = tempfile::tempdir().unwrap();
     let unit = std::fs::read_to_string(repo("systemd/bftpd.service")).unwrap();
     assert!(unit.contains("ExecStart=/usr/bin/bftpd "), "{unit}");
+    // systemd's default soft limit of 1,024 descriptors is too few for a busy daemon.
+    let nofile: u64 = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("LimitNOFILE="))
+        .expect("the unit sets LimitNOFILE=")
+        .parse()
+        .unwrap();
+    assert!(nofile >= 4096, "{nofile}");
     // verify checks that ExecStart's binary exists: point it at the one just built.
     let unit = unit.replace(
         "ExecStart=/usr/bin/bftpd ",

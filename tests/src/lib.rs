@@ -27,6 +27,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+/// Deterministic bytes that are not all alike, so a shifted or truncated copy shows; another
+/// `seed` gives other bytes. The one generator of the tests' file contents.
+pub fn payload(len: usize, seed: u8) -> Vec<u8> {
+    let mut x = u32::from(seed) | 0x0100;
+    (0..len)
+        .map(|_| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            (x >> 16) as u8
+        })
+        .collect()
+}
+
 /// Where `tests/install-deps` unpacks the FTP servers (override: `BFTP_TESTDEPS`).
 pub fn testdeps_prefix() -> PathBuf {
     std::env::var_os("BFTP_TESTDEPS")

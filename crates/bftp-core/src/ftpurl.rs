@@ -20,6 +20,11 @@ pub enum UrlError {
     NoHost { side: &'static str, input: String },
     #[error("{side}: {input:?} has a query or fragment, which FTP URLs do not take")]
     Extra { side: &'static str, input: String },
+    #[error(
+        "{side}: the path of {input:?} has a \"..\" segment; write the path without it (it is \
+         not resolved here, and a URL parser's resolving would name another file than the one typed)"
+    )]
+    DotDot { side: &'static str, input: String },
     #[error("{side}: the URL's {part} is not valid UTF-8 after percent-decoding")]
     Encoding {
         side: &'static str,
@@ -78,6 +83,7 @@ pub fn parse_ftp_url(side: &'static str, input: &str) -> Result<ParsedUrl, UrlEr
             scheme: u.scheme().to_string(),
         });
     }
+    check_raw(side, input, input_for_errors)?;
     if u.query().is_some() || u.fragment().is_some() {
         return Err(UrlError::Extra {
             side,
@@ -121,6 +127,40 @@ pub fn parse_ftp_url(side: &'static str, input: &str) -> Result<ParsedUrl, UrlEr
             path,
         },
     })
+}
+
+/// What `url` hides from us, checked on the text as typed: for `ftp` it reads `ftp:///x`
+/// and `ftp:/x` as host `x`, and it resolves `..` and `%2e%2e` segments away (so
+/// `a/../../etc/passwd` would become `etc/passwd`). An empty host and any `..` segment
+/// (also percent-encoded, or after a `%2F`) are refused instead.
+fn check_raw(side: &'static str, input: &str, shown: &str) -> Result<(), UrlError> {
+    let no_host = || UrlError::NoHost {
+        side,
+        input: shown.to_string(),
+    };
+    let after_scheme = input.find(':').map_or("", |i| &input[i + 1..]);
+    let Some(rest) = after_scheme.strip_prefix("//") else {
+        return Err(no_host());
+    };
+    let end = rest.find(['/', '\\', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host.is_empty() || host.starts_with(':') {
+        return Err(no_host());
+    }
+    let rest = &rest[end..];
+    let path = &rest[..rest.find(['?', '#']).unwrap_or(rest.len())];
+    let dotdot = path.split(['/', '\\']).any(|segment| {
+        let decoded = percent_decode(segment).unwrap_or_default();
+        decoded.split('/').any(|s| s == "..")
+    });
+    if dotdot {
+        return Err(UrlError::DotDot {
+            side,
+            input: shown.to_string(),
+        });
+    }
+    Ok(())
 }
 
 fn percent_decode(s: &str) -> Option<String> {
@@ -178,6 +218,10 @@ mod tests {
                 ("::1", 21, "anonymous", None, "a b"),
             ),
             ("ftp://h/dir/", ("h", 21, "anonymous", None, "dir/")),
+            // Dots that are no `..` segment are names like any other.
+            ("ftp://h/a..b/...", ("h", 21, "anonymous", None, "a..b/...")),
+            ("ftp://h/.hidden", ("h", 21, "anonymous", None, ".hidden")),
+            ("FTP://h/x", ("h", 21, "anonymous", None, "x")),
         ];
         for (input, (host, port, user, pw, path)) in ok {
             let p = parse_ftp_url("source", input).unwrap_or_else(|e| panic!("{input}: {e}"));
@@ -197,6 +241,22 @@ mod tests {
             ("ftp://h/x?y=1", "query"),
             ("ftp://h/a\nb", "control character"),
             ("ftp://h/%FF", "UTF-8"),
+            // `url` reads these as host `x`.
+            ("ftp:///x", "names no host"),
+            ("ftp:////x", "names no host"),
+            ("ftp:/x", "names no host"),
+            ("ftp:x", "names no host"),
+            ("ftp://u:p@/x", "empty host"),
+            // `url` resolves these away, naming another file.
+            ("ftp://h/bad/../../../etc/passwd", "\"..\" segment"),
+            ("ftp://h/..", "\"..\" segment"),
+            ("ftp://h/a/%2e%2e/b", "\"..\" segment"),
+            ("ftp://h/a/%2E%2e/b", "\"..\" segment"),
+            ("ftp://h/a/.%2E/b", "\"..\" segment"),
+            ("ftp://h/a\\..\\b", "\"..\" segment"),
+            // Not resolved by `url`, but the server would.
+            ("ftp://h/%2F..%2Fetc/passwd", "\"..\" segment"),
+            ("ftp://h/a%2F..%2Fb", "\"..\" segment"),
         ];
         for (input, needle) in bad {
             let e = parse_ftp_url("source", input).expect_err(input).to_string();

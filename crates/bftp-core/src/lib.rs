@@ -7,6 +7,7 @@ pub mod ftpurl;
 pub mod model;
 pub mod reply;
 pub mod retry;
+pub mod scrub;
 pub mod state;
 pub mod time;
 

@@ -252,10 +252,22 @@ pub struct JobSpec {
 /// One thing wrong with a request. Field names are the user's words (`source path`, `notify`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ValidationError {
-    #[error("{field} contains {what}, which would inject FTP commands")]
-    ControlCharacter { field: String, what: &'static str },
+    #[error("{field} contains {what}, which would inject {into}")]
+    ControlCharacter {
+        field: String,
+        what: &'static str,
+        /// What the character would break out of: "FTP commands", "mail headers".
+        into: &'static str,
+    },
     #[error("{field} is empty")]
     Empty { field: String },
+    #[error("{field} names too many {what} ({len}, at most {max})")]
+    TooMany {
+        field: String,
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
     #[error("{field} is too long ({len} bytes, at most {max})")]
     TooLong {
         field: String,
@@ -313,6 +325,15 @@ pub const MAX_NOTIFY: usize = 16;
 /// Rejects CR, LF and NUL: any of them in a name or credential would end the FTP command
 /// line early and let the rest be read as a command of its own.
 pub fn check_no_control(field: &str, value: &str) -> Result<(), ValidationError> {
+    check_no_control_in(field, value, "FTP commands")
+}
+
+/// [`check_no_control`] for a value that goes `into` something other than FTP commands.
+fn check_no_control_in(
+    field: &str,
+    value: &str,
+    into: &'static str,
+) -> Result<(), ValidationError> {
     let what = if value.contains('\r') {
         "a carriage return (CR)"
     } else if value.contains('\n') {
@@ -325,6 +346,7 @@ pub fn check_no_control(field: &str, value: &str) -> Result<(), ValidationError>
     Err(ValidationError::ControlCharacter {
         field: field.to_string(),
         what,
+        into,
     })
 }
 
@@ -399,7 +421,8 @@ fn check_endpoint(errs: &mut Vec<ValidationError>, side: &str, ep: &Endpoint) {
 /// Loose mailbox syntax: `local@domain`, no spaces, no control characters. Deliverability
 /// is the mail relay's business.
 pub fn check_mailbox(m: &str) -> Result<(), ValidationError> {
-    check_no_control("notify", m)?;
+    // A mailbox goes into the report's To: header and the SMTP envelope.
+    check_no_control_in("notify", m, "mail headers")?;
     let ok = match m.rsplit_once('@') {
         Some((local, domain)) => {
             !local.is_empty()
@@ -454,8 +477,9 @@ impl JobSpec {
             (None, Disposition::Delete) => {}
         }
         if self.notify.len() > MAX_NOTIFY {
-            errs.push(ValidationError::TooLong {
+            errs.push(ValidationError::TooMany {
                 field: "notify".into(),
+                what: "addresses",
                 len: self.notify.len(),
                 max: MAX_NOTIFY,
             });
@@ -592,7 +616,17 @@ mod tests {
             (
                 "CRLF in mailbox",
                 |s| s.notify = vec!["a@b\r\nRCPT TO:<x@y>".into()],
-                "carriage return",
+                "notify contains a carriage return (CR), which would inject mail headers",
+            ),
+            (
+                "too many mailboxes",
+                |s| s.notify = vec!["a@b".into(); 10_000],
+                "notify names too many addresses (10000, at most 16)",
+            ),
+            (
+                "CR in a path",
+                |s| s.source.path = "a\rDELE b".into(),
+                "source path contains a carriage return (CR), which would inject FTP commands",
             ),
             (
                 "CR in keyword",

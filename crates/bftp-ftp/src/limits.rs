@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use bftp_core::reply::ReplyOverride;
+use bftp_core::scrub::Scrubber;
 use bftp_core::{Endpoint, Secret, ANONYMOUS};
 
 use crate::parse::ReplyLimits;
@@ -30,6 +31,18 @@ impl ServerLogin {
             password: endpoint.password.clone(),
             acct: endpoint.acct.clone(),
         }
+    }
+
+    /// Every secret of these logins (passwords and ACCT strings), as one scrubber: what the
+    /// engine masks in every text a server sends.
+    pub fn scrubber(logins: &[&ServerLogin]) -> Scrubber {
+        let secrets: Vec<&str> = logins
+            .iter()
+            .flat_map(|l| [l.password.as_ref(), l.acct.as_ref()])
+            .flatten()
+            .map(Secret::expose)
+            .collect();
+        Scrubber::new(&secrets)
     }
 
     pub(crate) fn is_anonymous(&self) -> bool {
@@ -106,5 +119,30 @@ impl Default for Limits {
             transcript: TranscriptLimits::default(),
             overrides: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scrubber_of_a_pair_masks_both_passwords_and_both_accounts() {
+        let login = |password: Option<&str>, acct: Option<&str>| ServerLogin {
+            host: "127.0.0.1".into(),
+            port: 21,
+            user: "alice".into(),
+            password: password.map(Secret::new),
+            acct: acct.map(Secret::new),
+        };
+        let src = login(Some("src-secret-1"), Some("acct-src-77"));
+        let dst = login(Some("dst-secret-2"), None);
+        let anonymous = login(None, None);
+        let s = ServerLogin::scrubber(&[&src, &dst, &anonymous]);
+        assert_eq!(
+            s.scrub("530 src-secret-1 dst-secret-2 acct-src-77 alice"),
+            "530 **** **** **** alice"
+        );
+        assert!(ServerLogin::scrubber(&[&anonymous]).is_empty());
     }
 }

@@ -23,7 +23,10 @@
 //! buffered beyond the login reply would be lost, and servers send nothing unasked
 //! after a login reply.
 //!
-//! Every command and reply goes to the pair's transcript, PASS and ACCT masked.
+//! Every reply is scrubbed of the job's secrets (the recorder's scrubber: every password
+//! and ACCT string of the pair, in every encoding) as soon as it is parsed, before anything
+//! records, returns or shows it. Every command and reply goes to the pair's transcript, PASS
+//! and ACCT masked.
 //! Nothing outside this module names a suppaftp type.
 
 use std::net::{IpAddr, SocketAddr};
@@ -308,7 +311,10 @@ impl Session {
     pub async fn send(&mut self, line: &str) -> Result<(), SessionError> {
         if check_argument(line).is_err() {
             return Err(SessionError::BadArgument {
-                what: crate::transcript::mask_secrets(line),
+                what: self
+                    .recorder
+                    .scrubber()
+                    .scrub(&crate::transcript::mask_secrets(line)),
             });
         }
         self.recorder.sent(self.side, line);
@@ -352,6 +358,7 @@ impl Session {
         loop {
             match self.parser.next_reply() {
                 Ok(Some(reply)) => {
+                    let reply = reply.scrubbed(self.recorder.scrubber());
                     self.recorder.received(self.side, &reply.to_string());
                     return Ok(reply);
                 }
@@ -359,7 +366,7 @@ impl Session {
                 Err(error) => {
                     return Err(self.fail(SessionError::Malformed {
                         host: self.host.clone(),
-                        error,
+                        error: error.scrubbed(self.recorder.scrubber()),
                     }))
                 }
             }
@@ -486,12 +493,14 @@ impl LoginState<'_> {
             Ok(Ok(ftp)) => {
                 let text = ftp.get_welcome_msg().unwrap_or("");
                 let shown = match parse_reply(text.as_bytes(), &self.limits.reply) {
-                    Ok(Parsed::Complete { reply, .. }) => reply.to_string(),
+                    Ok(Parsed::Complete { reply, .. }) => {
+                        reply.scrubbed(self.recorder.scrubber()).to_string()
+                    }
                     // Our limits hold for the greeting too (suppaftp read it with its own).
                     Err(error) => {
                         return Err(SessionError::Malformed {
                             host: self.host.clone(),
-                            error,
+                            error: error.scrubbed(self.recorder.scrubber()),
                         }
                         .into())
                     }
@@ -619,8 +628,22 @@ impl LoginState<'_> {
         error
     }
 
-    /// A reply suppaftp read, re-parsed with our parser and limits.
+    /// A reply suppaftp read, re-parsed with our parser and limits, scrubbed of the job's
+    /// secrets (a server may echo the password in its refusal).
     fn reply_from(&self, body: &[u8]) -> Result<Reply, SessionError> {
+        let scrubber = self.recorder.scrubber();
+        self.parse_login_reply(body)
+            .map(|reply| reply.scrubbed(scrubber))
+            .map_err(|error| match error {
+                SessionError::Malformed { host, error } => SessionError::Malformed {
+                    host,
+                    error: error.scrubbed(scrubber),
+                },
+                other => other,
+            })
+    }
+
+    fn parse_login_reply(&self, body: &[u8]) -> Result<Reply, SessionError> {
         match parse_reply(body, &self.limits.reply) {
             Ok(Parsed::Complete { reply, .. }) => Ok(reply),
             Ok(Parsed::NeedMore) => Err(SessionError::Malformed {

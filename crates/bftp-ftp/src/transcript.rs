@@ -12,6 +12,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use bftp_core::scrub::Scrubber;
+
 /// One of the two servers of a transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Side {
@@ -154,20 +156,30 @@ struct Log {
 }
 
 /// A transcript being written, shared by the two sessions of a pair so that their
-/// entries interleave in the order they happened.
+/// entries interleave in the order they happened. It holds the job's [`Scrubber`]: every
+/// entry is scrubbed of the job's secrets before it is kept (and before it is cut, so that
+/// no start of a secret is left at the cut), and the sessions scrub their replies with it.
 #[derive(Debug, Clone)]
-pub(crate) struct Recorder(Arc<Mutex<Log>>);
+pub(crate) struct Recorder(Arc<Mutex<Log>>, Arc<Scrubber>);
 
 impl Recorder {
-    pub(crate) fn new(limits: TranscriptLimits) -> Self {
-        Recorder(Arc::new(Mutex::new(Log {
-            started: Instant::now(),
-            label: None,
-            limits,
-            head: Vec::new(),
-            tail: VecDeque::new(),
-            omitted: 0,
-        })))
+    pub(crate) fn new(limits: TranscriptLimits, scrubber: Scrubber) -> Self {
+        Recorder(
+            Arc::new(Mutex::new(Log {
+                started: Instant::now(),
+                label: None,
+                limits,
+                head: Vec::new(),
+                tail: VecDeque::new(),
+                omitted: 0,
+            })),
+            Arc::new(scrubber),
+        )
+    }
+
+    /// The job's scrubber, for the sessions sharing this recorder.
+    pub(crate) fn scrubber(&self) -> &Scrubber {
+        &self.1
     }
 
     fn lock(&self) -> MutexGuard<'_, Log> {
@@ -176,9 +188,10 @@ impl Recorder {
     }
 
     pub(crate) fn record(&self, side: Side, kind: EntryKind, text: &str) {
+        let text = self.1.scrub(text);
         let mut log = self.lock();
         let at_ms = u64::try_from(log.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let text = cut(text, log.limits.max_entry_chars);
+        let text = cut(&text, log.limits.max_entry_chars);
         let entry = Entry {
             at_ms,
             side,
@@ -272,7 +285,7 @@ mod tests {
         for (line, masked) in table {
             assert_eq!(mask_secrets(line), masked, "{line}");
         }
-        let rec = Recorder::new(TranscriptLimits::default());
+        let rec = Recorder::new(TranscriptLimits::default(), Scrubber::default());
         rec.sent(Side::Source, "PASS hunter2");
         let t = rec.take();
         assert!(!t.to_string().contains("hunter2"), "{t}");
@@ -280,11 +293,34 @@ mod tests {
     }
 
     #[test]
+    fn every_entry_is_scrubbed_of_the_job_secrets_before_it_is_cut() {
+        let rec = Recorder::new(
+            TranscriptLimits {
+                max_entries: 10,
+                max_entry_chars: 20,
+            },
+            Scrubber::new(&["hunter2"]),
+        );
+        rec.received(Side::Source, "530 you sent hunter2");
+        rec.note(Side::Destination, "6c6f67696e3a68756e74657232");
+        rec.received(Side::Source, "530 0123456789 abcd hunter2");
+        let t = rec.take().to_string();
+        assert!(
+            !t.contains("hunter2") && !t.contains("hun") && !t.contains("68756e"),
+            "{t}"
+        );
+        assert!(t.contains("530 you sent ****"), "{t}");
+    }
+
+    #[test]
     fn keeps_head_and_tail_and_counts_the_rest() {
-        let rec = Recorder::new(TranscriptLimits {
-            max_entries: 6,
-            max_entry_chars: 5,
-        });
+        let rec = Recorder::new(
+            TranscriptLimits {
+                max_entries: 6,
+                max_entry_chars: 5,
+            },
+            Scrubber::default(),
+        );
         for i in 0..20 {
             rec.note(Side::Destination, &format!("n{i}-long-text"));
         }

@@ -29,6 +29,9 @@ pub(crate) const META_NEXT_ID: &[u8] = b"next_id";
 pub(crate) const META_SEQ: &[u8] = b"seq";
 /// The content digest of every other tree (`digest.rs`), kept by every transaction.
 pub(crate) const META_DIGEST: &[u8] = b"digest";
+/// A fingerprint of the daemon's secret key (a hash derived from it, never the key), so that
+/// a missing or replaced key file is noticed before anything sealed is read with it.
+pub(crate) const META_KEY_FINGERPRINT: &[u8] = b"key_fingerprint";
 pub(crate) const MAGIC_VALUE: &[u8] = b"bftp-store";
 
 pub(crate) fn job(id: JobId) -> [u8; 8] {

@@ -144,6 +144,16 @@ pub trait JobStore: Send + Sync {
     fn set_transcript(&self, id: JobId, transcript: AttemptTranscript) -> Result<(), StoreError>;
 
     fn transcript(&self, id: JobId) -> Result<Option<AttemptTranscript>, StoreError>;
+
+    /// Whether the store holds no job at all (so nothing sealed with the daemon's key).
+    fn is_empty(&self) -> Result<bool, StoreError>;
+
+    /// The fingerprint of the secret key the store's data is sealed with, once recorded: a
+    /// value derived from the key by the caller (never the key itself).
+    fn key_fingerprint(&self) -> Result<Option<[u8; 32]>, StoreError>;
+
+    /// Records that fingerprint, replacing any earlier one. Durable.
+    fn set_key_fingerprint(&self, fingerprint: [u8; 32]) -> Result<(), StoreError>;
 }
 
 /// The text of a panic payload.

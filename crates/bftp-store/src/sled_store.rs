@@ -263,7 +263,8 @@ fn open_db(config: &sled::Config, dir: &Path) -> Result<sled::Db, StoreError> {
 }
 
 /// Hands memory the allocator holds free back to the system; glibc keeps it otherwise, and
-/// the process's resident size stays at its peak.
+/// the process's resident size stays at its peak. The crate's one unsafe call.
+#[allow(unsafe_code)]
 fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim takes no pointers; it only walks the allocator's own free lists.
@@ -1311,6 +1312,30 @@ impl JobStore for SledStore {
                 return abort(StoreError::NotFound(id));
             }
             tx.transcripts.insert(&keys::job(id)[..], value.clone())?;
+            Ok(())
+        })
+    }
+
+    fn is_empty(&self) -> Result<bool, StoreError> {
+        self.guarded("is_empty", || Ok(self.t.jobs.is_empty()))
+    }
+
+    fn key_fingerprint(&self) -> Result<Option<[u8; 32]>, StoreError> {
+        self.guarded("key_fingerprint", || {
+            let k = keys::META_KEY_FINGERPRINT;
+            match self.t.meta.get(k).map_err(backend("key_fingerprint"))? {
+                Some(v) => <[u8; 32]>::try_from(v.as_ref()).map(Some).map_err(|_| {
+                    keys::corrupt_key("meta", k, format!("{} bytes, not 32", v.len()))
+                }),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn set_key_fingerprint(&self, fingerprint: [u8; 32]) -> Result<(), StoreError> {
+        self.write("set_key_fingerprint", |tx| {
+            tx.meta
+                .insert(keys::META_KEY_FINGERPRINT, &fingerprint[..])?;
             Ok(())
         })
     }

@@ -1161,3 +1161,34 @@ fn a_new_transcript_replaces_the_last_one() {
         Err(StoreError::NotFound(JobId(42)))
     ));
 }
+
+/// A store from before key fingerprints (jobs, no fingerprint) opens as it did; the
+/// fingerprint recorded then survives a reopen next to the jobs, and the damage checks at
+/// open (watermark, digest) still pass.
+#[test]
+fn a_key_fingerprint_is_recorded_in_an_old_store_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = {
+        let store = open(dir.path());
+        assert!(store.is_empty().unwrap());
+        assert_eq!(store.key_fingerprint().unwrap(), None);
+        match store.submit(job(1000)).unwrap() {
+            Submitted::Created(j) => j.id,
+            other => panic!("{other:?}"),
+        }
+    };
+    {
+        // The old store: sealed data, no fingerprint yet.
+        let store = open(dir.path());
+        assert!(!store.is_empty().unwrap());
+        assert_eq!(store.key_fingerprint().unwrap(), None);
+        store.set_key_fingerprint([7; 32]).unwrap();
+        assert_eq!(store.key_fingerprint().unwrap(), Some([7; 32]));
+    }
+    let store = open(dir.path());
+    assert_eq!(store.key_fingerprint().unwrap(), Some([7; 32]));
+    assert_eq!(store.get(id).unwrap().unwrap().spec, spec());
+    store.set_key_fingerprint([8; 32]).unwrap();
+    drop(store);
+    assert_eq!(open(dir.path()).key_fingerprint().unwrap(), Some([8; 32]));
+}

@@ -68,6 +68,21 @@ pub fn router(state: Shared) -> Router {
         .with_state(state)
 }
 
+/// The TCP metrics listener's routes: `/metrics` and nothing else (no job data leaves the
+/// Unix socket).
+pub fn metrics_router(state: Shared) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "only /metrics is served here; the API is on bftpd's Unix socket",
+            )
+        })
+        .with_state(state)
+}
+
 /// An error response: an HTTP status and an [`ErrorBody`].
 #[derive(Debug)]
 pub struct ApiError {

@@ -27,6 +27,12 @@ pub struct Config {
     pub admin_group: Option<String>,
     #[serde(default)]
     pub log: LogConfig,
+    /// `[api]`: bounds on the socket's connections.
+    #[serde(default)]
+    pub api: ApiConfig,
+    /// `[metrics]`: the optional TCP listener for Prometheus.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
     #[serde(default)]
     pub store: StoreConfig,
     #[serde(default)]
@@ -42,6 +48,78 @@ pub struct Config {
     /// `[mail]`: the reports of final jobs (see `bftp_mail::MailConfig`).
     #[serde(default)]
     pub mail: bftp_mail::MailConfig,
+}
+
+/// `[api]`: what one connection, one user and all of them together may hold of the daemon.
+/// A connection is a file descriptor: without these bounds one local user could open
+/// connections that send nothing until the daemon has no descriptor left for anyone.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiConfig {
+    /// Once a request has begun (its first byte), its headers and body must have arrived
+    /// within this, or the connection is closed.
+    #[serde(default = "d_header_read_timeout", with = "humantime_duration")]
+    pub header_read_timeout: Duration,
+    /// A connection with no request under way (one that never sends anything, or a kept-alive
+    /// one between requests) is closed after this.
+    #[serde(default = "d_idle_timeout", with = "humantime_duration")]
+    pub idle_timeout: Duration,
+    /// Connections one Unix user (SO_PEERCRED) may hold open at once; more are refused with
+    /// HTTP 429.
+    #[serde(default = "d_max_connections_per_user")]
+    pub max_connections_per_user: usize,
+    /// Connections of all users together (and the metrics listener's); more are refused with
+    /// HTTP 503. Lowered at start if the open-file limit would not leave enough descriptors
+    /// for the scheduler's FTP connections and the store.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
+}
+
+fn d_header_read_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn d_idle_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn d_max_connections_per_user() -> usize {
+    32
+}
+fn d_max_connections() -> usize {
+    512
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            header_read_timeout: d_header_read_timeout(),
+            idle_timeout: d_idle_timeout(),
+            max_connections_per_user: d_max_connections_per_user(),
+            max_connections: d_max_connections(),
+        }
+    }
+}
+
+/// `[metrics]`: Prometheus cannot scrape a Unix socket, so `/metrics` (and nothing else of the
+/// API) may also be served over TCP. Off unless `listen` is set.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// e.g. "127.0.0.1:9464". An address other than loopback exposes the counters to the
+    /// network: write it only on purpose (bftpd warns at start).
+    #[serde(default)]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+impl MetricsConfig {
+    /// A warning for an operator when the listener is reachable from other hosts.
+    pub fn exposure_warning(&self) -> Option<String> {
+        let addr = self.listen?;
+        (!addr.ip().is_loopback()).then(|| {
+            format!(
+                "[metrics] listen = \"{addr}\" is not a loopback address: /metrics is served to the network"
+            )
+        })
+    }
 }
 
 /// More threads than this cannot help a daemon that mostly waits on sockets.
@@ -367,6 +445,21 @@ impl Config {
         if !(1..=MAX_WORKER_THREADS).contains(&self.scheduler.worker_threads) {
             bail!("[scheduler]: worker_threads must be from 1 to {MAX_WORKER_THREADS}");
         }
+        let api = &self.api;
+        if api.header_read_timeout.is_zero() || api.idle_timeout.is_zero() {
+            bail!("[api]: header_read_timeout and idle_timeout must be more than 0");
+        }
+        if api.max_connections_per_user == 0 || api.max_connections == 0 {
+            bail!("[api]: max_connections_per_user and max_connections must be at least 1");
+        }
+        if api.max_connections_per_user > api.max_connections {
+            bail!("[api]: max_connections_per_user must be at most max_connections");
+        }
+        if let Some(addr) = self.metrics.listen {
+            if addr.port() == 0 {
+                bail!("[metrics]: listen = \"{addr}\" needs a port (9464 is Prometheus's usual one for an exporter)");
+            }
+        }
         if self.store.cache_mib == 0 {
             bail!("[store]: cache_mib must be at least 1");
         }
@@ -409,6 +502,12 @@ mod tests {
                 format!("{:?}", d.socket_mode),
             ),
             ("[log]", format!("{:?}", c.log), format!("{:?}", d.log)),
+            ("[api]", format!("{:?}", c.api), format!("{:?}", d.api)),
+            (
+                "[metrics]",
+                format!("{:?}", c.metrics),
+                format!("{:?}", d.metrics),
+            ),
             (
                 "[store]",
                 format!("{:?}", c.store),
@@ -481,6 +580,39 @@ mod tests {
         }
         let c = Config::parse(&format!("{base}[scheduler]\nworker_threads = 2\n")).unwrap();
         assert_eq!(c.scheduler.worker_threads, 2);
+    }
+
+    #[test]
+    fn api_and_metrics_sections() {
+        let base = "state_dir = \"s\"\nsocket = \"s.sock\"\n";
+        let d = Config::parse(base).unwrap();
+        assert_eq!(d.api.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(d.api.idle_timeout, Duration::from_secs(30));
+        assert_eq!(d.metrics.listen, None);
+        for (bad, needle) in [
+            ("[api]\nidle_timeout = \"0s\"\n", "more than 0"),
+            ("[api]\nmax_connections_per_user = 0\n", "at least 1"),
+            (
+                "[api]\nmax_connections = 8\nmax_connections_per_user = 9\n",
+                "at most max_connections",
+            ),
+            ("[metrics]\nlisten = \"127.0.0.1\"\n", "socket address"),
+            ("[metrics]\nlisten = \"127.0.0.1:0\"\n", "needs a port"),
+            ("[metrics]\nport = 9464\n", "port"),
+        ] {
+            let e = format!("{:#}", Config::parse(&format!("{base}{bad}")).unwrap_err());
+            assert!(e.contains(needle), "{bad:?}: {e}");
+        }
+        let c = Config::parse(&format!("{base}[metrics]\nlisten = \"127.0.0.1:9464\"\n")).unwrap();
+        assert_eq!(c.metrics.listen, Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(c.metrics.exposure_warning(), None);
+        let c = Config::parse(&format!("{base}[metrics]\nlisten = \"[::1]:9464\"\n")).unwrap();
+        assert_eq!(c.metrics.exposure_warning(), None);
+        let c = Config::parse(&format!("{base}[metrics]\nlisten = \"0.0.0.0:9464\"\n")).unwrap();
+        assert!(c
+            .metrics
+            .exposure_warning()
+            .is_some_and(|w| w.contains("not a loopback address")));
     }
 
     #[test]

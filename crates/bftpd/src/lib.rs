@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod attempt;
+pub mod clock;
 pub mod config;
 pub mod ftp;
 pub mod identity;
@@ -17,6 +18,8 @@ pub mod secrets;
 pub mod server;
 pub mod service;
 pub mod submit;
+#[cfg(test)]
+mod testkit;
 pub mod views;
 pub mod work;
 
@@ -47,6 +50,31 @@ pub(crate) async fn on_store<T: Send + 'static>(
 /// How long open API connections may take to finish after shutdown begins.
 const API_GRACE: Duration = Duration::from_secs(5);
 
+/// The API's connection bounds (`[api]`), its connection limit lowered if the open-file
+/// limit would not leave the scheduler and the store their descriptors.
+fn api_bounds(config: &Config) -> anyhow::Result<(Arc<server::Admission>, server::Timeouts)> {
+    let api = &config.api;
+    let nofile = server::raise_nofile_limit();
+    let reserve =
+        server::descriptor_reserve(config.scheduler.max_running_jobs, config.ftp.parallel_pairs);
+    let max = server::connection_budget(api.max_connections, reserve, nofile)
+        .map_err(anyhow::Error::msg)?;
+    if max < api.max_connections {
+        tracing::warn!(
+            nofile,
+            reserve,
+            max_connections = max,
+            "the open-file limit leaves room for only {max} of [api] max_connections = {}; \
+             raise LimitNOFILE= to serve more",
+            api.max_connections
+        );
+    }
+    Ok((
+        server::Admission::new(max, api.max_connections_per_user.min(max)),
+        server::Timeouts::from(api),
+    ))
+}
+
 /// Runs the daemon until `shutdown` completes.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     std::fs::DirBuilder::new()
@@ -59,9 +87,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 config.state_dir.display()
             )
         })?;
-    let secrets = Arc::new(secrets::Secrets::load_or_create(
-        &config.state_dir.join("secret.key"),
-    )?);
     let store_dir = config.state_dir.join("store");
     let opts = StoreOptions {
         cache_capacity_bytes: config.store.cache_mib * 1024 * 1024,
@@ -78,6 +103,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 )
             })?,
     );
+    let secrets = {
+        let (store, path) = (store.clone(), config.state_dir.join("secret.key"));
+        Arc::new(
+            tokio::task::spawn_blocking(move || secrets::Secrets::open_for_store(&path, &*store))
+                .await
+                .context("key loading task failed")??,
+        )
+    };
     let admins = identity::AdminPolicy::new(config.admin_group.as_deref())?;
     let policy = policy::HostPolicy::new(&config.policy);
     let limits = config.ftp.limits()?;
@@ -87,6 +120,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     );
     let metrics = Arc::new(metrics::Metrics::new());
     let live = Arc::new(live::Live::default());
+    let clock = clock::Clock::system();
     let executor = Arc::new(attempt::FtpExecutor {
         store: store.clone(),
         secrets: secrets.clone(),
@@ -105,6 +139,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             max_running_jobs: config.scheduler.max_running_jobs,
             grace: config.scheduler.grace,
         },
+        clock.clone(),
+        clock::random_jitter(),
     );
     let recovered = scheduler
         .recover()
@@ -129,6 +165,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             scheduler: scheduler.clone(),
             wake: scheduler.finals(),
             metrics: metrics.clone(),
+            clock: clock.clone(),
+            jitter: clock::random_jitter(),
         }))
     } else {
         tracing::warn!("[mail] enabled = false: reports stay in the outbox, undelivered");
@@ -147,6 +185,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         metrics,
         live,
     });
+    let (admission, timeouts) = api_bounds(&config)?;
+    let metrics_listener = match config.metrics.listen {
+        Some(addr) => Some(server::bind_metrics(addr).await?),
+        None => None,
+    };
     let listener = server::bind(
         &config.socket,
         config.socket_mode()?,
@@ -156,10 +199,26 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     tracing::info!(socket = %config.socket.display(), state_dir = %config.state_dir.display(), "bftpd ready");
 
     let token = CancellationToken::new();
+    let metrics_serving = metrics_listener.map(|l| {
+        if let Some(w) = config.metrics.exposure_warning() {
+            tracing::warn!("{w}");
+        }
+        tracing::info!(listen = %config.metrics.listen.expect("bound"), "serving /metrics over TCP");
+        tokio::spawn(server::serve_metrics(
+            l,
+            api::metrics_router(state.clone()),
+            admission.clone(),
+            timeouts,
+            token.clone(),
+            API_GRACE,
+        ))
+    });
     let serving = tokio::spawn(server::serve(
         listener,
         api::router(state),
         admins,
+        admission,
+        timeouts,
         token.clone(),
         API_GRACE,
     ));
@@ -175,6 +234,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     stop_scheduling.cancel();
     let (served, scheduled) = tokio::join!(serving, scheduling);
     served.context("API server task failed")?;
+    if let Some(m) = metrics_serving {
+        m.await.context("metrics listener task failed")?;
+    }
     scheduled.context("scheduler task failed")?;
     // After the scheduler: reports of attempts that ended in the grace period still get a
     // try. A delivery in flight is cut; the report stays pending for the next start.

@@ -13,17 +13,17 @@
 //! shows where the report stands.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bftp_api::ReportView;
 use bftp_core::Timestamp;
 use bftp_mail::{MailConfig, Mailer, SendError};
 use bftp_store::{DeliveryTry, Job, JobId, JobStore, OutboxEntry, OutboxState, StoreError};
-use rand::Rng;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::clock::{Clock, Jitter};
 use crate::metrics::{Metrics, ReportResult};
 use crate::secrets::Secrets;
 
@@ -33,10 +33,8 @@ const BATCH: usize = 16;
 const WAIT_FOR_ATTEMPT: Duration = Duration::from_secs(1);
 /// After a store error, the postman looks again this much later.
 const STORE_RETRY: Duration = Duration::from_secs(5);
-
-fn now() -> Timestamp {
-    Timestamp::from_system(SystemTime::now())
-}
+/// With no report pending, the postman still looks at the outbox this often.
+const IDLE_LOOK: Duration = Duration::from_secs(3600);
 
 /// What the API and the postman both need to know about mail: who a report goes to and
 /// what its Message-ID is.
@@ -120,6 +118,9 @@ pub struct Postman {
     /// Notified when a job becomes final.
     pub wake: Arc<Notify>,
     pub metrics: Arc<Metrics>,
+    pub clock: Clock,
+    /// The draw behind each retry's jitter.
+    pub jitter: Jitter,
 }
 
 impl Postman {
@@ -132,15 +133,13 @@ impl Postman {
             };
             let next = next.unwrap_or_else(|e| {
                 tracing::error!(error = %e, "the postman cannot read the outbox; retrying soon");
-                Some(now().saturating_add(STORE_RETRY))
+                Some(self.clock.now().saturating_add(STORE_RETRY))
             });
-            let sleep = next.map_or(Duration::from_secs(3600), |t| {
-                t.saturating_duration_since(now())
-            });
+            let next = next.unwrap_or_else(|| self.clock.now().saturating_add(IDLE_LOOK));
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(sleep) => {}
+                _ = self.clock.sleep_until(next) => {}
             }
         }
     }
@@ -155,7 +154,7 @@ impl Postman {
     /// Tries every due report once; returns when the next one is due.
     async fn deliver_due(&self) -> Result<Option<Timestamp>, StoreError> {
         loop {
-            let t = now();
+            let t = self.clock.now();
             let due = self.blocking(move |s| s.outbox_due(t, BATCH)).await?;
             let full = due.len() == BATCH;
             for entry in due {
@@ -163,7 +162,7 @@ impl Postman {
                 // Every event of the delivery carries the job id.
                 let span = tracing::info_span!("report", job = id.0);
                 let result = self.try_one(&entry).instrument(span.clone()).await;
-                let at = now();
+                let at = self.clock.now();
                 let recorded = self
                     .blocking(move |s| s.record_delivery(id, result, at))
                     .instrument(span.clone())
@@ -197,7 +196,7 @@ impl Postman {
         if self.scheduler.is_running(id) {
             // A cancelled job's attempt is still stopping: its ledger may change yet.
             return DeliveryTry::Postponed {
-                next_try_at: now().saturating_add(WAIT_FOR_ATTEMPT),
+                next_try_at: self.clock.now().saturating_add(WAIT_FOR_ATTEMPT),
             };
         }
         let fail = |error: String| self.failed(entry, error);
@@ -219,9 +218,9 @@ impl Postman {
 
     /// A transient failure: the next try, or the end when `give_up_after` has passed.
     fn failed(&self, entry: &OutboxEntry, error: String) -> DeliveryTry {
-        let t = now();
+        let t = self.clock.now();
         let elapsed = t.saturating_duration_since(entry.created_at);
-        let jitter: f64 = rand::thread_rng().gen_range(-1.0..=1.0);
+        let jitter = (self.jitter)();
         match bftp_mail::next_delay(entry.tries + 1, elapsed, &self.config.retry, jitter) {
             Some(wait) => DeliveryTry::Failed {
                 error,
@@ -282,6 +281,104 @@ enum Compose {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::{self, T0};
+    use bftp_core::{JobEvent, JobOutcome, RetryPolicy};
+    use bftp_mail::{MailRetry, TransportConfig};
+
+    /// Runs the postman against a final job whose mail can never be handed over (a sendmail
+    /// that does not exist: a transient failure, at once), on a paused clock, until the report
+    /// is given up.
+    async fn give_up_schedule(retry: MailRetry) -> OutboxEntry {
+        let (dir, store) = testkit::store();
+        let id = testkit::submit_one_file_job(&*store, RetryPolicy::default());
+        store
+            .apply(id, JobEvent::Start { attempt: 1 }, T0, None)
+            .unwrap();
+        let finish = JobEvent::Finish {
+            outcome: JobOutcome::Failed,
+        };
+        store.apply(id, finish, T0, None).unwrap();
+        let config = MailConfig {
+            transport: TransportConfig::Sendmail {
+                command: dir.path().join("no-such-sendmail"),
+                timeout: Duration::from_secs(5),
+            },
+            retry,
+            ..MailConfig::default()
+        };
+        struct Idle;
+        impl crate::scheduler::Executor for Idle {
+            fn attempt(
+                &self,
+                _: Job,
+                _: u32,
+                _: crate::scheduler::AttemptSignals,
+            ) -> crate::scheduler::AttemptFuture {
+                Box::pin(async { crate::scheduler::AttemptEnd::Complete })
+            }
+        }
+        let clock = Clock::following_tokio(T0);
+        let metrics = Arc::new(Metrics::new());
+        let limits = crate::scheduler::SchedulerLimits {
+            max_running_jobs: 1,
+            grace: Duration::from_secs(1),
+        };
+        let scheduler = crate::scheduler::Scheduler::new(
+            store.clone(),
+            Arc::new(Idle),
+            metrics.clone(),
+            limits,
+            clock.clone(),
+            Arc::new(|| 0.0),
+        );
+        let postman = Arc::new(Postman {
+            store: store.clone(),
+            secrets: Arc::new(Secrets::load_or_create(&dir.path().join("secret.key")).unwrap()),
+            settings: MailSettings::new(&config),
+            mailer: Mailer::new(&config).unwrap(),
+            config,
+            wake: scheduler.finals(),
+            scheduler,
+            metrics,
+            clock,
+            jitter: Arc::new(|| 0.0),
+        });
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(postman.run(stop.clone()));
+        let entry = loop {
+            let entry = store.outbox_entry(id).unwrap().unwrap();
+            if !matches!(entry.state, OutboxState::Pending) {
+                break entry;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        stop.cancel();
+        running.await.unwrap();
+        entry
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_report_is_retried_with_backoff_and_given_up_on_time() {
+        let retry = MailRetry {
+            first_interval: Duration::from_secs(60),
+            factor: 2.0,
+            cap: Duration::from_secs(300),
+            give_up_after: Duration::from_secs(1000),
+        };
+        let entry = give_up_schedule(retry).await;
+        // Tries at 0, 60, 180, 420 and 720 s (waits 60, 120, 240, then capped at 300); the
+        // next would come at 1020 s, past give_up_after: the fifth failure gives it up.
+        assert_eq!(entry.tries, 5);
+        assert_eq!(
+            entry.state,
+            OutboxState::GaveUp {
+                at: T0.saturating_add(Duration::from_secs(720))
+            }
+        );
+        let error = entry.last_error.unwrap_or_default();
+        assert!(error.contains("no-such-sendmail"), "{error}");
+        assert!(error.contains("still undelivered after 16m 40s"), "{error}");
+    }
 
     fn entry(state: OutboxState) -> OutboxEntry {
         OutboxEntry {

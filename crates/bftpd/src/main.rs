@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use bftpd::config::{Config, LogFormat};
 use clap::{Parser, Subcommand};
 use tokio::signal::unix::{signal, SignalKind};
@@ -38,13 +39,22 @@ enum Command {
 }
 
 fn check_config(path: &std::path::Path) -> ExitCode {
-    match Config::load(path).and_then(|cfg| bftpd::service::check(&cfg)) {
-        Ok(()) => {
+    // `Config::load` names the file in its errors; the later checks get it here, once.
+    let checked = Config::load(path).and_then(|cfg| {
+        bftpd::service::check(&cfg)
+            .with_context(|| format!("invalid config {}", path.display()))
+            .map(|()| cfg)
+    });
+    match checked {
+        Ok(cfg) => {
+            if let Some(w) = cfg.metrics.exposure_warning() {
+                eprintln!("bftpd: warning: {w}");
+            }
             println!("OK");
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("bftpd: {}: {e:#}", path.display());
+            eprintln!("bftpd: {e:#}");
             ExitCode::FAILURE
         }
     }

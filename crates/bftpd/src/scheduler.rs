@@ -9,17 +9,17 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bftp_core::retry::{ExhaustedBy, RetryDecision};
 use bftp_core::{JobEvent, JobOutcome, JobState, MemberState, Timestamp};
 use bftp_store::{HistoryEvent, Job, JobId, JobStore, StoreError};
-use rand::Rng;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::clock::{Clock, Jitter};
 use crate::metrics::{AttemptFailure, Metrics};
 
 /// How an attempt ended, as far as scheduling is concerned. The executor has already
@@ -62,6 +62,9 @@ pub struct SchedulerLimits {
     pub grace: Duration,
 }
 
+/// With nothing queued, the scheduler still looks at the queue this often.
+const IDLE_LOOK: Duration = Duration::from_secs(3600);
+
 pub struct Scheduler {
     store: Arc<dyn JobStore>,
     executor: Arc<dyn Executor>,
@@ -72,10 +75,9 @@ pub struct Scheduler {
     /// Notified whenever a job may have become final (its report is due): the postman's bell.
     finals: Arc<Notify>,
     metrics: Arc<Metrics>,
-}
-
-fn now() -> Timestamp {
-    Timestamp::from_system(SystemTime::now())
+    clock: Clock,
+    /// The draw behind each retry's ±10% jitter.
+    jitter: Jitter,
 }
 
 impl Scheduler {
@@ -84,6 +86,8 @@ impl Scheduler {
         executor: Arc<dyn Executor>,
         metrics: Arc<Metrics>,
         limits: SchedulerLimits,
+        clock: Clock,
+        jitter: Jitter,
     ) -> Arc<Scheduler> {
         Arc::new(Scheduler {
             store,
@@ -94,6 +98,8 @@ impl Scheduler {
             tracker: TaskTracker::new(),
             finals: Arc::new(Notify::new()),
             metrics,
+            clock,
+            jitter,
         })
     }
 
@@ -136,11 +142,11 @@ impl Scheduler {
     /// Jobs left `Running` by a crash or a hard stop go back to the queue, due now: their
     /// unfinished members are done again (an overlap, never a gap).
     pub async fn recover(&self) -> Result<usize, StoreError> {
-        let store = self.store.clone();
+        let (store, clock) = (self.store.clone(), self.clock.clone());
         tokio::task::spawn_blocking(move || {
             let ids = store.running_jobs()?;
             for id in &ids {
-                let at = now();
+                let at = clock.now();
                 let job = store.get(*id)?.ok_or(StoreError::NotFound(*id))?;
                 let detail = format!(
                     "bftpd restarted during attempt {}; unfinished members will be done again",
@@ -173,17 +179,14 @@ impl Scheduler {
                 Ok(next) => next,
                 Err(e) => {
                     tracing::error!(error = %e, "the scheduler cannot read the queue; retrying in 5 s");
-                    Some(now().saturating_add(Duration::from_secs(5)))
+                    Some(self.clock.now().saturating_add(Duration::from_secs(5)))
                 }
             };
-            let sleep = match next {
-                Some(t) => t.saturating_duration_since(now()),
-                None => Duration::from_secs(3600),
-            };
+            let next = next.unwrap_or_else(|| self.clock.now().saturating_add(IDLE_LOOK));
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(sleep) => {}
+                _ = self.clock.sleep_until(next) => {}
             }
         }
         self.tracker.close();
@@ -211,7 +214,7 @@ impl Scheduler {
             .max_running_jobs
             .saturating_sub(self.running_count());
         let store = self.store.clone();
-        let t = now();
+        let t = self.clock.now();
         let due = tokio::task::spawn_blocking(move || store.due(t, free.max(1)))
             .await
             .expect("queue read panicked")?;
@@ -239,7 +242,9 @@ impl Scheduler {
             .await
             .expect("queue read panicked")?;
         // Due but not started (no free slot): a finishing attempt will wake us.
-        Ok(next.filter(|n| *n > now() || self.running_count() < self.limits.max_running_jobs))
+        Ok(next.filter(|n| {
+            *n > self.clock.now() || self.running_count() < self.limits.max_running_jobs
+        }))
     }
 
     async fn start(
@@ -249,7 +254,7 @@ impl Scheduler {
         drain: &CancellationToken,
     ) -> Result<(), StoreError> {
         let store = self.store.clone();
-        let t = now();
+        let t = self.clock.now();
         let started =
             tokio::task::spawn_blocking(move || -> Result<Option<(Job, u32)>, StoreError> {
                 let Some(job) = store.get(id)? else {
@@ -312,11 +317,12 @@ impl Scheduler {
         let id = job.id;
         let policy = job.spec.retry;
         let start_at = job.spec.start_at;
-        let jitter: f64 = rand::thread_rng().gen_range(-1.0..=1.0);
+        let jitter = (self.jitter)();
         let (span, metrics) = (tracing::Span::current(), self.metrics.clone());
+        let clock = self.clock.clone();
         tokio::task::spawn_blocking(move || {
             let _span = span.enter();
-            let t = now();
+            let t = clock.now();
             let result = match end {
                 AttemptEnd::Complete => {
                     let members = store.members(id)?;
@@ -362,5 +368,163 @@ impl Scheduler {
         })
         .await
         .expect("conclude task panicked")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The schedule itself, on a paused tokio clock: every attempt's start time is asserted to
+    //! the millisecond, and a 4-attempt backoff of an hour runs in milliseconds.
+
+    use super::*;
+    use crate::testkit::{self, T0};
+    use bftp_core::RetryPolicy;
+    use bftp_store::MemberUpdate;
+
+    const MIN: Duration = Duration::from_secs(60);
+
+    /// An executor that ends each attempt as its script says and notes when it started; past
+    /// the script, it copies the one member and completes.
+    struct Scripted {
+        store: Arc<dyn JobStore>,
+        clock: Clock,
+        ends: Mutex<Vec<AttemptEnd>>,
+        started: Mutex<Vec<(u32, Timestamp)>>,
+    }
+
+    impl Executor for Scripted {
+        fn attempt(&self, job: Job, attempt: u32, _signals: AttemptSignals) -> AttemptFuture {
+            let now = self.clock.now();
+            self.started.lock().unwrap().push((attempt, now));
+            let mut ends = self.ends.lock().unwrap();
+            if !ends.is_empty() {
+                let end = ends.remove(0);
+                return Box::pin(async move { end });
+            }
+            let copied = MemberUpdate {
+                state: Some(MemberState::Succeeded),
+                ..MemberUpdate::default()
+            };
+            self.store.update_member(job.id, 0, copied, now).unwrap();
+            Box::pin(async { AttemptEnd::Complete })
+        }
+    }
+
+    fn transient() -> AttemptEnd {
+        AttemptEnd::Transient {
+            reason: "426 connection closed".into(),
+        }
+    }
+
+    /// Runs one job through the scheduler until it is final; returns the attempts' start
+    /// times and the final job.
+    async fn run_job(retry: RetryPolicy, ends: Vec<AttemptEnd>) -> (Vec<(u32, Timestamp)>, Job) {
+        let (_dir, store) = testkit::store();
+        let clock = Clock::following_tokio(T0);
+        let executor = Arc::new(Scripted {
+            store: store.clone(),
+            clock: clock.clone(),
+            ends: Mutex::new(ends),
+            started: Mutex::new(vec![]),
+        });
+        let scheduler = Scheduler::new(
+            store.clone(),
+            executor.clone(),
+            Arc::new(Metrics::new()),
+            SchedulerLimits {
+                max_running_jobs: 4,
+                grace: Duration::from_secs(1),
+            },
+            clock.clone(),
+            Arc::new(|| 0.0),
+        );
+        let id = testkit::submit_one_file_job(&*store, retry);
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(scheduler.clone().run(stop.clone()));
+        let job = loop {
+            let job = store.get(id).unwrap().unwrap();
+            if matches!(job.state, JobState::Finished { .. }) {
+                break job;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        stop.cancel();
+        running.await.unwrap();
+        let started = executor.started.lock().unwrap().clone();
+        (started, job)
+    }
+
+    fn at(d: Duration) -> Timestamp {
+        T0.saturating_add(d)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn backoff_doubles_from_the_first_interval_up_to_the_cap() {
+        let retry = RetryPolicy {
+            first_interval: 10 * MIN,
+            factor: 2.0,
+            cap: 30 * MIN,
+            max_attempts: 5,
+            deadline: Duration::from_secs(86_400),
+        };
+        let (started, job) = run_job(
+            retry,
+            vec![transient(), transient(), transient(), transient()],
+        )
+        .await;
+        // Delays 10, 20, then capped at 30 and 30 minutes.
+        let want = [0, 10, 30, 60, 90].map(|m| at(MIN * m));
+        let got: Vec<Timestamp> = started.iter().map(|(_, t)| *t).collect();
+        assert_eq!(got, want);
+        assert_eq!(
+            started.iter().map(|(a, _)| *a).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5]
+        );
+        assert!(
+            matches!(job.state, JobState::Finished { outcome: JobOutcome::Succeeded, at: t } if t == at(90 * MIN)),
+            "{:?}",
+            job.state
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_attempt_exhausts_the_job_at_max_attempts() {
+        let retry = RetryPolicy {
+            first_interval: Duration::from_secs(90),
+            factor: 3.0,
+            cap: Duration::from_secs(3600),
+            max_attempts: 3,
+            deadline: Duration::from_secs(86_400),
+        };
+        let (started, job) = run_job(retry, vec![transient(); 5]).await;
+        let want = [0, 90, 90 + 270].map(|s| at(Duration::from_secs(s)));
+        assert_eq!(started.iter().map(|(_, t)| *t).collect::<Vec<_>>(), want);
+        assert!(
+            matches!(job.state, JobState::Finished { outcome: JobOutcome::Failed, at: t } if t == want[2]),
+            "{:?}",
+            job.state
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_attempt_starts_after_the_deadline() {
+        // The third attempt would be due at 10 + 20 = 30 min, past the 25 min deadline.
+        let retry = RetryPolicy {
+            first_interval: 10 * MIN,
+            factor: 2.0,
+            cap: Duration::from_secs(3600),
+            max_attempts: 10,
+            deadline: 25 * MIN,
+        };
+        let (started, job) = run_job(retry, vec![transient(); 5]).await;
+        assert_eq!(
+            started.iter().map(|(_, t)| *t).collect::<Vec<_>>(),
+            [at(Duration::ZERO), at(10 * MIN)]
+        );
+        assert!(
+            matches!(job.state, JobState::Finished { outcome: JobOutcome::Failed, at: t } if t == at(10 * MIN)),
+            "{:?}",
+            job.state
+        );
     }
 }

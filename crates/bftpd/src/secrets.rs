@@ -7,6 +7,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use anyhow::{bail, Context};
+use bftp_store::JobStore;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use rand::RngCore;
@@ -21,6 +22,7 @@ pub struct Secrets {
     keyword_key: [u8; 32],
     request_key: [u8; 32],
     fingerprint_key: [u8; 32],
+    key_fingerprint: [u8; 32],
 }
 
 impl std::fmt::Debug for Secrets {
@@ -88,7 +90,60 @@ impl Secrets {
             keyword_key: blake3::derive_key("bftpd 2026 keyword index", master),
             request_key: blake3::derive_key("bftpd 2026 request key index", master),
             fingerprint_key: blake3::derive_key("bftpd 2026 request fingerprint", master),
+            key_fingerprint: blake3::derive_key("bftpd 2026 key fingerprint in the store", master),
         }
+    }
+
+    /// Loads the key the store's data is sealed with, and proves it is that key (see
+    /// ARCHITECTURE.md, "the key fingerprint"). A missing key file is created only for a store
+    /// with no job in it: otherwise a new key would open none of its passwords and
+    /// match none of its keywords, so the daemon refuses to start and names the file. A key
+    /// whose fingerprint differs from the one the store recorded is refused the same way while
+    /// the store holds a job. A store from before fingerprints gets this key's at its first
+    /// start.
+    pub fn open_for_store(path: &Path, store: &dyn JobStore) -> anyhow::Result<Secrets> {
+        let recorded = store
+            .key_fingerprint()
+            .context("cannot read the key fingerprint of the job store")?;
+        let sealed = !store.is_empty().context("cannot read the job store")?;
+        let present = path
+            .try_exists()
+            .with_context(|| format!("cannot look for key file {}", path.display()))?;
+        if !present && sealed {
+            bail!(
+                "key file {} is missing, but the job store holds data sealed with it: restore it \
+                 from the backup taken with the store (a new key would open none of the stored \
+                 passwords and match none of the keywords); bftpd creates a key only for an \
+                 empty store",
+                path.display()
+            );
+        }
+        let secrets = Secrets::load_or_create(path)?;
+        let ours = secrets.key_fingerprint();
+        match recorded {
+            Some(fp) if fp == ours => {}
+            Some(_) if sealed => bail!(
+                "key file {} is not the key the job store was sealed with: put the right \
+                 secret.key back (from the backup taken with the store); its passwords \
+                 cannot be opened with this one",
+                path.display()
+            ),
+            // Nothing sealed yet (a new store, or one that never held a job): this key is
+            // the store's from now on.
+            Some(_) | None => {
+                store
+                    .set_key_fingerprint(ours)
+                    .context("cannot record the key fingerprint in the job store")?;
+                tracing::info!(path = %path.display(), "recorded the key's fingerprint in the store");
+            }
+        }
+        Ok(secrets)
+    }
+
+    /// What the store keeps to recognise this key: a hash derived from it for this one
+    /// purpose (it reveals nothing of the key or of the other derived keys).
+    pub fn key_fingerprint(&self) -> [u8; 32] {
+        self.key_fingerprint
     }
 
     /// nonce || ciphertext+tag; a fresh random nonce each time.
@@ -179,6 +234,72 @@ mod tests {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(format!("{:#}", Secrets::load_or_create(&p).unwrap_err())
             .contains("readable by others"));
+    }
+
+    #[test]
+    fn the_store_remembers_its_key_and_refuses_another_or_none() {
+        use bftp_store::{SledStore, StoreOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("secret.key");
+        let store = SledStore::open(&dir.path().join("store"), StoreOptions::default()).unwrap();
+        // A new store: the key is created and its fingerprint recorded.
+        let a = Secrets::open_for_store(&key, &store).unwrap();
+        assert_eq!(store.key_fingerprint().unwrap(), Some(a.key_fingerprint()));
+        // Still empty: a lost key is simply replaced.
+        std::fs::remove_file(&key).unwrap();
+        let b = Secrets::open_for_store(&key, &store).unwrap();
+        assert_ne!(a.key_fingerprint(), b.key_fingerprint());
+        assert_eq!(store.key_fingerprint().unwrap(), Some(b.key_fingerprint()));
+        assert!(!format!("{:?}", b.key_fingerprint()).is_empty());
+        let original = std::fs::read(&key).unwrap();
+        // With a job in the store: no key, or another key, is refused, naming the file.
+        let endpoint = bftp_store::SealedEndpoint {
+            host: "127.0.0.1".into(),
+            port: 21,
+            user: "alice".into(),
+            password: Some(bftp_store::Sealed(b.seal("pw"))),
+            acct: None,
+            path: "a.dat".into(),
+        };
+        store
+            .submit(bftp_store::NewJob {
+                owner_uid: 1,
+                spec: bftp_store::SealedSpec {
+                    source: endpoint.clone(),
+                    destination: Some(endpoint),
+                    disposition: Default::default(),
+                    dest_command: Default::default(),
+                    params: Default::default(),
+                    start_at: bftp_core::Timestamp(0),
+                    retry: Default::default(),
+                    notify: Vec::new(),
+                    keyword_present: false,
+                },
+                keyword_hash: None,
+                request: None,
+                created_at: bftp_core::Timestamp(0),
+                members: Vec::new(),
+            })
+            .unwrap();
+        std::fs::remove_file(&key).unwrap();
+        let e = format!("{:#}", Secrets::open_for_store(&key, &store).unwrap_err());
+        assert!(
+            e.contains("is missing") && e.contains(&key.display().to_string()),
+            "{e}"
+        );
+        assert!(!key.exists(), "no key was created");
+        std::fs::write(&key, [9u8; 32]).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = format!("{:#}", Secrets::open_for_store(&key, &store).unwrap_err());
+        assert!(
+            e.contains("is not the key") && e.contains(&key.display().to_string()),
+            "{e}"
+        );
+        std::fs::write(&key, &original).unwrap();
+        let c = Secrets::open_for_store(&key, &store).unwrap();
+        assert_eq!(c.key_fingerprint(), b.key_fingerprint());
+        // The fingerprint is not the key, nor any key derived for sealing.
+        assert_ne!(&c.key_fingerprint()[..], &original[..]);
     }
 
     #[test]

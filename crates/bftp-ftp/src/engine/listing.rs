@@ -263,6 +263,17 @@ impl Pair {
             fallbacks,
             transcript: Transcript::default(),
         };
+        // Listing lines are the server's text too: scrubbed of the job's secrets as they are
+        // read. A name holding a secret is refused (copying it would put the secret into the
+        // ledger, the report and every status).
+        let scrubber = self.recorder.scrubber().clone();
+        let holds_secret = |name: &str| scrubber.scrub(name) != name;
+        // Only names that matched the pattern are refused here.
+        let refuse_secret = |name: &str| RejectedName {
+            matched: true,
+            line: scrubber.scrub(name),
+            reason: "the name contains one of the job's passwords or ACCT strings".into(),
+        };
         match method {
             ListMethod::Mlsd => {
                 let parsed = parse_mlsd(&data, dir);
@@ -271,13 +282,20 @@ impl Pair {
                     .into_iter()
                     .map(|r| RejectedName {
                         matched: refused_matches(pattern, &r.name),
-                        line: r.line,
-                        reason: r.reason.to_string(),
+                        line: scrubber.scrub_excerpt(&r.line),
+                        reason: scrubber.scrub(&r.reason.to_string()),
                     })
                     .collect();
-                for entry in parsed.entries {
+                for mut entry in parsed.entries {
                     if !glob_match(pattern, &entry.name) {
                         continue;
+                    }
+                    if holds_secret(&entry.name) {
+                        if matches!(entry.kind, EntryKind::File | EntryKind::Unspecified) {
+                            listing.rejected.push(refuse_secret(&entry.name));
+                            continue;
+                        }
+                        entry.name = scrubber.scrub(&entry.name);
                     }
                     match entry.kind {
                         EntryKind::File | EntryKind::Unspecified => listing.members.push(Listed {
@@ -304,7 +322,11 @@ impl Pair {
                 if !parsed.error_text.is_empty() {
                     return Err(ListError::ErrorText {
                         dir: dir.to_owned(),
-                        lines: parsed.error_text,
+                        lines: parsed
+                            .error_text
+                            .iter()
+                            .map(|l| scrubber.scrub_excerpt(l))
+                            .collect(),
                     });
                 }
                 listing.rejected = parsed
@@ -312,15 +334,21 @@ impl Pair {
                     .into_iter()
                     .map(|r| RejectedName {
                         matched: refused_matches(pattern, &r.name),
-                        line: r.line,
-                        reason: r.reason.to_string(),
+                        line: scrubber.scrub_excerpt(&r.line),
+                        reason: scrubber.scrub(&r.reason.to_string()),
                     })
                     .collect();
-                let names = parsed
-                    .names
-                    .into_iter()
-                    .filter(|name| glob_match(pattern, name))
-                    .collect();
+                let mut names = Vec::new();
+                for name in parsed.names {
+                    if !glob_match(pattern, &name) {
+                        continue;
+                    }
+                    if holds_secret(&name) {
+                        listing.rejected.push(refuse_secret(&name));
+                    } else {
+                        names.push(name);
+                    }
+                }
                 self.nlst_members(dir, names, &mut listing).await?;
             }
         }
@@ -640,12 +668,13 @@ impl Pair {
                 }
             };
             let port = if command == "PASV" {
-                let addr =
-                    parse_pasv(&reply.text()).map_err(|error| ListError::BadPassiveReply {
+                let addr = reply.parse_numbers(parse_pasv).map_err(|error| {
+                    ListError::BadPassiveReply {
                         host: host.clone(),
                         command: command.into(),
                         error,
-                    })?;
+                    }
+                })?;
                 if IpAddr::V4(*addr.ip()) != peer_ip {
                     self.note(
                         Side::Source,
@@ -654,11 +683,13 @@ impl Pair {
                 }
                 addr.port()
             } else {
-                parse_epsv(&reply.text()).map_err(|error| ListError::BadPassiveReply {
-                    host: host.clone(),
-                    command: command.into(),
-                    error,
-                })?
+                reply
+                    .parse_numbers(parse_epsv)
+                    .map_err(|error| ListError::BadPassiveReply {
+                        host: host.clone(),
+                        command: command.into(),
+                        error,
+                    })?
             };
             if is_privileged_port(port) {
                 return Err(ListError::PrivilegedPort { host, port });

@@ -119,7 +119,7 @@ impl Pair {
         limits: &Limits,
         addr_check: Arc<dyn AddressCheck>,
     ) -> Result<Pair, PairError> {
-        let recorder = Recorder::new(limits.transcript);
+        let recorder = Recorder::new(limits.transcript, ServerLogin::scrubber(&[src, dst]));
         let (s, d) = tokio::join!(
             Session::connect(Side::Source, src, limits, &*addr_check, recorder.clone()),
             Session::connect(
@@ -714,7 +714,8 @@ async fn size_on(
 /// What a SIZE reply (and its classification) says.
 fn size_answer_of(result: Result<Reply, SessionError>, disposition: Disposition) -> SizeAnswer {
     match (disposition, &result) {
-        (Disposition::Done, Ok(reply)) => match crate::parse::parse_size_reply(&reply.text()) {
+        (Disposition::Done, Ok(reply)) => match reply.parse_numbers(crate::parse::parse_size_reply)
+        {
             Ok(size) => SizeAnswer::Size(size),
             Err(e) => SizeAnswer::Unavailable(format!("unreadable SIZE reply: {e}")),
         },

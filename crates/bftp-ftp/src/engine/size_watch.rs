@@ -28,10 +28,13 @@ impl SizeWatch {
         check: &dyn AddressCheck,
     ) -> Result<SizeWatch, ConnectError> {
         // Its lines are no part of the job's transcript: what it says is only a figure.
-        let recorder = Recorder::new(TranscriptLimits {
-            max_entries: 2,
-            max_entry_chars: 80,
-        });
+        let recorder = Recorder::new(
+            TranscriptLimits {
+                max_entries: 2,
+                max_entry_chars: 80,
+            },
+            ServerLogin::scrubber(&[login]),
+        );
         let session = Session::connect(Side::Destination, login, limits, check, recorder).await?;
         Ok(SizeWatch {
             session,

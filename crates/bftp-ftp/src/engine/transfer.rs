@@ -372,7 +372,7 @@ impl Attempt<'_> {
     fn announced(&mut self, passive: Side, command: &str, reply: &Reply, peer_ip: IpAddr) -> Phase {
         let host = self.pair.host(passive).to_owned();
         let port = if command == "PASV" {
-            match parse_pasv(&reply.text()) {
+            match reply.parse_numbers(parse_pasv) {
                 Ok(addr) => {
                     let announced = IpAddr::V4(*addr.ip());
                     if announced != peer_ip {
@@ -404,7 +404,7 @@ impl Attempt<'_> {
                 }
             }
         } else {
-            match parse_epsv(&reply.text()) {
+            match reply.parse_numbers(parse_epsv) {
                 Ok(port) => port,
                 Err(error) => {
                     return self.transient(

@@ -77,7 +77,7 @@ pub async fn verify(
     addr_check: Arc<dyn AddressCheck>,
     request: &VerifyRequest,
 ) -> VerifyReport {
-    let recorder = Recorder::new(limits.transcript);
+    let recorder = Recorder::new(limits.transcript, ServerLogin::scrubber(&[src, dst]));
     let mut checks = Vec::new();
     let (s, d) = tokio::join!(
         Session::connect(Side::Source, src, limits, &*addr_check, recorder.clone()),
@@ -297,9 +297,9 @@ async fn data_connection(pair: &mut Pair) -> Check {
                 continue;
             }
             let port = if command == "PASV" {
-                parse_pasv(&reply.text()).map(|a| a.port())
+                reply.parse_numbers(parse_pasv).map(|a| a.port())
             } else {
-                parse_epsv(&reply.text())
+                reply.parse_numbers(parse_epsv)
             };
             match port {
                 Ok(port) if !is_privileged_port(port) => {

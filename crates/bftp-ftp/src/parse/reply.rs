@@ -50,11 +50,46 @@ pub enum ReplyError {
     InvalidCode { code: u16, text: String },
 }
 
+impl ReplyError {
+    /// This error with the job's secrets masked in the text it quotes (an excerpt: the
+    /// start of a secret left at its cut is masked too).
+    pub fn scrubbed(self, scrubber: &bftp_core::scrub::Scrubber) -> ReplyError {
+        match self {
+            ReplyError::LineTooLong { limit, start } => ReplyError::LineTooLong {
+                limit,
+                start: scrubber.scrub_excerpt(&start),
+            },
+            ReplyError::NoCode { text } => ReplyError::NoCode {
+                text: scrubber.scrub_excerpt(&text),
+            },
+            ReplyError::InvalidCode { code, text } => ReplyError::InvalidCode {
+                code,
+                text: scrubber.scrub_excerpt(&text),
+            },
+            other @ ReplyError::ReplyTooLong { .. } => other,
+        }
+    }
+}
+
 /// One complete reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Reply {
     code: ReplyCode,
     lines: Vec<String>,
+    /// The lines as the server sent them, when scrubbing the job's secrets out of `lines`
+    /// changed something: read only by the parsers of numbers (PASV, EPSV, SIZE), so that a
+    /// short secret equal to a port or a size cannot change what the engine does. Never
+    /// shown (not even by `Debug`).
+    raw: Option<Vec<String>>,
+}
+
+impl fmt::Debug for Reply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reply")
+            .field("code", &self.code)
+            .field("lines", &self.lines)
+            .finish()
+    }
 }
 
 impl Reply {
@@ -65,7 +100,40 @@ impl Reply {
         } else {
             lines
         };
-        Self { code, lines }
+        Self {
+            code,
+            lines,
+            raw: None,
+        }
+    }
+
+    /// This reply with every form of the job's secrets masked in its text (the engine does
+    /// this to every reply as it reads it).
+    pub fn scrubbed(self, scrubber: &bftp_core::scrub::Scrubber) -> Reply {
+        if scrubber.is_empty() {
+            return self;
+        }
+        let lines: Vec<String> = self.lines.iter().map(|l| scrubber.scrub(l)).collect();
+        if lines == self.lines {
+            return self;
+        }
+        let raw = self.raw.unwrap_or(self.lines);
+        Reply {
+            code: self.code,
+            lines,
+            raw: Some(raw),
+        }
+    }
+
+    /// `parse` applied to the text as the server sent it; when that fails, to the scrubbed
+    /// text (so that the error, which quotes the text, quotes the scrubbed one). For the
+    /// parsers of numbers only: whatever else is read from a reply is read from its
+    /// scrubbed text.
+    pub fn parse_numbers<T, E>(&self, parse: impl Fn(&str) -> Result<T, E>) -> Result<T, E> {
+        match &self.raw {
+            Some(raw) => parse(&raw.join("\n")).or_else(|_| parse(&self.text())),
+            None => parse(&self.text()),
+        }
     }
 
     pub fn code(&self) -> ReplyCode {
@@ -330,6 +398,35 @@ mod tests {
 
     fn code(n: u16) -> ReplyCode {
         ReplyCode::new(n).unwrap()
+    }
+
+    #[test]
+    fn a_scrubbed_reply_shows_no_secret_but_its_numbers_are_read_as_sent() {
+        use bftp_core::scrub::Scrubber;
+        let s = Scrubber::new(&["21"]);
+        let pasv = Reply::new(
+            code(227),
+            vec!["Entering Passive Mode (127,0,0,1,4,21) for 21".into()],
+        )
+        .scrubbed(&s);
+        assert_eq!(
+            pasv.text(),
+            "Entering Passive Mode (127,0,0,1,4,****) for ****"
+        );
+        assert!(!format!("{pasv:?}").contains("21)"), "{pasv:?}");
+        let addr = pasv.parse_numbers(crate::parse::parse_pasv).unwrap();
+        assert_eq!(addr.port(), 4 * 256 + 21);
+        // A parse error quotes the scrubbed text.
+        let bad = Reply::new(code(227), vec!["no address, you sent hunter2".into()])
+            .scrubbed(&Scrubber::new(&["hunter2"]));
+        let e = bad.parse_numbers(crate::parse::parse_pasv).unwrap_err();
+        assert!(
+            !e.to_string().contains("hunter2") && e.to_string().contains("****"),
+            "{e}"
+        );
+        // Nothing to scrub: the reply is unchanged.
+        let plain = Reply::new(code(213), vec!["2121".into()]);
+        assert_eq!(plain.clone().scrubbed(&s), plain);
     }
 
     fn complete(buf: &[u8]) -> (Reply, usize) {
