@@ -94,6 +94,7 @@ pub(crate) fn request(source: &str, dest: &str, command: DestCommand) -> CopyReq
         dest_path: dest.to_owned(),
         dest_command: command,
         source_size: None,
+        announce: None,
     }
 }
 

@@ -487,7 +487,7 @@ fn a_refused_login_fails_the_job_with_the_reason() {
 
 /// Deterministic bytes, written in chunks (no big file in memory): one random MiB, with
 /// every 4 KiB page stamped with its offset, so that no two pages of the file are equal.
-fn write_payload(path: &Path, size: u64, seed: u64) {
+pub(crate) fn write_payload(path: &Path, size: u64, seed: u64) {
     use std::io::Write;
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -516,7 +516,7 @@ fn write_payload(path: &Path, size: u64, seed: u64) {
 }
 
 /// Whether two files have the same bytes, read in chunks.
-fn same_bytes(a: &Path, b: &Path) -> bool {
+pub(crate) fn same_bytes(a: &Path, b: &Path) -> bool {
     use std::io::Read;
     let (Ok(mut fa), Ok(mut fb)) = (std::fs::File::open(a), std::fs::File::open(b)) else {
         return false;
@@ -536,12 +536,12 @@ fn same_bytes(a: &Path, b: &Path) -> bool {
     }
 }
 
-fn file_len(p: &Path) -> u64 {
+pub(crate) fn file_len(p: &Path) -> u64 {
     std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
 
 /// Polls until `cond` holds (bounded).
-fn poll(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+pub(crate) fn poll(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !cond() {
         assert!(Instant::now() < deadline, "{what}: not after {limit:?}");
@@ -549,7 +549,7 @@ fn poll(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-const BIG: u64 = 300 << 20;
+pub(crate) const BIG: u64 = 300 << 20;
 
 /// SPEC §9: at SIGTERM a running transfer gets the grace period, then is aborted and stays
 /// queued; bftpd exits within the grace period (plus a bounded margin), and after the restart

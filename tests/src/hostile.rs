@@ -131,6 +131,10 @@ pub enum Action {
     /// [`Action::DropDataThen`]) it keeps both connections open and does nothing more, like
     /// [`Action::Silence`]: a stalled transfer that only a deadline detects.
     StallMidTransfer,
+    /// Any transfer command: the whole transfer as usual (the data connection closed), then
+    /// no final reply and nothing more on this connection: a client killed while waiting
+    /// for the 226 finds the file complete.
+    TransferThenSilence,
 }
 
 impl Action {
@@ -201,7 +205,8 @@ impl Action {
             Action::TransferThen(_)
             | Action::DropDataThen(_)
             | Action::AbortMidTransfer(_)
-            | Action::StallMidTransfer => {
+            | Action::StallMidTransfer
+            | Action::TransferThenSilence => {
                 ensure!(
                     SENDING.contains(&verb) || RECEIVING.contains(&verb),
                     "{self:?} applies to transfer commands, not {what}"
@@ -238,6 +243,9 @@ pub struct Script {
     refuse_foreign_port: Option<String>,
     refuse_foreign_data: bool,
     data_timeout: Duration,
+    /// The reply to a successful login, instead of `230 Login successful.`.
+    login_reply: Option<String>,
+    stou_per_session: bool,
 }
 
 impl Default for Script {
@@ -274,7 +282,18 @@ impl Script {
             refuse_foreign_port: None,
             refuse_foreign_data: false,
             data_timeout: DEFAULT_DATA_TIMEOUT,
+            login_reply: None,
+            stou_per_session: false,
         }
+    }
+
+    /// STOU names as Pure-FTPd makes them: from a per-session counter (so every session's
+    /// first STOU is told `stou.1`), without looking at what exists; at the end of the upload
+    /// a name that exists by then is not overwritten: the file is stored as `NAME.1` (the
+    /// first free `NAME.N`), and the replies still say `NAME`.
+    pub fn stou_names_per_session(mut self) -> Script {
+        self.stou_per_session = true;
+        self
     }
 
     /// The loopback address to listen on (control and passive ports), e.g. 127.0.0.5 so that
@@ -366,6 +385,14 @@ impl Script {
     /// transfer command gets `425 Security: Bad IP connecting.` (vsftpd's stock behaviour).
     pub fn refuse_foreign_data(mut self) -> Script {
         self.refuse_foreign_data = true;
+        self
+    }
+
+    /// The reply to a successful PASS (or ACCT), sent as [`Action::Reply`] sends its text,
+    /// instead of `230 Login successful.`: the session is logged in all the same (unlike
+    /// scripting PASS with [`Script::on`], which only replies).
+    pub fn login_reply(mut self, text: impl Into<String>) -> Script {
+        self.login_reply = Some(text.into());
         self
     }
 
@@ -772,6 +799,7 @@ enum Shape {
     Drop(String),
     Abort(String),
     Stall,
+    WholeThenSilence,
 }
 
 impl Shape {
@@ -783,6 +811,7 @@ impl Shape {
             Action::DropDataThen(r) => Shape::Drop(r.clone()),
             Action::AbortMidTransfer(r) => Shape::Abort(r.clone()),
             Action::StallMidTransfer => Shape::Stall,
+            Action::TransferThenSilence => Shape::WholeThenSilence,
             _ => Shape::Whole { final_reply: None },
         }
     }
@@ -817,6 +846,8 @@ struct Session {
     data: Data,
     rest: u64,
     rename_from: Option<String>,
+    /// STOUs of this session (for [`Script::stou_names_per_session`]).
+    stou_seq: usize,
 }
 
 impl Session {
@@ -835,6 +866,7 @@ impl Session {
             data: Data::None,
             rest: 0,
             rename_from: None,
+            stou_seq: 0,
         })
     }
 
@@ -1017,7 +1049,7 @@ impl Session {
                     self.reply("332 Need account for login.")
                 } else {
                     self.login = Login::Done;
-                    self.reply("230 Login successful.")
+                    self.logged_in()
                 }
             }
             Login::NeedPass(_) => self.reply("530 Login incorrect."),
@@ -1029,11 +1061,16 @@ impl Session {
         }
     }
 
+    fn logged_in(&mut self) -> Step {
+        let text = self.shared.script.login_reply.clone();
+        self.reply(text.as_deref().unwrap_or("230 Login successful."))
+    }
+
     fn acct(&mut self, arg: &str) -> Step {
         match self.login {
             Login::NeedAcct if self.shared.script.account.as_deref() == Some(arg) => {
                 self.login = Login::Done;
-                self.reply("230 Login successful.")
+                self.logged_in()
             }
             Login::NeedAcct => {
                 self.login = Login::Start;
@@ -1292,6 +1329,12 @@ impl Session {
                 self.reply("150 Ok to send data.")?;
                 path
             }
+            None if self.shared.script.stou_per_session => {
+                self.stou_seq += 1;
+                let path = join(&self.cwd, &format!("stou.{}", self.stou_seq));
+                self.reply(&format!("150 FILE: {}", basename(&path)))?;
+                path
+            }
             None => {
                 let path = self.unique_name();
                 self.reply(&format!("150 FILE: {}", basename(&path)))?;
@@ -1307,8 +1350,20 @@ impl Session {
             "226 Transfer complete.".to_string()
         };
         let shape = Shape::of(action);
-        let (bytes, pump) = self.pump_in(&data, !matches!(shape, Shape::Whole { .. }))?;
+        let (bytes, pump) = self.pump_in(
+            &data,
+            !matches!(shape, Shape::Whole { .. } | Shape::WholeThenSilence),
+        )?;
+        let renames = verb == "STOU" && self.shared.script.stou_per_session;
         self.shared.update(|s| {
+            let mut path = path.clone();
+            if renames && s.files.contains_key(&path) {
+                let base = path.clone();
+                path = (1..)
+                    .map(|n| format!("{base}.{n}"))
+                    .find(|p| !s.files.contains_key(p))
+                    .unwrap_or(base);
+            }
             let file = s.files.entry(path.clone()).or_default();
             if !append {
                 file.truncate(usize::try_from(rest).unwrap_or(usize::MAX));
@@ -1336,7 +1391,7 @@ impl Session {
     fn send_data(&mut self, data: TcpStream, bytes: &[u8], action: &Action, done: &str) -> Step {
         let shape = Shape::of(action);
         let bytes = match shape {
-            Shape::Whole { .. } => bytes,
+            Shape::Whole { .. } | Shape::WholeThenSilence => bytes,
             _ => &bytes[..bytes.len() / 2],
         };
         let pump = self.pump_out(&data, bytes)?;
@@ -1367,7 +1422,11 @@ impl Session {
                 drop(data);
                 self.reply(&reply)
             }
-            (Pump::Failed, Shape::Whole { .. }) => {
+            (Pump::Done, Shape::WholeThenSilence) => {
+                drop(data);
+                self.silence()
+            }
+            (Pump::Failed, Shape::Whole { .. } | Shape::WholeThenSilence) => {
                 drop(data);
                 self.reply("426 Failure on the data connection.")
             }

@@ -4,13 +4,16 @@
 //! Pure: no I/O, no clock (callers pass `now`), no randomness (callers pass the jitter draw).
 
 pub mod ftpurl;
+pub mod intent;
 pub mod model;
+pub mod refusal;
 pub mod reply;
 pub mod retry;
 pub mod scrub;
 pub mod state;
 pub mod time;
 
+pub use intent::{Decision, Evidence, Intent, Probe};
 pub use model::*;
 pub use retry::{RetryBounds, RetryDecision, RetryPolicy};
 pub use state::{transition, InvalidTransition, JobEvent, JobOutcome, JobState, MemberState};

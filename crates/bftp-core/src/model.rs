@@ -137,7 +137,7 @@ pub enum TransferType {
 }
 
 impl TransferType {
-    /// The argument of the TYPE command. `A`, never suppaftp's `A N` that some servers refuse.
+    /// The argument of the TYPE command. `A`, never `A N`, which some servers refuse.
     pub fn ftp_arg(self) -> String {
         match self {
             TransferType::Ascii => "A".into(),

@@ -247,6 +247,10 @@ pub enum TransientKind {
     Protocol,
     /// A code that a per-host [`ReplyOverride`] declares transient.
     Overridden(ReplyCode),
+    /// 553 to STOU: the server could not take the unique name it picked, because another
+    /// session took it at the same moment (vsftpd tries `STOU.1`, `STOU.2`... and creates the
+    /// first free one exclusively). Not the file's fault: worth another try.
+    UniqueNameTaken,
 }
 
 impl TransientKind {
@@ -311,6 +315,10 @@ pub fn classify(command: CommandKind, outcome: Outcome) -> Disposition {
         }),
         ReplyClass::PermanentNegative if means_not_supported(command, code) => {
             Disposition::NotSupported
+        }
+        // A name the server chose itself cannot be a bad name: it lost a race for it.
+        ReplyClass::PermanentNegative if command == CommandKind::Stou && code.get() == 553 => {
+            Disposition::Transient(TransientKind::UniqueNameTaken)
         }
         ReplyClass::PermanentNegative => Disposition::Permanent(match code.get() {
             530 | 532 => PermanentKind::Login,
@@ -600,7 +608,13 @@ mod tests {
             (C::Cwd, reply(550), D::Permanent(P::FileUnavailable)),
             (C::Stor, reply(551), D::Permanent(P::PageTypeUnknown)),
             (C::Stor, reply(552), D::Permanent(P::StorageExceeded)),
-            (C::Stou, reply(553), D::Permanent(P::NameNotAllowed)),
+            // 553 names a bad file name for STOR/APPE; to STOU (whose name the server
+            // picks) it means another session took that name first: transient.
+            (C::Stou, reply(553), D::Transient(T::UniqueNameTaken)),
+            (C::Stor, reply(553), D::Permanent(P::NameNotAllowed)),
+            (C::Appe, reply(553), D::Permanent(P::NameNotAllowed)),
+            (C::Stou, reply(552), D::Permanent(P::StorageExceeded)),
+            (C::Stou, reply(550), D::Permanent(P::FileUnavailable)),
             (C::Other, reply(554), D::Permanent(P::Unlisted(code(554)))),
             // 500/501/502/504 on a command the job needs: permanent.
             (C::Type, reply(504), D::Permanent(P::CommandRejected)),
@@ -711,6 +725,7 @@ mod tests {
                     2 => d == D::Done,
                     3 => matches!(d, D::Continue(_)),
                     4 => d.is_transient(),
+                    5 if command == C::Stou && n == 553 => d.is_transient(),
                     _ => d.is_permanent() || d == D::NotSupported,
                 };
                 assert!(ok, "{command:?} {n} -> {d:?}");

@@ -1,5 +1,5 @@
 //! The FTP side of bftp: parsing what servers say ([`parse`], pure), one control
-//! connection ([`session`], the only module that touches suppaftp), and the
+//! connection ([`session`], which reads every reply with our own parser), and the
 //! third-party transfer engine ([`engine`]): a [`Pair`] of sessions that copies files
 //! server to server, lists the source, and verifies a job before it runs.
 
@@ -10,9 +10,9 @@ pub mod session;
 pub mod transcript;
 
 pub use engine::{
-    verify, ActionError, AttemptReport, Check, CopyOutcome, CopyRequest, Failure, Fallback,
-    JobFailure, LastReply, ListError, ListMethod, Listed, Listing, Pair, PairError, Progress,
-    RejectedName, SizeCheck, SizeWatch, Skipped, VerifyReport, VerifyRequest,
+    verify, ActionError, Announce, Announced, AttemptReport, Check, CopyOutcome, CopyRequest,
+    Failure, Fallback, JobFailure, LastReply, ListError, ListMethod, Listed, Listing, Pair,
+    PairError, Progress, RejectedName, SizeCheck, SizeWatch, Skipped, VerifyReport, VerifyRequest,
 };
 pub use limits::{AddressCheck, AllowAll, Limits, ServerLogin};
 pub use parse::{AddressError, FactError, MlsdError, NameError, ReplyError};

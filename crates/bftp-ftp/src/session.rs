@@ -1,50 +1,38 @@
-//! One FTP control connection: the only module that touches suppaftp.
+//! One FTP control connection, read and written by us from the first byte.
 //!
-//! # How suppaftp is used, and where it stops
+//! Every reply, the greeting and the replies to USER, PASS and ACCT included, is read
+//! with our [`ReplyParser`] under our [`Limits::reply`]. An FTP library (suppaftp) used
+//! to read the greeting and carry the login; it was dropped because it read replies in
+//! ways the transfer cannot accept:
+//! - it ended a multi-line reply at any line of three digits and a space, even of another
+//!   code (`220-Hello`, `230 not really`, `220 ready`), where RFC 959 §4.2 says the reply
+//!   goes on to the line with the first line's code and a space; the rest of the reply
+//!   was then read as the next reply, or rejected as one "without a numeric code";
+//! - it dropped the text of a code-less reply (RFC 1068's NLST errors), which the report
+//!   must show;
+//! - its size bound (256 KiB) was not ours.
 //!
-//! suppaftp (12.2, tokio, `no-log`: it would log `PASS <password>` at trace level)
-//! reads the greeting (`connect_with_stream`) and carries the login: `custom_command`
-//! with an empty list of expected codes sends one line and reads one whole reply,
-//! which then comes back as `Err(UnexpectedResponse(reply))` whatever its code, for us
-//! to classify (checked in suppaftp 12.2.1's `ControlChannel::read_response_in`).
-//!
-//! After the login the session takes the socket over (a duplicate of its descriptor;
-//! suppaftp's handle is dropped, which closes only its own descriptor) and reads
-//! replies with our [`ReplyParser`], because suppaftp cannot give what the transfer
-//! needs:
-//! - a code-less reply (RFC 1068's NLST errors) comes back from suppaftp as a bare
-//!   `BadResponse`, its text discarded; SPEC §5 wants that text in the report;
-//! - suppaftp ends a multi-line reply at any line of three digits and a space, even of
-//!   another code (a glFTPd concession), where RFC 959 §4.2 says the reply goes on;
-//! - its size bound (256 KiB) is not ours ([`Limits::reply`]).
-//!
-//! So the greeting and login replies are suppaftp's, re-parsed with our parser and
-//! limits; everything after is ours. The cost of the takeover: bytes suppaftp had
-//! buffered beyond the login reply would be lost, and servers send nothing unasked
-//! after a login reply.
+//! The login is a short exchange (RFC 959 §5.4): the greeting (220), USER, PASS on 331,
+//! ACCT on 332, each reply classified by `bftp_core::reply`.
 //!
 //! Every reply is scrubbed of the job's secrets (the recorder's scrubber: every password
 //! and ACCT string of the pair, in every encoding) as soon as it is parsed, before anything
 //! records, returns or shows it. Every command and reply goes to the pair's transcript, PASS
 //! and ACCT masked.
-//! Nothing outside this module names a suppaftp type.
 
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsFd;
 use std::time::Duration;
 
 use bftp_core::reply::{
     classify_for_host, CommandKind, Disposition, Needs, Outcome, TransientKind, TransportFailure,
 };
-use suppaftp::tokio::AsyncFtpStream;
-use suppaftp::FtpError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::limits::{AddressCheck, Limits, ServerLogin};
-use crate::parse::{check_argument, parse_reply, Parsed, Reply, ReplyError, ReplyParser};
+use crate::parse::{check_argument, Reply, ReplyError, ReplyParser};
 use crate::transcript::{Recorder, Side};
 
 /// Why a session could not send a command or read its reply. After any of these the
@@ -243,50 +231,23 @@ impl Session {
         };
         let _ = stream.set_nodelay(true);
 
-        let login_state = LoginState {
-            side,
-            host: host.clone(),
-            limits,
-            recorder: recorder.clone(),
-        };
-        let mut ftp = login_state.greeting(stream).await?;
-        login_state.login(&mut ftp, login).await?;
-        Session::take_over(side, host, peer, ftp, limits, recorder)
-            .await
-            .map_err(ConnectError::Session)
-    }
-
-    /// Continue from suppaftp on a duplicate of its socket (see the module docs).
-    async fn take_over(
-        side: Side,
-        host: String,
-        peer: SocketAddr,
-        ftp: AsyncFtpStream,
-        limits: &Limits,
-        recorder: Recorder,
-    ) -> Result<Session, SessionError> {
-        let io_error = |e: std::io::Error| SessionError::Io {
-            host: host.clone(),
-            failure: io_failure(&e),
-            detail: format!("taking over the control connection: {e}"),
-        };
-        let fd = {
-            let socket = ftp.get_ref().await;
-            socket.as_fd().try_clone_to_owned().map_err(io_error)?
-        };
-        drop(ftp);
-        let std_stream = std::net::TcpStream::from(fd);
-        std_stream.set_nonblocking(true).map_err(io_error)?;
-        let stream = TcpStream::from_std(std_stream).map_err(io_error)?;
-        Ok(Session {
+        let (read, write) = stream.into_split();
+        let mut session = Session {
             side,
             host,
             peer,
-            conn: Some(stream.into_split()),
+            conn: Some((read, write)),
             parser: ReplyParser::new(limits.reply),
             reply_timeout: limits.reply_timeout,
             recorder,
-        })
+        };
+        let login_state = LoginState {
+            host: session.host.clone(),
+            limits,
+        };
+        login_state.greeting(&mut session).await?;
+        login_state.login(&mut session, login).await?;
+        Ok(session)
     }
 
     pub fn side(&self) -> Side {
@@ -463,12 +424,10 @@ impl LoginStep {
     }
 }
 
-/// The greeting and login while suppaftp holds the socket.
+/// The greeting and the login, on the session's own connection.
 struct LoginState<'a> {
-    side: Side,
     host: String,
     limits: &'a Limits,
-    recorder: Recorder,
 }
 
 impl LoginState<'_> {
@@ -481,54 +440,26 @@ impl LoginState<'_> {
         )
     }
 
-    /// The greeting: 220 gives the suppaftp handle; anything else (120 "ready in n
-    /// minutes", 421) is a refusal: suppaftp gives the socket back only after a 220.
-    async fn greeting(&self, stream: TcpStream) -> Result<AsyncFtpStream, ConnectError> {
-        let result = tokio::time::timeout(
-            self.limits.reply_timeout,
-            AsyncFtpStream::connect_with_stream(stream),
-        )
-        .await;
-        match result {
-            Ok(Ok(ftp)) => {
-                let text = ftp.get_welcome_msg().unwrap_or("");
-                let shown = match parse_reply(text.as_bytes(), &self.limits.reply) {
-                    Ok(Parsed::Complete { reply, .. }) => {
-                        reply.scrubbed(self.recorder.scrubber()).to_string()
-                    }
-                    // Our limits hold for the greeting too (suppaftp read it with its own).
-                    Err(error) => {
-                        return Err(SessionError::Malformed {
-                            host: self.host.clone(),
-                            error: error.scrubbed(self.recorder.scrubber()),
-                        }
-                        .into())
-                    }
-                    Ok(Parsed::NeedMore) => text.trim_end().to_owned(),
-                };
-                self.recorder.received(self.side, &shown);
-                Ok(ftp)
-            }
-            Ok(Err(FtpError::UnexpectedResponse(response))) => {
-                let reply = self.reply_from(&response.body)?;
-                self.recorder.received(self.side, &reply.to_string());
-                let disposition = match self.classify(CommandKind::Other, &reply) {
-                    // 120 and other odd positive greetings: try again later.
-                    Disposition::Preliminary | Disposition::Done | Disposition::Continue(_) => {
-                        Disposition::Transient(TransientKind::Unlisted(reply.code()))
-                    }
-                    other => other,
-                };
-                Err(ConnectError::Refused {
-                    host: self.host.clone(),
-                    command: "greeting",
-                    reply,
-                    disposition,
-                })
-            }
-            Ok(Err(other)) => Err(self.library_error(other).into()),
-            Err(_) => Err(self.timeout().into()),
+    /// The greeting: 220 goes on to the login; anything else (120 "ready in n minutes",
+    /// 421) is a refusal, transient unless its code says otherwise.
+    async fn greeting(&self, session: &mut Session) -> Result<(), ConnectError> {
+        let reply = session.read_reply(self.limits.reply_timeout).await?;
+        if reply.code().get() == 220 {
+            return Ok(());
         }
+        let disposition = match self.classify(CommandKind::Other, &reply) {
+            // 120 and other odd positive greetings: try again later.
+            Disposition::Preliminary | Disposition::Done | Disposition::Continue(_) => {
+                Disposition::Transient(TransientKind::Unlisted(reply.code()))
+            }
+            other => other,
+        };
+        Err(ConnectError::Refused {
+            host: self.host.clone(),
+            command: "greeting",
+            reply,
+            disposition,
+        })
     }
 
     fn line_for(&self, step: LoginStep, login: &ServerLogin) -> Result<String, ConnectError> {
@@ -588,99 +519,17 @@ impl LoginState<'_> {
         }
     }
 
-    /// USER, PASS on 331, ACCT on 332, through suppaftp's `custom_command`.
-    async fn login(
-        &self,
-        ftp: &mut AsyncFtpStream,
-        login: &ServerLogin,
-    ) -> Result<(), ConnectError> {
+    /// USER, PASS on 331, ACCT on 332. The session masks PASS and ACCT in the transcript.
+    async fn login(&self, session: &mut Session, login: &ServerLogin) -> Result<(), ConnectError> {
         let mut step = LoginStep::User;
         loop {
             let line = self.line_for(step, login)?;
-            self.recorder.sent(self.side, &line);
-            let result =
-                tokio::time::timeout(self.limits.reply_timeout, ftp.custom_command(line, &[]))
-                    .await;
-            let reply = match result {
-                // With no expected code every reply is "unexpected" (suppaftp 12.2).
-                Ok(Err(FtpError::UnexpectedResponse(response))) => {
-                    self.reply_from(&response.body)?
-                }
-                // Not returned by suppaftp 12.2 with an empty list; read it the same way.
-                Ok(Ok(response)) => self.reply_from(&response.body)?,
-                Ok(Err(other)) => return Err(self.library_error(other).into()),
-                Err(_) => return Err(self.timeout().into()),
-            };
-            self.recorder.received(self.side, &reply.to_string());
+            let reply = session.command(&line).await?;
             match self.next_step(step, login, reply)? {
                 Some(next) => step = next,
                 None => return Ok(()),
             }
         }
-    }
-
-    fn timeout(&self) -> SessionError {
-        let error = SessionError::Timeout {
-            host: self.host.clone(),
-            waited: self.limits.reply_timeout,
-        };
-        self.recorder.received(self.side, &format!("({error})"));
-        error
-    }
-
-    /// A reply suppaftp read, re-parsed with our parser and limits, scrubbed of the job's
-    /// secrets (a server may echo the password in its refusal).
-    fn reply_from(&self, body: &[u8]) -> Result<Reply, SessionError> {
-        let scrubber = self.recorder.scrubber();
-        self.parse_login_reply(body)
-            .map(|reply| reply.scrubbed(scrubber))
-            .map_err(|error| match error {
-                SessionError::Malformed { host, error } => SessionError::Malformed {
-                    host,
-                    error: error.scrubbed(scrubber),
-                },
-                other => other,
-            })
-    }
-
-    fn parse_login_reply(&self, body: &[u8]) -> Result<Reply, SessionError> {
-        match parse_reply(body, &self.limits.reply) {
-            Ok(Parsed::Complete { reply, .. }) => Ok(reply),
-            Ok(Parsed::NeedMore) => Err(SessionError::Malformed {
-                host: self.host.clone(),
-                error: ReplyError::NoCode {
-                    text: String::from_utf8_lossy(body).chars().take(120).collect(),
-                },
-            }),
-            Err(error) => Err(SessionError::Malformed {
-                host: self.host.clone(),
-                error,
-            }),
-        }
-    }
-
-    fn library_error(&self, error: FtpError) -> SessionError {
-        let error = match error {
-            FtpError::ConnectionError(e) => SessionError::Io {
-                host: self.host.clone(),
-                failure: io_failure(&e),
-                detail: e.to_string(),
-            },
-            FtpError::BadResponse => SessionError::Malformed {
-                host: self.host.clone(),
-                error: ReplyError::NoCode {
-                    // suppaftp drops the text of a code-less reply.
-                    text: "(text not kept)".into(),
-                },
-            },
-            other => SessionError::Io {
-                host: self.host.clone(),
-                failure: TransportFailure::Eof,
-                detail: other.to_string(),
-            },
-        };
-        self.recorder.received(self.side, &format!("({error})"));
-        error
     }
 }
 

@@ -15,6 +15,7 @@
 //! | `outbox`   | id                               | outbox record (a final job's report) |
 //! | `outbox_due` | next_try_at (u64 ms), id       | empty (only while the report is pending) |
 //! | `transcripts` | id                            | transcript record (the last attempt) |
+//! | `refusals` | host length (u16), host, port (u16), command | refusal record (capability memory) |
 
 use bftp_core::{JobState, Timestamp};
 
@@ -33,6 +34,19 @@ pub(crate) const META_DIGEST: &[u8] = b"digest";
 /// a missing or replaced key file is noticed before anything sealed is read with it.
 pub(crate) const META_KEY_FINGERPRINT: &[u8] = b"key_fingerprint";
 pub(crate) const MAGIC_VALUE: &[u8] = b"bftp-store";
+
+/// A server's refusal memory: the host length-prefixed, so no host can run into the port.
+pub(crate) fn refusal(key: &bftp_core::refusal::RefusalKey) -> Vec<u8> {
+    let host = key.host.as_bytes();
+    let len = u16::try_from(host.len()).unwrap_or(u16::MAX);
+    let host = &host[..usize::from(len)];
+    let mut k = Vec::with_capacity(4 + host.len() + key.command.len());
+    k.extend_from_slice(&len.to_be_bytes());
+    k.extend_from_slice(host);
+    k.extend_from_slice(&key.port.to_be_bytes());
+    k.extend_from_slice(key.command.as_bytes());
+    k
+}
 
 pub(crate) fn job(id: JobId) -> [u8; 8] {
     id.0.to_be_bytes()

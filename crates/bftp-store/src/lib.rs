@@ -32,6 +32,7 @@ pub use types::{
     SealedEndpoint, SealedSpec, StateCounts, StateFilter, Submitted,
 };
 
+use bftp_core::refusal::{RefusalKey, RefusalMemory, Sighting};
 use bftp_core::{JobEvent, MemberState, Timestamp};
 
 /// The durable job queue. All methods are synchronous and may block on disk I/O.
@@ -154,6 +155,18 @@ pub trait JobStore: Send + Sync {
 
     /// Records that fingerprint, replacing any earlier one. Durable.
     fn set_key_fingerprint(&self, fingerprint: [u8; 32]) -> Result<(), StoreError>;
+    /// What this server last refused of this command, transiently (the capability memory;
+    /// see `bftp_core::refusal`). Kept across restarts, across jobs.
+    fn refusal(&self, key: &RefusalKey) -> Result<Option<RefusalMemory>, StoreError>;
+
+    /// Records a transient refusal: the memory becomes `bftp_core::refusal::observe` of what
+    /// it was and `seen`, in one transaction; returns it. Durable before it returns.
+    fn record_refusal(
+        &self,
+        key: &RefusalKey,
+        seen: &Sighting,
+        now: Timestamp,
+    ) -> Result<RefusalMemory, StoreError>;
 }
 
 /// The text of a panic payload.

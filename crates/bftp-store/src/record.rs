@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use bftp_core::{
-    DestCommand, Disposition, FileStructure, FtpParams, JobOutcome, JobState, MemberState,
+    DestCommand, Disposition, FileStructure, FtpParams, Intent, JobOutcome, JobState, MemberState,
     RetryPolicy, Timestamp, TransferMode, TransferType,
 };
 
@@ -117,9 +117,138 @@ pub(crate) struct MemberV1 {
     pub dst_reply: Option<ReplyV1>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// An [`IntentV1`] record; in records written before it existed, a JSON string of the
+    /// daemon's own (read by [`intent_field`], never written).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "intent_field"
+    )]
+    pub intent: Option<IntentV1>,
+    /// The name a unique copy was stored as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub intent: Option<String>,
+    pub stored: Option<String>,
     pub updated: u64,
+}
+
+/// A member's intent, with its own version `v`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct IntentV1 {
+    pub v: u32,
+    #[serde(flatten)]
+    pub op: IntentOpV1,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub(crate) enum IntentOpV1 {
+    Append {
+        before: u64,
+        source: u64,
+    },
+    Unique {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
+    Delete {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
+    },
+}
+
+/// The intent as bftpd wrote it before intents had a record of their own: JSON inside the
+/// member's `intent` string.
+#[derive(Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+enum LegacyIntent {
+    Appe { before: u64, source_size: u64 },
+    Stou,
+    Dele,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum IntentField {
+    Record(IntentV1),
+    Legacy(String),
+}
+
+/// Reads a member's intent of either form; a legacy string that does not decode makes the
+/// member record undecodable (`Corrupt`), never an intent silently dropped.
+fn intent_field<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<IntentV1>, D::Error> {
+    use serde::de::Error;
+    let field: Option<IntentField> = Option::deserialize(d)?;
+    let op = match field {
+        None => return Ok(None),
+        Some(IntentField::Record(r)) if r.v == RECORD_VERSION => return Ok(Some(r)),
+        Some(IntentField::Record(r)) => {
+            return Err(D::Error::custom(format!(
+                "intent record version {}, this program reads version {RECORD_VERSION}",
+                r.v
+            )))
+        }
+        Some(IntentField::Legacy(s)) => match serde_json::from_str::<LegacyIntent>(&s) {
+            Ok(LegacyIntent::Appe {
+                before,
+                source_size,
+            }) => IntentOpV1::Append {
+                before,
+                source: source_size,
+            },
+            Ok(LegacyIntent::Stou) => IntentOpV1::Unique {
+                source: None,
+                name: None,
+            },
+            Ok(LegacyIntent::Dele) => IntentOpV1::Delete { path: None },
+            Err(e) => return Err(D::Error::custom(format!("undecodable intent {s:?}: {e}"))),
+        },
+    };
+    Ok(Some(IntentV1 {
+        v: RECORD_VERSION,
+        op,
+    }))
+}
+
+impl IntentV1 {
+    pub(crate) fn from_api(i: &Intent) -> IntentV1 {
+        let op = match i {
+            Intent::Append {
+                before,
+                source_size,
+            } => IntentOpV1::Append {
+                before: *before,
+                source: *source_size,
+            },
+            Intent::Unique {
+                source_size,
+                announced,
+            } => IntentOpV1::Unique {
+                source: *source_size,
+                name: announced.clone(),
+            },
+            Intent::Delete { path } => IntentOpV1::Delete { path: path.clone() },
+        };
+        IntentV1 {
+            v: RECORD_VERSION,
+            op,
+        }
+    }
+
+    pub(crate) fn to_api(&self) -> Intent {
+        match &self.op {
+            IntentOpV1::Append { before, source } => Intent::Append {
+                before: *before,
+                source_size: *source,
+            },
+            IntentOpV1::Unique { source, name } => Intent::Unique {
+                source_size: *source,
+                announced: name.clone(),
+            },
+            IntentOpV1::Delete { path } => Intent::Delete { path: path.clone() },
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
@@ -188,6 +317,55 @@ pub(crate) struct TranscriptV1 {
     pub v: u32,
     pub attempt: u32,
     pub lines: Vec<String>,
+}
+
+/// A server's last transient refusal of a command (`bftp_core::refusal::RefusalMemory`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct RefusalV1 {
+    pub v: u32,
+    pub code: u16,
+    pub text: String,
+    pub first_seen: u64,
+    pub last_seen: u64,
+    pub count: u32,
+    pub last_job: u64,
+    pub last_attempt: u32,
+}
+
+impl RefusalV1 {
+    pub(crate) fn from_core(m: &bftp_core::refusal::RefusalMemory) -> RefusalV1 {
+        RefusalV1 {
+            v: RECORD_VERSION,
+            code: m.code.get(),
+            text: m.text.clone(),
+            first_seen: m.first_seen.0,
+            last_seen: m.last_seen.0,
+            count: m.count,
+            last_job: m.last_job,
+            last_attempt: m.last_attempt,
+        }
+    }
+
+    pub(crate) fn to_core(
+        &self,
+        key: &[u8],
+    ) -> Result<bftp_core::refusal::RefusalMemory, StoreError> {
+        let code =
+            bftp_core::reply::ReplyCode::new(self.code).ok_or_else(|| StoreError::Corrupt {
+                what: "refusal",
+                key: hex(key),
+                reason: format!("reply code {} is outside 100..=599", self.code),
+            })?;
+        Ok(bftp_core::refusal::RefusalMemory {
+            code,
+            text: self.text.clone(),
+            first_seen: bftp_core::Timestamp(self.first_seen),
+            last_seen: bftp_core::Timestamp(self.last_seen),
+            count: self.count,
+            last_job: self.last_job,
+            last_attempt: self.last_attempt,
+        })
+    }
 }
 
 // ---- encoding ----
@@ -452,6 +630,7 @@ impl MemberV1 {
             dst_reply: None,
             detail: m.refused.clone(),
             intent: None,
+            stored: None,
             updated: now.0,
         }
     }
@@ -468,7 +647,8 @@ impl MemberV1 {
             source_reply: self.src_reply.as_ref().map(ReplyV1::to_api),
             dest_reply: self.dst_reply.as_ref().map(ReplyV1::to_api),
             detail: self.detail.clone(),
-            intent: self.intent.clone(),
+            intent: self.intent.as_ref().map(IntentV1::to_api),
+            stored_as: self.stored.clone(),
             updated_at: Timestamp(self.updated),
         }
     }
@@ -715,6 +895,37 @@ mod tests {
         assert_eq!(m.dest_reply.unwrap().code, Some(550));
         assert_eq!(m.source_reply.unwrap().code, None);
 
+        // Intents were JSON strings inside the member record before they had a record type.
+        let m: MemberV1 = decode(
+            "member",
+            b"fixture",
+            include_bytes!("../tests/fixtures/member_v1_legacy_intent.json"),
+        )
+        .unwrap();
+        assert_eq!(
+            m.to_api(0).intent,
+            Some(Intent::Append {
+                before: 100,
+                source_size: 4096
+            })
+        );
+        for (legacy, want) in [
+            (
+                r#""{\"op\":\"stou\"}""#,
+                Intent::Unique {
+                    source_size: None,
+                    announced: None,
+                },
+            ),
+            (r#""{\"op\":\"dele\"}""#, Intent::Delete { path: None }),
+        ] {
+            let rec = format!(
+                r#"{{"v":1,"name":"a","state":"pending","attempts":1,"intent":{legacy},"updated":1}}"#
+            );
+            let m: MemberV1 = decode("member", b"k", rec.as_bytes()).unwrap();
+            assert_eq!(m.to_api(0).intent, Some(want), "{rec}");
+        }
+
         let h: HistoryV1 = decode(
             "history",
             b"fixture",
@@ -749,6 +960,23 @@ mod tests {
         assert_eq!(t.attempt, 3);
         assert_eq!(t.lines[1], "[      3 ms] source> PASS ****");
 
+        let f: RefusalV1 = decode(
+            "refusal",
+            b"fixture",
+            include_bytes!("../tests/fixtures/refusal_v1.json"),
+        )
+        .unwrap();
+        let f = f.to_core(b"fixture").unwrap();
+        assert_eq!(
+            (f.code.get(), f.count, f.last_job, f.last_attempt),
+            (451, 2, 7, 2)
+        );
+        assert_eq!(f.text, "<path>: Append/Restart not permitted, try again");
+        assert_eq!(
+            (f.first_seen, f.last_seen),
+            (Timestamp(1_796_040_300_000), Timestamp(1_796_040_400_000))
+        );
+
         let r: RequestV1 = decode(
             "request",
             b"fixture",
@@ -757,6 +985,46 @@ mod tests {
         .unwrap();
         assert_eq!(r.fingerprint(b"k").unwrap(), KeyHash([0x22; 32]));
         assert_eq!(r.job, 7);
+    }
+
+    #[test]
+    fn intents_roundtrip_and_a_bad_legacy_intent_is_corrupt() {
+        for i in [
+            Intent::Append {
+                before: 1,
+                source_size: 2,
+            },
+            Intent::Unique {
+                source_size: Some(3),
+                announced: Some("STOU.1".into()),
+            },
+            Intent::Unique {
+                source_size: None,
+                announced: None,
+            },
+            Intent::Delete {
+                path: Some("out/a".into()),
+            },
+        ] {
+            let mut m = MemberV1::new(
+                &crate::types::NewMember {
+                    name: "a".into(),
+                    size: None,
+                    modified: None,
+                    refused: None,
+                },
+                Timestamp(1),
+            );
+            m.intent = Some(IntentV1::from_api(&i));
+            let back: MemberV1 = decode("member", b"k", &encode(&m)).unwrap();
+            assert_eq!(back.to_api(0).intent, Some(i));
+        }
+        let bad =
+            br#"{"v":1,"name":"a","state":"pending","attempts":1,"intent":"APPE x","updated":1}"#;
+        assert!(matches!(
+            decode::<MemberV1>("member", b"k", bad),
+            Err(StoreError::Corrupt { .. })
+        ));
     }
 
     #[test]

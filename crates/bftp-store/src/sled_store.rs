@@ -11,6 +11,7 @@ use sled::transaction::{
 };
 use sled::IVec;
 
+use bftp_core::refusal::{observe, RefusalKey, RefusalMemory, Sighting};
 use bftp_core::{transition, JobEvent, JobOutcome, JobState, MemberState, Timestamp};
 
 use crate::digest::Digest;
@@ -19,8 +20,8 @@ use crate::error::{backend, StoreError};
 use crate::files::{self, SledFlush, Watermark};
 use crate::keys;
 use crate::record::{
-    decode, encode, job_to_api, HistoryV1, JobV1, MemberStateV1, MemberV1, OutboxStateV1, OutboxV1,
-    ReplyV1, RequestV1, StateV1, TranscriptV1, RECORD_VERSION,
+    decode, encode, job_to_api, HistoryV1, IntentV1, JobV1, MemberStateV1, MemberV1, OutboxStateV1,
+    OutboxV1, RefusalV1, ReplyV1, RequestV1, StateV1, TranscriptV1, RECORD_VERSION,
 };
 use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
@@ -35,7 +36,7 @@ pub const SCHEMA_VERSION: u32 = RECORD_VERSION;
 pub const MAX_MEMBERS: usize = 1_000_000;
 
 /// Never reorder: a tree's position is hashed into the content digest of its entries.
-const TREES: [&str; 12] = [
+const TREES: [&str; 13] = [
     "meta",
     "jobs",
     "members",
@@ -48,6 +49,7 @@ const TREES: [&str; 12] = [
     "outbox",
     "outbox_due",
     "transcripts",
+    "refusals",
 ];
 
 #[derive(Clone, Debug)]
@@ -101,11 +103,12 @@ struct Trees {
     outbox: sled::Tree,
     outbox_due: sled::Tree,
     transcripts: sled::Tree,
+    refusals: sled::Tree,
 }
 
 impl Trees {
     /// Every tree, in [`TREES`] order.
-    fn all(&self) -> [&sled::Tree; 12] {
+    fn all(&self) -> [&sled::Tree; 13] {
         [
             &self.meta,
             &self.jobs,
@@ -119,6 +122,7 @@ impl Trees {
             &self.outbox,
             &self.outbox_due,
             &self.transcripts,
+            &self.refusals,
         ]
     }
 
@@ -150,6 +154,7 @@ struct Tx<'a> {
     outbox: TxTree<'a>,
     outbox_due: TxTree<'a>,
     transcripts: TxTree<'a>,
+    refusals: TxTree<'a>,
 }
 
 /// One tree in a transaction; its writes toggle their entries in the transaction's digest.
@@ -411,7 +416,7 @@ impl SledStore {
                 )),
             }
         };
-        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts] =
+        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts, refusals] =
             TREES;
         Ok(Trees {
             meta: open(meta)?,
@@ -426,6 +431,7 @@ impl SledStore {
             outbox: open(outbox)?,
             outbox_due: open(outbox_due)?,
             transcripts: open(transcripts)?,
+            refusals: open(refusals)?,
         })
     }
 
@@ -485,6 +491,11 @@ impl SledStore {
             for kv in self.t.transcripts.iter() {
                 let (k, v) = kv.map_err(backend("verify"))?;
                 decode::<TranscriptV1>("transcript", &k, &v)?;
+                r.bytes += (k.len() + v.len()) as u64;
+            }
+            for kv in self.t.refusals.iter() {
+                let (k, v) = kv.map_err(backend("verify"))?;
+                decode::<RefusalV1>("refusal", &k, &v)?.to_core(&k)?;
                 r.bytes += (k.len() + v.len()) as u64;
             }
             let indexes: [(&'static str, &sled::Tree, usize); 5] = [
@@ -563,6 +574,7 @@ impl SledStore {
                     outbox: tree(9),
                     outbox_due: tree(10),
                     transcripts: tree(11),
+                    refusals: tree(12),
                 };
                 let value = f(&tx)?;
                 if digest.get() != before {
@@ -1133,7 +1145,10 @@ impl JobStore for SledStore {
                 m.detail = Some(d.clone());
             }
             if let Some(i) = &u.intent {
-                m.intent = i.clone();
+                m.intent = i.as_ref().map(IntentV1::from_api);
+            }
+            if let Some(n) = &u.stored_as {
+                m.stored = Some(n.clone());
             }
             m.updated = now.0;
             tx.members
@@ -1347,6 +1362,39 @@ impl JobStore for SledStore {
                 Some(v) => Ok(Some(decode::<TranscriptV1>("transcript", &k, &v)?.to_api())),
                 None => Ok(None),
             }
+        })
+    }
+
+    fn refusal(&self, key: &RefusalKey) -> Result<Option<RefusalMemory>, StoreError> {
+        self.guarded("refusal", || {
+            let k = keys::refusal(key);
+            match self.t.refusals.get(&k).map_err(backend("refusal"))? {
+                Some(v) => Ok(Some(decode::<RefusalV1>("refusal", &k, &v)?.to_core(&k)?)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn record_refusal(
+        &self,
+        key: &RefusalKey,
+        seen: &Sighting,
+        now: Timestamp,
+    ) -> Result<RefusalMemory, StoreError> {
+        let k = keys::refusal(key);
+        self.write("record_refusal", |tx| {
+            let previous = match tx.refusals.get(&k)? {
+                Some(v) => Some(
+                    decode::<RefusalV1>("refusal", &k, &v)
+                        .and_then(|r| r.to_core(&k))
+                        .or_abort()?,
+                ),
+                None => None,
+            };
+            let memory = observe(previous.as_ref(), seen, now);
+            tx.refusals
+                .insert(&k, encode(&RefusalV1::from_core(&memory)))?;
+            Ok(memory)
         })
     }
 }

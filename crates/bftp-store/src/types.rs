@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use bftp_core::{
-    DestCommand, Disposition, FtpParams, JobState, MemberState, RetryPolicy, Timestamp,
+    DestCommand, Disposition, FtpParams, Intent, JobState, MemberState, RetryPolicy, Timestamp,
 };
 
 /// A job's number, from the store's own counter: never reused, also after a crash.
@@ -146,8 +146,11 @@ pub struct Member {
     pub dest_reply: Option<LastReply>,
     pub detail: Option<String>,
     /// An unrepeatable effect about to be attempted and the evidence to resolve it after a
-    /// crash (SPEC §4.3), in the daemon's own encoding. Opaque to the store.
-    pub intent: Option<String>,
+    /// crash (see `bftp_core::intent`).
+    pub intent: Option<Intent>,
+    /// The name a unique (STOU) copy was stored as, once it is proven: the member's claim
+    /// on that destination file, which no other member may make.
+    pub stored_as: Option<String>,
     pub updated_at: Timestamp,
 }
 
@@ -163,7 +166,8 @@ pub struct MemberUpdate {
     pub dest_reply: Option<LastReply>,
     pub detail: Option<String>,
     /// `Some(None)` clears the intent once it is resolved.
-    pub intent: Option<Option<String>>,
+    pub intent: Option<Option<Intent>>,
+    pub stored_as: Option<String>,
 }
 
 /// One line of a job's history.

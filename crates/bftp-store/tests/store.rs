@@ -762,7 +762,10 @@ fn member_updates_set_fields_and_terminal_states_are_final() {
             text: "garbled".into(),
         }),
         detail: Some("sizes match".into()),
-        intent: Some(Some("APPE dest_size=100".into())),
+        intent: Some(Some(bftp_core::Intent::Append {
+            before: 100,
+            source_size: 4096,
+        })),
         ..Default::default()
     };
     let m = store.update_member(id, 0, u, at(70)).unwrap();
@@ -770,7 +773,13 @@ fn member_updates_set_fields_and_terminal_states_are_final() {
         (m.attempts, m.bytes, m.updated_at, m.state),
         (1, Some(4096), at(70), MemberState::Pending)
     );
-    assert_eq!(m.intent.as_deref(), Some("APPE dest_size=100"));
+    assert_eq!(
+        m.intent,
+        Some(bftp_core::Intent::Append {
+            before: 100,
+            source_size: 4096
+        })
+    );
     assert_eq!(store.members(id).unwrap()[0], m);
 
     let m = store
@@ -1191,4 +1200,61 @@ fn a_key_fingerprint_is_recorded_in_an_old_store_and_kept() {
     store.set_key_fingerprint([8; 32]).unwrap();
     drop(store);
     assert_eq!(open(dir.path()).key_fingerprint().unwrap(), Some([8; 32]));
+}
+
+/// The refusal memory (capability memory): one entry per server and command, counting the
+/// attempts that got the same refusal, replaced by a different one, kept across a reopen and
+/// checked by `verify`.
+#[test]
+fn refusal_memory_counts_attempts_and_survives_a_reopen() {
+    use bftp_core::refusal::{RefusalKey, Sighting};
+    use bftp_core::reply::ReplyCode;
+    let dir = tempfile::tempdir().unwrap();
+    let key = RefusalKey::new("ftp.example.net", 21, "APPE");
+    let other_port = RefusalKey::new("ftp.example.net", 2121, "APPE");
+    let seen = |code: u16, text: &str, job: u64, attempt: u32| Sighting {
+        code: ReplyCode::new(code).unwrap(),
+        text: text.into(),
+        job,
+        attempt,
+    };
+    let refusal = "<path>: Append/Restart not permitted, try again";
+    {
+        let store = open(dir.path());
+        assert_eq!(store.refusal(&key).unwrap(), None);
+        let m = store
+            .record_refusal(&key, &seen(451, refusal, 1, 1), at(10))
+            .unwrap();
+        assert_eq!(m.count, 1);
+        // The same attempt (another file): still one.
+        let m = store
+            .record_refusal(&key, &seen(451, refusal, 1, 1), at(11))
+            .unwrap();
+        assert_eq!((m.count, m.last_seen), (1, at(11)));
+        // Another port is another server.
+        store
+            .record_refusal(&other_port, &seen(451, "busy", 1, 1), at(12))
+            .unwrap();
+    }
+    let store = open(dir.path());
+    let kept = store.refusal(&key).unwrap().expect("kept across a reopen");
+    assert_eq!(
+        (kept.count, kept.first_seen, kept.last_seen),
+        (1, at(10), at(11))
+    );
+    let m = store
+        .record_refusal(&key, &seen(451, refusal, 1, 2), at(20))
+        .unwrap();
+    assert_eq!(
+        (m.count, m.first_seen, m.text.as_str()),
+        (2, at(10), refusal)
+    );
+    assert_eq!(store.refusal(&key).unwrap(), Some(m));
+    assert_eq!(store.refusal(&other_port).unwrap().unwrap().text, "busy");
+    // A different refusal replaces the memory.
+    let m = store
+        .record_refusal(&key, &seen(451, "Disk error", 1, 3), at(30))
+        .unwrap();
+    assert_eq!((m.count, m.first_seen), (1, at(30)));
+    store.verify().unwrap();
 }

@@ -6,8 +6,11 @@
 //! - APPE: the destination size before, and the source size; after a crash the destination
 //!   size tells whether the append happened (before + source), did not (before), or cannot
 //!   be told (anything else: `uncertain`);
-//! - STOU: that a unique file may be created; a crash before its name was recorded cannot
-//!   be resolved (`uncertain`), a failed STOU whose name is known is deleted;
+//! - STOU: the source size, then the name the server announced as soon as it came; after a
+//!   crash SIZE of that name settles the member (`bftp_core::intent::resolve`). STOU copies
+//!   run one at a time per destination directory, a name announced to two copies stays the
+//!   first one's, and a failed STOU's file is deleted only when provably ours (see
+//!   ARCHITECTURE.md, "Intents and unique (STOU) copies");
 //! - DELE of the source of a `move`: recorded together with the member's success, so that
 //!   after a crash the delete is completed; of a `delete` job's file: recorded before it. A
 //!   refused DELE is checked with SIZE: a file that is gone was deleted (by us, before the
@@ -21,40 +24,27 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bftp_core::{DestCommand, Disposition, Endpoint, JobSpec, MemberState, Secret, Timestamp};
+use bftp_core::reply::TransientKind;
+use bftp_core::{
+    Decision, DestCommand, Disposition, Endpoint, Evidence, Intent, JobSpec, MemberState, Probe,
+    Secret, Timestamp,
+};
 use bftp_ftp::{
-    ActionError, AddressCheck, CopyOutcome, Limits, Pair, PairError, ServerLogin, Side, Transcript,
+    ActionError, AddressCheck, CopyOutcome, CopyRequest, Limits, Pair, PairError, ServerLogin,
+    Side, Transcript,
 };
 use bftp_store::{
     AttemptTranscript, Job, JobId, JobStore, LastReply, Member, MemberUpdate, NewMember,
     SealedEndpoint, SealedSpec, StoreError,
 };
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::ftp::{copy_request, source_path};
 use crate::metrics::{FileResult, Metrics};
 use crate::scheduler::{AttemptEnd, AttemptFuture, AttemptSignals, Executor};
 use crate::secrets::Secrets;
+use crate::unique::{DirGuard, DirKey};
 use crate::work::{data_connection_failed, Next, WorkQueue};
-
-/// What is about to happen that must not happen twice, stored in the member before it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "lowercase")]
-enum Intent {
-    Appe { before: u64, source_size: u64 },
-    Stou,
-    Dele,
-}
-
-impl Intent {
-    fn encode(&self) -> String {
-        serde_json::to_string(self).expect("intent serialises")
-    }
-    fn decode(s: &str) -> Option<Intent> {
-        serde_json::from_str(s).ok()
-    }
-}
 
 /// Lines of an attempt's transcript the report keeps: the last ones, where the failure is.
 const TRANSCRIPT_LINES: usize = 300;
@@ -154,6 +144,7 @@ impl Executor for FtpExecutor {
             abort: signals.abort.clone(),
             id: job.id,
             log: Arc::default(),
+            claims: Mutex::default(),
         };
         let abort = signals.abort;
         let log = run.log.clone();
@@ -189,9 +180,9 @@ impl Executor for FtpExecutor {
     }
 }
 
-/// How long an aborted attempt may take to send ABOR and close: a little more than the
-/// engine's own bound on waiting for ABOR's replies.
-const ABORT_GRACE: Duration = Duration::from_secs(3);
+/// How long an aborted attempt may take to send ABOR, close, and (on a cancel) log in again
+/// to delete the partial file: the engine's bound on waiting for ABOR's replies plus a login.
+const ABORT_GRACE: Duration = Duration::from_secs(5);
 
 fn now() -> Timestamp {
     Timestamp::from_system(std::time::SystemTime::now())
@@ -271,6 +262,9 @@ struct Run {
     id: JobId,
     /// Shared with the attempt's future, which stores it however the attempt ends.
     log: Arc<Mutex<AttemptLog>>,
+    /// Unique copies: destination name -> the member whose file it is (recorded, or
+    /// announced and not yet settled). No two members claim one name.
+    claims: Mutex<std::collections::HashMap<String, String>>,
 }
 
 /// How one lane of an attempt ended: a job-level end (failure, shutdown), and the reason of
@@ -295,6 +289,19 @@ impl From<String> for Pending {
         }
     }
 }
+
+/// What a SIZE before an unrepeatable command found.
+enum Fence {
+    /// The size (`None`: no such file on the destination).
+    Size(Option<u64>),
+    /// The server has no SIZE (or refused it for good), and it was not required.
+    Unsupported,
+    /// The member is settled (failed for good), or left pending for a retry.
+    Settled(Option<Pending>),
+}
+
+/// A copy's result, the STOU names announced to it, and who else one of them was told to.
+type Announcements = (Result<CopyOutcome, PairError>, Vec<String>, Option<String>);
 
 /// What the lanes of one attempt share.
 struct Lanes {
@@ -415,6 +422,22 @@ impl Run {
             .await
     }
 
+    /// The names the job's members already claim: recorded copies and announced names.
+    fn load_claims(&self, members: &[Member]) {
+        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        for m in members {
+            let announced = match &m.intent {
+                Some(Intent::Unique {
+                    announced: Some(n), ..
+                }) => Some(n),
+                _ => None,
+            };
+            for n in m.stored_as.iter().chain(announced) {
+                claims.entry(n.clone()).or_insert_with(|| m.name.clone());
+            }
+        }
+    }
+
     fn keep(&self, t: &Transcript) {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).keep(t);
     }
@@ -505,7 +528,10 @@ impl Run {
             }
         }
         let work: VecDeque<Member> = match self.blocking(move |s| s.members(id)).await {
-            Ok(m) => m.into_iter().filter(needs_work).collect(),
+            Ok(m) => {
+                self.load_claims(&m);
+                m.into_iter().filter(needs_work).collect()
+            }
             Err(e) => return store_failed(e),
         };
         // More pairs for a multi-file job, up to `parallel_pairs`, but only on connection
@@ -722,7 +748,8 @@ impl Run {
             .map_err(store_failed)
     }
 
-    /// One member. `Ok(Some(pending))`: it stays pending for a retry; `Err`: the attempt ends.
+    /// One member: resolve an interrupted attempt's intent, fence, copy, record.
+    /// `Ok(Some(pending))`: it stays pending for a retry; `Err`: the attempt ends.
     async fn member(
         &self,
         pair: &mut Pair,
@@ -732,63 +759,24 @@ impl Run {
     ) -> Result<Option<Pending>, AttemptEnd> {
         let index = m.index;
         let src_path = source_path(spec, &m.name);
-        if let Some(intent) = m.intent.as_deref().and_then(Intent::decode) {
-            match intent {
-                Intent::Dele if spec.disposition == Disposition::Delete => {
-                    return self.delete_only(pair, m, &src_path, true).await
+        let mut req = copy_request(spec, &m.name);
+        // A unique copy holds its destination directory from the resolution to the clean-up:
+        // no other STOU of this daemon runs into it meanwhile.
+        let dir = match (spec.dest_command, &spec.destination) {
+            (DestCommand::Unique, Some(d)) if spec.disposition != Disposition::Delete => {
+                let key = DirKey::new(&d.host, d.port, &d.user, &req.dest_path);
+                let guard = self.hosts.unique.lock(key).await;
+                if self.drain.is_cancelled() || self.abort.is_cancelled() {
+                    return Err(AttemptEnd::Interrupted);
                 }
-                Intent::Dele => {
-                    return self
-                        .delete_source(
-                            pair,
-                            index,
-                            &src_path,
-                            m.detail.as_deref().unwrap_or("copied"),
-                        )
-                        .await
-                }
-                Intent::Stou => {
-                    self.update(index, MemberUpdate { state: Some(MemberState::Uncertain), intent: Some(None), detail: Some("bftpd stopped during STOU: a file with a name the server chose may exist on the destination; it was not repeated".into()), ..Default::default() }).await.map_err(store_failed)?;
-                    return Ok(None);
-                }
-                Intent::Appe {
-                    before,
-                    source_size,
-                } => {
-                    let req = copy_request(spec, &m.name);
-                    match pair.size(Side::Destination, &req.dest_path).await {
-                        Ok(Some(now_size)) if now_size == before + source_size => {
-                            let evidence = format!("append resolved after an interruption: the destination grew from {before} to {now_size} bytes");
-                            self.succeed(spec, index, Some(source_size), evidence.clone())
-                                .await?;
-                            return if spec.disposition == Disposition::Move {
-                                self.delete_source(pair, index, &src_path, &evidence).await
-                            } else {
-                                Ok(None)
-                            };
-                        }
-                        Ok(size) if size.unwrap_or(0) == before => {
-                            self.update(
-                                index,
-                                MemberUpdate {
-                                    intent: Some(None),
-                                    ..Default::default()
-                                },
-                            )
-                            .await
-                            .map_err(store_failed)?;
-                        }
-                        Ok(size) => {
-                            self.update(index, MemberUpdate { state: Some(MemberState::Uncertain), intent: Some(None), detail: Some(format!("an interrupted append left the destination at {} bytes; before it was {before}, a complete append gives {}: not repeated", size.map_or("unknown".into(), |s| s.to_string()), before + source_size)), ..Default::default() }).await.map_err(store_failed)?;
-                            return Ok(None);
-                        }
-                        Err(e) => {
-                            return Ok(Some(
-                                format!("cannot resolve an interrupted append yet: {e}").into(),
-                            ))
-                        }
-                    }
-                }
+                Some(guard)
+            }
+            _ => None,
+        };
+        let dir = dir.as_ref();
+        if let Some(intent) = &m.intent {
+            if let Some(settled) = self.resolve(pair, spec, m, intent, dir).await? {
+                return Ok(settled);
             }
         }
         if spec.disposition == Disposition::Delete {
@@ -796,7 +784,9 @@ impl Run {
                 index,
                 MemberUpdate {
                     attempts: Some(m.attempts + 1),
-                    intent: Some(Some(Intent::Dele.encode())),
+                    intent: Some(Some(Intent::Delete {
+                        path: Some(src_path.clone()),
+                    })),
                     ..Default::default()
                 },
             )
@@ -804,107 +794,27 @@ impl Run {
             .map_err(store_failed)?;
             return self.delete_only(pair, m, &src_path, false).await;
         }
-        let mut req = copy_request(spec, &m.name);
         // Fence the unrepeatable effects before they happen.
-        match spec.dest_command {
-            DestCommand::Append => {
-                // No source file, or no SIZE to fence with: retrying cannot help.
-                let fail = |detail: String| MemberUpdate {
-                    state: Some(MemberState::FailedPermanent),
-                    attempts: Some(m.attempts + 1),
-                    detail: Some(detail),
-                    ..Default::default()
-                };
-                let source_size = match pair.size(Side::Source, &req.source_path).await {
-                    Ok(Some(s)) => s,
-                    Ok(None) => {
-                        self.update(
-                            index,
-                            fail(format!(
-                                "the source file does not exist: SIZE {} answered 550",
-                                req.source_path
-                            )),
-                        )
-                        .await
-                        .map_err(store_failed)?;
-                        return Ok(None);
-                    }
-                    Err(e) if e.disposition().is_transient() => {
-                        return Ok(Some(e.to_string().into()))
-                    }
-                    Err(e) => {
-                        self.update(
-                            index,
-                            fail(format!(
-                                "an append is fenced by SIZE of the source, which failed: {e}"
-                            )),
-                        )
-                        .await
-                        .map_err(store_failed)?;
-                        return Ok(None);
-                    }
-                };
-                let before = match pair.size(Side::Destination, &req.dest_path).await {
-                    Ok(s) => s.unwrap_or(0),
-                    Err(e) if e.disposition().is_transient() => {
-                        return Ok(Some(e.to_string().into()))
-                    }
-                    Err(e) => {
-                        self.update(
-                            index,
-                            fail(format!(
-                                "an append is fenced by SIZE of the destination, which failed: {e}"
-                            )),
-                        )
-                        .await
-                        .map_err(store_failed)?;
-                        return Ok(None);
-                    }
-                };
-                // Asked just now on this pair: the copy need not ask again before APPE.
-                req.source_size = Some(source_size);
-                self.update(
-                    index,
-                    MemberUpdate {
-                        intent: Some(Some(
-                            Intent::Appe {
-                                before,
-                                source_size,
-                            }
-                            .encode(),
-                        )),
-                        ..Default::default()
-                    },
-                )
-                .await
-                .map_err(store_failed)?;
-            }
-            DestCommand::Unique => {
-                self.update(
-                    index,
-                    MemberUpdate {
-                        intent: Some(Some(Intent::Stou.encode())),
-                        ..Default::default()
-                    },
-                )
-                .await
-                .map_err(store_failed)?;
-            }
-            DestCommand::Replace => {}
-        }
-        let outcome = match pair
-            .copy_or_abort(&req, self.abort.cancelled(), "the attempt was aborted")
-            .await
-        {
+        let unique_source_size = match self.fence(pair, spec, m, &mut req).await? {
+            Ok(size) if spec.dest_command == DestCommand::Unique => size,
+            Ok(_) => None,
+            Err(settled) => return Ok(settled),
+        };
+        let (result, announced, mut collided) = self
+            .copy_announced(pair, m, &mut req, unique_source_size, dir)
+            .await?;
+        let outcome = match result {
             Ok(o) => o,
-            // Aborted: ABOR was sent, the member stays as it is for the next attempt.
             Err(e) if self.abort.is_cancelled() => {
                 self.keep(&e.transcript);
+                self.aborted(pair, spec, m, &req, &announced, unique_source_size, dir)
+                    .await;
                 return Err(AttemptEnd::Interrupted);
             }
             Err(e) => {
                 self.keep(&e.transcript);
-                // A job-level failure in the middle of a copy: an append or STOU may be half done.
+                // A job-level failure in the middle of a copy: an append or STOU may be half
+                // done; its intent stays for the next attempt to resolve.
                 if spec.dest_command != DestCommand::Replace {
                     let _ = self
                         .update(
@@ -921,6 +831,13 @@ impl Run {
         };
         let report = outcome.report().clone();
         let data_connection = data_connection_failed(&outcome);
+        let name_taken = matches!(
+            outcome,
+            CopyOutcome::Transient {
+                kind: TransientKind::UniqueNameTaken,
+                ..
+            }
+        );
         self.keep(&report.transcript);
         let replies = MemberUpdate {
             attempts: Some(m.attempts + 1),
@@ -947,6 +864,34 @@ impl Run {
             } => {
                 let mut detail = crate::ftp::evidence(&size_check);
                 if let Some(n) = &stou_name {
+                    if !announced.contains(n) {
+                        if let Some(other) = self.claim(dir, m, n) {
+                            collided.get_or_insert(other);
+                        }
+                    }
+                    if let Some(other) = &collided {
+                        // Never two members on one file: the name stays the other's.
+                        let reason = format!(
+                            "the server announced {n:?} for this copy, a name it also gave \
+                             {other}; the server may have stored this copy under another name \
+                             (Pure-FTPd stores NAME.1 when NAME exists) and says {detail}: not \
+                             claimed, not deleted, not repeated"
+                        );
+                        self.metrics
+                            .file(FileResult::Uncertain, report.duration, None);
+                        self.update(
+                            index,
+                            MemberUpdate {
+                                state: Some(MemberState::Uncertain),
+                                detail: Some(reason),
+                                intent: Some(None),
+                                ..replies
+                            },
+                        )
+                        .await
+                        .map_err(store_failed)?;
+                        return Ok(None);
+                    }
                     detail = format!("stored as {n:?}; {detail}");
                 }
                 let mut u = MemberUpdate {
@@ -957,10 +902,13 @@ impl Run {
                     size: source_size(&size_check).filter(|_| m.size.is_none()),
                     detail: Some(detail.clone()),
                     intent: Some(None),
+                    stored_as: stou_name.clone(),
                     ..replies
                 };
                 if spec.disposition == Disposition::Move {
-                    u.intent = Some(Some(Intent::Dele.encode()));
+                    u.intent = Some(Some(Intent::Delete {
+                        path: Some(src_path.clone()),
+                    }));
                 }
                 self.update(index, u).await.map_err(store_failed)?;
                 self.metrics
@@ -972,19 +920,35 @@ impl Run {
                 Ok(None)
             }
             CopyOutcome::Permanent { failure, .. } => {
-                let state =
-                    if spec.dest_command != DestCommand::Replace && report.destination_touched {
-                        MemberState::Uncertain
-                    } else {
-                        MemberState::FailedPermanent
-                    };
+                let mut state = MemberState::FailedPermanent;
+                let mut detail = failure.to_string();
+                if spec.dest_command == DestCommand::Unique {
+                    let left = self
+                        .unique_left(
+                            pair,
+                            spec,
+                            m,
+                            &report,
+                            &announced,
+                            unique_source_size,
+                            dir,
+                            false,
+                        )
+                        .await;
+                    if let Some(why) = left {
+                        state = MemberState::Uncertain;
+                        detail = format!("{detail}; {why}");
+                    }
+                } else if spec.dest_command == DestCommand::Append && report.destination_touched {
+                    state = MemberState::Uncertain;
+                }
                 let counted = FileResult::FailedPermanent.unless_uncertain(Some(state));
                 self.metrics.file(counted, report.duration, None);
                 self.update(
                     index,
                     MemberUpdate {
                         state: Some(state),
-                        detail: Some(failure.to_string()),
+                        detail: Some(detail),
                         intent: Some(None),
                         ..replies
                     },
@@ -993,72 +957,586 @@ impl Run {
                 .map_err(store_failed)?;
                 Ok(None)
             }
-            CopyOutcome::Transient { failure, .. } => {
+            CopyOutcome::Transient { kind, failure, .. } => {
+                // The same refusal again from this server: its configuration, not a moment.
+                let settled = crate::refusals::settle_repeated(
+                    &self.store,
+                    pair,
+                    spec,
+                    &req,
+                    kind,
+                    &failure,
+                    &report,
+                    self.id,
+                    attempt,
+                )
+                .await
+                .map_err(store_failed)?;
+                if let Some(settled) = settled {
+                    let counted = FileResult::FailedPermanent.unless_uncertain(Some(settled.state));
+                    self.metrics.file(counted, report.duration, None);
+                    let u = MemberUpdate {
+                        state: Some(settled.state),
+                        detail: Some(settled.detail),
+                        intent: Some(None),
+                        ..replies
+                    };
+                    self.update(index, u).await.map_err(store_failed)?;
+                    return Ok(None);
+                }
                 let reason = failure.to_string();
                 let mut u = MemberUpdate {
                     detail: Some(reason.clone()),
                     ..replies
                 };
-                if !report.destination_touched || spec.dest_command == DestCommand::Replace {
-                    u.intent = Some(None);
-                } else if spec.dest_command == DestCommand::Unique {
-                    // A partial unique file: delete it if its name is known, else it is uncertain.
-                    match &report.stou_name {
-                        Some(name)
-                            if pair.is_usable()
-                                && pair
-                                    .delete(
-                                        Side::Destination,
-                                        &crate::ftp::join_path(&req.dest_path, name),
-                                    )
-                                    .await
-                                    .is_ok() =>
-                        {
-                            u.intent = Some(None)
-                        }
-                        _ => {
+                match spec.dest_command {
+                    DestCommand::Replace => u.intent = Some(None),
+                    // An append's intent stays: the next attempt resolves it from SIZE.
+                    DestCommand::Append if report.destination_touched => {}
+                    DestCommand::Append => u.intent = Some(None),
+                    DestCommand::Unique => {
+                        let mismatch = matches!(failure, bftp_ftp::Failure::SizeMismatch { .. });
+                        let left = self
+                            .unique_left(
+                                pair,
+                                spec,
+                                m,
+                                &report,
+                                &announced,
+                                unique_source_size,
+                                dir,
+                                mismatch,
+                            )
+                            .await;
+                        if let Some(why) = left {
                             u.state = Some(MemberState::Uncertain);
-                            u.intent = Some(None);
+                            u.detail = Some(format!("{reason}; {why}"));
                         }
+                        u.intent = Some(None);
                     }
                 }
-                // An append's intent stays: the next attempt resolves it from SIZE.
                 let counted = FileResult::Transient.unless_uncertain(u.state);
                 // Nothing of it is left to resolve, and the failure was a data connection
-                // that did not open or broke (425/426): worth another try in this attempt.
-                let again = data_connection && u.state.is_none() && u.intent == Some(None);
+                // that did not open or broke (425/426), or a STOU name taken by another
+                // session at the same moment (553): worth another try in this attempt.
+                let again =
+                    (data_connection || name_taken) && u.state.is_none() && u.intent == Some(None);
                 self.metrics.file(counted, report.duration, None);
+                let settled = u.state.is_some();
                 self.update(index, u).await.map_err(store_failed)?;
-                Ok(Some(Pending { reason, again }))
+                // An uncertain member is settled: nothing for a retry to do.
+                Ok((!settled).then_some(Pending { reason, again }))
             }
         }
+    }
+
+    /// Fences an unrepeatable command with its intent, durable before it: for APPE the
+    /// source's size and the destination's size before; for STOU the source's size (the
+    /// evidence that settles it after a crash; unknown on a server without SIZE). `Ok(size)`:
+    /// the source's size where asked; `Err(settled)`: the member is settled or left pending.
+    async fn fence(
+        &self,
+        pair: &mut Pair,
+        spec: &JobSpec,
+        m: &Member,
+        req: &mut CopyRequest,
+    ) -> Result<Result<Option<u64>, Option<Pending>>, AttemptEnd> {
+        let index = m.index;
+        match spec.dest_command {
+            DestCommand::Append => {
+                let source_size = match self
+                    .fence_size(pair, m, Side::Source, &req.source_path, true)
+                    .await?
+                {
+                    Fence::Size(Some(s)) => s,
+                    // Not produced for a required SIZE of the source (550 and failures settle).
+                    Fence::Size(None) | Fence::Unsupported => return Ok(Err(None)),
+                    Fence::Settled(p) => return Ok(Err(p)),
+                };
+                let before = match self
+                    .fence_size(pair, m, Side::Destination, &req.dest_path, true)
+                    .await?
+                {
+                    Fence::Size(s) => s.unwrap_or(0),
+                    // Not produced for a required SIZE (a failure settles).
+                    Fence::Unsupported => return Ok(Err(None)),
+                    Fence::Settled(p) => return Ok(Err(p)),
+                };
+                // Asked just now on this pair: the copy need not ask again before APPE.
+                req.source_size = Some(source_size);
+                self.set_intent(
+                    index,
+                    Intent::Append {
+                        before,
+                        source_size,
+                    },
+                )
+                .await?;
+                Ok(Ok(Some(source_size)))
+            }
+            DestCommand::Unique => {
+                // The source's size is the evidence that settles the STOU after a crash; a
+                // server without SIZE leaves it unknown (then a crash makes it uncertain).
+                let size = match self
+                    .fence_size(pair, m, Side::Source, &req.source_path, false)
+                    .await?
+                {
+                    Fence::Size(s) => s,
+                    Fence::Unsupported => None,
+                    Fence::Settled(p) => return Ok(Err(p)),
+                };
+                req.source_size = size;
+                self.set_intent(
+                    index,
+                    Intent::Unique {
+                        source_size: size,
+                        announced: None,
+                    },
+                )
+                .await?;
+                Ok(Ok(size))
+            }
+            DestCommand::Replace => Ok(Ok(None)),
+        }
+    }
+
+    /// The copy, with each name a STOU announces recorded in the member's intent as soon as
+    /// it comes (the copy waits for that before the source sends a byte) and claimed: the
+    /// result, the names announced, and who else a name was already told to.
+    async fn copy_announced(
+        &self,
+        pair: &mut Pair,
+        m: &Member,
+        req: &mut CopyRequest,
+        source_size: Option<u64>,
+        dir: Option<&DirGuard>,
+    ) -> Result<Announcements, AttemptEnd> {
+        let (announce, mut names) = bftp_ftp::Announce::channel();
+        if req.dest_command == DestCommand::Unique {
+            req.announce = Some(announce);
+        } else {
+            drop(announce);
+        }
+        // The names the destination announced to this copy, each recorded in the intent as
+        // soon as it came (the copy waits for that before the source sends a byte), and
+        // whether one of them was told to someone else too.
+        let mut announced: Vec<String> = Vec::new();
+        let mut collided: Option<String> = None;
+        let result = {
+            let copy = pair.copy_or_abort(req, self.abort.cancelled(), "the attempt was aborted");
+            tokio::pin!(copy);
+            loop {
+                tokio::select! {
+                    r = &mut copy => break r,
+                    Some(a) = names.recv() => {
+                        if let Some(other) = self.claim(dir, m, &a.name) {
+                            collided.get_or_insert(other);
+                        }
+                        announced.push(a.name.clone());
+                        self.set_intent(m.index, Intent::Unique {
+                            source_size,
+                            announced: Some(a.name),
+                        })
+                        .await?;
+                        let _ = a.recorded.send(());
+                    }
+                }
+            }
+        };
+        Ok((result, announced, collided))
     }
 
     async fn succeed(
         &self,
         spec: &JobSpec,
-        index: u32,
+        m: &Member,
         bytes: Option<u64>,
         detail: String,
+        stored_as: Option<String>,
     ) -> Result<(), AttemptEnd> {
         let intent = if spec.disposition == Disposition::Move {
-            Some(Some(Intent::Dele.encode()))
+            Some(Some(Intent::Delete {
+                path: Some(source_path(spec, &m.name)),
+            }))
         } else {
             Some(None)
         };
         self.update(
-            index,
+            m.index,
             MemberUpdate {
                 state: Some(MemberState::Succeeded),
                 bytes,
                 detail: Some(detail),
                 intent,
+                stored_as,
                 ..Default::default()
             },
         )
         .await
         .map_err(store_failed)?;
         Ok(())
+    }
+
+    async fn set_intent(&self, index: u32, intent: Intent) -> Result<(), AttemptEnd> {
+        self.update(
+            index,
+            MemberUpdate {
+                intent: Some(Some(intent)),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(store_failed)?;
+        Ok(())
+    }
+
+    /// SIZE of `path` on `side` before an unrepeatable command. 550 on the source fails the
+    /// member for good (no file to copy); a transient failure leaves it pending; another
+    /// failure fails it for good when `required` (an append cannot be fenced without it),
+    /// else is [`Fence::Unsupported`].
+    async fn fence_size(
+        &self,
+        pair: &mut Pair,
+        m: &Member,
+        side: Side,
+        path: &str,
+        required: bool,
+    ) -> Result<Fence, AttemptEnd> {
+        let fail = |detail: String| MemberUpdate {
+            state: Some(MemberState::FailedPermanent),
+            attempts: Some(m.attempts + 1),
+            detail: Some(detail),
+            ..Default::default()
+        };
+        let detail = match pair.size(side, path).await {
+            Ok(Some(s)) => return Ok(Fence::Size(Some(s))),
+            Ok(None) if side == Side::Destination => return Ok(Fence::Size(None)),
+            Ok(None) => format!("the source file does not exist: SIZE {path} answered 550"),
+            Err(e) if e.disposition().is_transient() => {
+                return Ok(Fence::Settled(Some(e.to_string().into())))
+            }
+            Err(_) if !required => return Ok(Fence::Unsupported),
+            Err(e) => format!("an append is fenced by SIZE of the {side}, which failed: {e}"),
+        };
+        self.update(m.index, fail(detail))
+            .await
+            .map_err(store_failed)?;
+        Ok(Fence::Settled(None))
+    }
+
+    /// Who a unique copy's announced name is announced to in the daemon's memory of names.
+    fn owner(&self, m: &Member) -> String {
+        format!("job {} file {:?}", self.id.0, m.name)
+    }
+
+    /// `name` was announced to member `m`: recorded as its claim, unless another member of
+    /// this job, or another copy of this daemon lately, has it: then who.
+    fn claim(&self, dir: Option<&DirGuard>, m: &Member, name: &str) -> Option<String> {
+        let lately = dir.and_then(|d| d.claim(name, &self.owner(m)));
+        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        match claims.get(name) {
+            Some(other) if *other != m.name => Some(format!("{other:?} of this job")),
+            _ => {
+                claims.insert(name.to_owned(), m.name.clone());
+                lately
+            }
+        }
+    }
+
+    fn claimed_by_other(&self, dir: Option<&DirGuard>, m: &Member, name: &str) -> Option<String> {
+        let claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        match claims.get(name) {
+            Some(other) if *other != m.name => Some(format!("{other:?} of this job")),
+            _ => dir.and_then(|d| d.claimed_by_other(name, &self.owner(m))),
+        }
+    }
+
+    /// A name of `m`'s whose file is gone: the claim is let go.
+    fn release(&self, dir: Option<&DirGuard>, m: &Member, name: &str) {
+        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        if claims.get(name) == Some(&m.name) {
+            claims.remove(name);
+        }
+        if let Some(d) = dir {
+            d.release(name, &self.owner(m));
+        }
+    }
+
+    /// An intent left by an interrupted attempt, settled from what the servers show now
+    /// (the rules are `bftp_core::intent::resolve`). `Some`: the member is settled (or waits
+    /// for a later attempt); `None`: the effect did not happen, do the member again.
+    async fn resolve(
+        &self,
+        pair: &mut Pair,
+        spec: &JobSpec,
+        m: &Member,
+        intent: &Intent,
+        dir: Option<&DirGuard>,
+    ) -> Result<Option<Option<Pending>>, AttemptEnd> {
+        let index = m.index;
+        let req = copy_request(spec, &m.name);
+        let target = intent.target(&req.dest_path);
+        let size = match &target {
+            Some(path) => Some(match pair.size(Side::Destination, path).await {
+                Ok(Some(n)) => Probe::Size(n),
+                Ok(None) => Probe::Absent,
+                Err(e) => Probe::Failed {
+                    reason: e.to_string(),
+                    transient: e.disposition().is_transient(),
+                },
+            }),
+            None => None,
+        };
+        let announced = match intent {
+            Intent::Unique {
+                announced: Some(n), ..
+            } => Some(n.as_str()),
+            _ => None,
+        };
+        let claimed_by_other = announced.and_then(|n| self.claim(dir, m, n));
+        let evidence = Evidence {
+            size,
+            claimed_by_other,
+        };
+        let decision = bftp_core::intent::resolve(intent, &evidence);
+        match decision {
+            Decision::DeleteAgain => {
+                let path = match intent {
+                    Intent::Delete { path: Some(p) } => p.clone(),
+                    _ => source_path(spec, &m.name),
+                };
+                let settled = if spec.disposition == Disposition::Delete {
+                    self.delete_only(pair, m, &path, true).await?
+                } else {
+                    let detail = m.detail.as_deref().unwrap_or("copied");
+                    self.delete_source(pair, index, &path, detail).await?
+                };
+                Ok(Some(settled))
+            }
+            Decision::Done { bytes, evidence } => {
+                let stored_as = announced.map(str::to_owned);
+                self.succeed(spec, m, Some(bytes), evidence.clone(), stored_as)
+                    .await?;
+                if spec.disposition == Disposition::Move {
+                    let path = source_path(spec, &m.name);
+                    return Ok(Some(
+                        self.delete_source(pair, index, &path, &evidence).await?,
+                    ));
+                }
+                Ok(Some(None))
+            }
+            Decision::NotDone { .. } => {
+                if let Some(n) = announced {
+                    self.release(dir, m, n);
+                }
+                self.update(
+                    index,
+                    MemberUpdate {
+                        intent: Some(None),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(store_failed)?;
+                Ok(None)
+            }
+            Decision::Uncertain { reason } => {
+                self.metrics
+                    .file(FileResult::Uncertain, Duration::ZERO, None);
+                self.update(
+                    index,
+                    MemberUpdate {
+                        state: Some(MemberState::Uncertain),
+                        intent: Some(None),
+                        detail: Some(reason),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(store_failed)?;
+                Ok(Some(None))
+            }
+            Decision::AskLater { reason } => Ok(Some(Some(reason.into()))),
+        }
+    }
+
+    /// A copy aborted by a cancel or the end of the shutdown grace: the attempt counts. On a
+    /// cancel (the member will not be tried again) the partial destination file goes, as
+    /// after a failed copy: a replace copy's always, a unique copy's when it is provably
+    /// ours; an append's never (its size before is in the intent, and the file was there).
+    /// At shutdown the member is done again after the restart, which settles the file.
+    #[allow(clippy::too_many_arguments)]
+    async fn aborted(
+        &self,
+        pair: &mut Pair,
+        spec: &JobSpec,
+        m: &Member,
+        req: &CopyRequest,
+        announced: &[String],
+        source_size: Option<u64>,
+        dir: Option<&DirGuard>,
+    ) {
+        let mut u = MemberUpdate {
+            attempts: Some(m.attempts + 1),
+            ..Default::default()
+        };
+        let cancelled = !self.drain.is_cancelled();
+        if cancelled && spec.dest_command != DestCommand::Append {
+            let note = match pair.reopen("to clean up after the cancel").await {
+                Err(e) => Some(format!(
+                    "cancelled during the copy; the partial file may remain: {e}"
+                )),
+                Ok(()) if spec.dest_command == DestCommand::Replace => {
+                    Some(match pair.delete(Side::Destination, &req.dest_path).await {
+                        Ok(_) => "cancelled during the copy; the partial file was deleted".into(),
+                        Err(e) => format!(
+                            "cancelled during the copy; the partial file {:?} was not deleted: {e}",
+                            req.dest_path
+                        ),
+                    })
+                }
+                Ok(()) => {
+                    let mut kept = Vec::new();
+                    for name in announced {
+                        if let Err(why) = self
+                            .settle_partial(pair, spec, m, name, source_size, dir, false)
+                            .await
+                        {
+                            kept.push(why);
+                        }
+                    }
+                    (!announced.is_empty()).then(|| {
+                        if kept.is_empty() {
+                            "cancelled during the copy; the partial file was deleted".into()
+                        } else {
+                            format!("cancelled during the copy; {}", kept.join("; "))
+                        }
+                    })
+                }
+            };
+            self.keep(&pair.take_transcript());
+            u.detail = note;
+            if spec.dest_command == DestCommand::Unique {
+                u.intent = Some(None);
+            }
+        }
+        if let Err(e) = self.update(m.index, u).await {
+            tracing::warn!(job = self.id.0, member = %m.name, error = %e, "cannot record the aborted copy");
+        }
+    }
+
+    /// After a failed unique copy: each file its STOUs may have left is deleted when provably
+    /// ours, else kept; `Some(why)` when any was kept (the member is then `uncertain`), and
+    /// also when the destination was touched but never said which name it chose.
+    #[allow(clippy::too_many_arguments)]
+    async fn unique_left(
+        &self,
+        pair: &mut Pair,
+        spec: &JobSpec,
+        m: &Member,
+        report: &bftp_ftp::AttemptReport,
+        announced: &[String],
+        source_size: Option<u64>,
+        dir: Option<&DirGuard>,
+        mismatch: bool,
+    ) -> Option<String> {
+        let mut names: Vec<String> = announced.to_vec();
+        for n in report.stou_left.iter().chain(report.stou_name.as_ref()) {
+            if !names.contains(n) {
+                names.push(n.clone());
+            }
+        }
+        if names.is_empty() {
+            return report.destination_touched.then(|| {
+                "the destination accepted STOU but named no file: a file may exist; not repeated"
+                    .to_owned()
+            });
+        }
+        let mut kept = Vec::new();
+        for name in &names {
+            if let Err(why) = self
+                .settle_partial(pair, spec, m, name, source_size, dir, mismatch)
+                .await
+            {
+                kept.push(why);
+            }
+        }
+        (!kept.is_empty()).then(|| kept.join("; "))
+    }
+
+    /// One file a failed STOU announced: gone (no such file, or deleted because it is
+    /// provably ours: see `bftp_core::intent::unique_partial_is_ours`), or `Err(why)` kept.
+    #[allow(clippy::too_many_arguments)]
+    async fn settle_partial(
+        &self,
+        pair: &mut Pair,
+        spec: &JobSpec,
+        m: &Member,
+        name: &str,
+        source_size: Option<u64>,
+        dir: Option<&DirGuard>,
+        mismatch: bool,
+    ) -> Result<(), String> {
+        if let Some(other) = self.claimed_by_other(dir, m, name) {
+            return Err(format!(
+                "the server announced {name:?}, a name it also gave {other}: not deleted"
+            ));
+        }
+        if mismatch {
+            return Err(format!(
+                "SIZE of {name:?} does not match the source after the server reported the copy \
+                 complete: the server may have stored this copy under another name (Pure-FTPd \
+                 stores NAME.1 when NAME exists) and {name:?} may be another's file: not deleted"
+            ));
+        }
+        if bftp_ftp::parse::validate_server_path(name, "").is_err() {
+            return Err(format!(
+                "the announced name {name:?} is not a plain name: not deleted"
+            ));
+        }
+        let dest_dir = copy_request(spec, &m.name).dest_path;
+        let path = if name.starts_with('/') {
+            name.to_owned()
+        } else {
+            crate::ftp::join_path(&dest_dir, name)
+        };
+        if !pair.is_usable() {
+            if let Err(e) = pair.reopen("to settle a partial STOU file").await {
+                return Err(format!("{name:?} may remain: {e}"));
+            }
+        }
+        let probe = match pair.size(Side::Destination, &path).await {
+            Ok(Some(n)) => Probe::Size(n),
+            Ok(None) => {
+                self.release(dir, m, name);
+                return Ok(());
+            }
+            Err(e) => Probe::Failed {
+                reason: e.to_string(),
+                transient: e.disposition().is_transient(),
+            },
+        };
+        if !bftp_core::intent::unique_partial_is_ours(false, false, &probe, source_size) {
+            let size = match &probe {
+                Probe::Size(n) => format!("{n} bytes"),
+                Probe::Absent => "absent".into(),
+                Probe::Failed { reason, .. } => format!("SIZE failed: {reason}"),
+            };
+            let source = source_size.map_or("unknown".into(), |s| format!("{s} bytes"));
+            return Err(format!(
+                "the file {name:?} a failed STOU left ({size}; the source {source}) cannot be \
+                 proven ours: not deleted"
+            ));
+        }
+        match pair.delete(Side::Destination, &path).await {
+            Ok(_) => {
+                self.release(dir, m, name);
+                Ok(())
+            }
+            Err(e) => Err(format!(
+                "the partial file {name:?} could not be deleted: {e}"
+            )),
+        }
     }
 
     /// `move`: the copy is proven and recorded (with the `Dele` intent); now the source goes.

@@ -173,6 +173,7 @@ pub fn copy_request(spec: &JobSpec, name: &str) -> CopyRequest {
         dest_path,
         dest_command: spec.dest_command,
         source_size: None,
+        announce: None,
     }
 }
 
@@ -275,18 +276,20 @@ fn file_result(name: &str, outcome: &CopyOutcome, seconds: f64) -> FileResult {
             stou_name.clone(),
             None,
         ),
+        // A failed unique copy's file is left (bftp transfer cannot prove it is not another
+        // copy's): its name is shown.
         CopyOutcome::Transient { failure, .. } => (
             "failed_transient",
             None,
             None,
-            report.stou_name.clone(),
+            report.stou_left.last().cloned(),
             Some(failure.to_string()),
         ),
         CopyOutcome::Permanent { failure, .. } => (
             "failed_permanent",
             None,
             None,
-            report.stou_name.clone(),
+            report.stou_left.last().cloned(),
             Some(failure.to_string()),
         ),
     };
@@ -677,11 +680,33 @@ impl Worker {
             let watcher = show_progress(p.progress(), self.tx.clone(), name.clone());
             let t = Instant::now();
             let request = copy_request(&self.spec, &name);
+            // A unique copy runs alone in its destination directory among the daemon's
+            // copies (see `crate::unique`); its announced name is remembered there.
+            let dir = match self.spec.dest_command {
+                DestCommand::Unique => Some(
+                    self.hosts
+                        .unique
+                        .lock(crate::unique::DirKey::new(
+                            &self.dst.host,
+                            self.dst.port,
+                            &self.dst.user,
+                            &request.dest_path,
+                        ))
+                        .await,
+                ),
+                _ => None,
+            };
             let outcome = tokio::select! {
                 biased;
                 outcome = p.copy(&request) => outcome,
                 never = watcher => match never {},
             };
+            if let (Some(dir), Ok(o)) = (&dir, &outcome) {
+                if let Some(n) = &o.report().stou_name {
+                    dir.claim(n, &format!("bftp transfer of {name:?}"));
+                }
+            }
+            drop(dir);
             let outcome = match outcome {
                 Ok(o) => o,
                 Err(e) => {
@@ -721,6 +746,8 @@ pub struct HostLimits {
     pub parallel_pairs: usize,
     per_host: usize,
     hosts: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    /// Unique (STOU) copies: one at a time per destination directory, daemon-wide.
+    pub unique: crate::unique::UniqueDirs,
 }
 
 impl HostLimits {
@@ -729,6 +756,7 @@ impl HostLimits {
             parallel_pairs: parallel_pairs.max(1),
             per_host: per_host.max(1),
             hosts: Default::default(),
+            unique: Default::default(),
         })
     }
 

@@ -13,6 +13,7 @@ pub mod live;
 pub mod mail;
 pub mod metrics;
 pub mod policy;
+mod refusals;
 pub mod scheduler;
 pub mod secrets;
 pub mod server;
@@ -20,6 +21,7 @@ pub mod service;
 pub mod submit;
 #[cfg(test)]
 mod testkit;
+pub mod unique;
 pub mod views;
 pub mod work;
 

@@ -63,8 +63,6 @@ fn check_config(path: &std::path::Path) -> ExitCode {
 fn init_logging(cfg: &Config) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(cfg.log.level.as_deref().unwrap_or("info")));
-    // suppaftp logs `PASS <password>` at trace level: whatever the filter says, never let it through.
-    let filter = filter.add_directive("suppaftp=info".parse().expect("literal directive"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

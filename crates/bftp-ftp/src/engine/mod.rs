@@ -58,6 +58,40 @@ pub struct CopyRequest {
     /// before the destination is touched), and that answer, moments before the RETR, is the
     /// source's side of the proof: only the destination is asked after the transfer.
     pub source_size: Option<u64>,
+    /// STOU: where to hand the name the server announced (its 125/150 reply) as soon as it
+    /// is known, so the caller can record it durably while the copy goes on. When the
+    /// destination is the active side, the copy waits for the caller's acknowledgement (at
+    /// most one reply timeout) before the source is sent RETR: no byte flows before the name
+    /// is recorded.
+    pub announce: Option<Announce>,
+}
+
+/// A STOU name announced by the destination, with the acknowledgement the copy waits for.
+#[derive(Debug)]
+pub struct Announced {
+    pub name: String,
+    /// Send (or drop) once the name is recorded.
+    pub recorded: tokio::sync::oneshot::Sender<()>,
+}
+
+/// The sending end of [`CopyRequest::announce`]. Requests compare equal whatever their
+/// announcer: it is a channel, not part of what is copied.
+#[derive(Clone, Debug)]
+pub struct Announce(pub tokio::sync::mpsc::UnboundedSender<Announced>);
+
+impl PartialEq for Announce {
+    fn eq(&self, _: &Announce) -> bool {
+        true
+    }
+}
+impl Eq for Announce {}
+
+impl Announce {
+    /// A new announcer and the receiver of its names.
+    pub fn channel() -> (Announce, tokio::sync::mpsc::UnboundedReceiver<Announced>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (Announce(tx), rx)
+    }
 }
 
 /// Two logged-in control connections with the job's TYPE, MODE and STRU set.
@@ -248,7 +282,9 @@ impl Pair {
     /// grace): then ABOR goes to both servers at once (SPEC §9), their replies are read
     /// for at most [`ABOR_WAIT`] (a server blocked waiting for a data connection ignores
     /// ABOR), both connections are closed and the copy ends in [`JobFailure::Aborted`].
-    /// The partial destination file is left as it is: the member is retried.
+    /// The partial destination file is left as it is: the caller decides (bftpd deletes a
+    /// cancelled replace copy's, and a unique copy's when it is provably its own, over
+    /// [`Pair::reopen`]).
     pub async fn copy_or_abort(
         &mut self,
         request: &CopyRequest,
@@ -278,6 +314,18 @@ impl Pair {
             disposition: outcome::connection_gone(),
             transcript: self.recorder.take(),
         })
+    }
+
+    /// Log in again on each closed connection (after an abort, to clean up): the pair is
+    /// usable again.
+    pub async fn reopen(&mut self, reason: &str) -> Result<(), PairError> {
+        for side in [Side::Source, Side::Destination] {
+            if !self.session(side).is_open() {
+                self.reconnect(side, reason).await?;
+            }
+        }
+        self.dead = None;
+        Ok(())
     }
 
     /// ABOR on both connections at once, then close both (the pair is dead).

@@ -211,6 +211,10 @@ pub struct AttemptReport {
     pub destination_size_after: Option<u64>,
     /// STOU: the name the destination reported, on failure too (the file may exist).
     pub stou_name: Option<String>,
+    /// STOU that failed: every name a STOU of this copy announced (one per role order tried),
+    /// whose file may exist. The engine never deletes a STOU's file: whether it is ours to
+    /// delete depends on what the caller knows (the names its other copies claim).
+    pub stou_left: Vec<String>,
     /// Whether the destination command (STOR/APPE/STOU) was accepted with a 1yz or
     /// 2yz: the destination file may have been changed.
     pub destination_touched: bool,
@@ -308,7 +312,9 @@ pub enum JobFailure {
         source_reply: Option<LastReply>,
         destination_reply: Option<LastReply>,
     },
-    #[error("neither server offers a passive data connection (PASV and EPSV refused): {detail}")]
+    /// Neither server offered a passive data connection that may be used: PASV and EPSV
+    /// refused, or a data port below 1024 announced (refused: RFC 2577 bounce protection).
+    #[error("neither server offers a usable passive data connection: {detail}")]
     NoPassiveMode { detail: String },
     #[error("the connection pair was closed ({reason}); open a new one")]
     Closed { reason: String },

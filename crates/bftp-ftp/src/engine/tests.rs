@@ -17,8 +17,9 @@ use crate::limits::AllowAll;
 type Script = Arc<dyn Fn(&str) -> Option<Vec<&'static str>> + Send + Sync>;
 type Log = Arc<Mutex<Vec<(&'static str, String)>>>;
 
-/// A fake FTP server on 127.0.0.1: `script` answers a command line first; the
-/// defaults log in and accept TYPE/MODE/STRU/SIZE/PWD/QUIT.
+/// A fake FTP server on 127.0.0.1: `script` answers a command line first (and the
+/// empty line stands for the greeting); the defaults log in and accept
+/// TYPE/MODE/STRU/SIZE/PWD/QUIT.
 async fn fake(name: &'static str, log: Log, script: Script) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().expect("addr").port();
@@ -28,7 +29,10 @@ async fn fake(name: &'static str, log: Log, script: Script) -> u16 {
             tokio::spawn(async move {
                 let (read, mut write) = stream.into_split();
                 let mut lines = BufReader::new(read).lines();
-                let _ = write.write_all(b"220 fake ready\r\n").await;
+                let greeting = script("").unwrap_or_else(|| vec!["220 fake ready"]);
+                for line in greeting {
+                    let _ = write.write_all(format!("{line}\r\n").as_bytes()).await;
+                }
                 while let Ok(Some(line)) = lines.next_line().await {
                     log.lock().expect("log").push((name, line.clone()));
                     let verb = line.split(' ').next().unwrap_or("").to_ascii_uppercase();
@@ -114,6 +118,7 @@ fn copy_request() -> CopyRequest {
         dest_path: "g.bin".into(),
         dest_command: DestCommand::Replace,
         source_size: None,
+        announce: None,
     }
 }
 
@@ -143,23 +148,62 @@ async fn pasv_naming_a_third_host_is_ignored() {
     assert!(!format!("{outcome:?}").contains("secret-pw"));
 }
 
+/// A source announcing a privileged data port is not named in a PORT (RFC 2577 bounce
+/// protection), but the copy goes on in the other role order: PASV to the destination.
 #[tokio::test]
-async fn privileged_pasv_port_is_refused() {
+async fn privileged_pasv_port_is_refused_and_the_roles_swapped() {
     let src: Script = Arc::new(|line| {
         (line == "PASV").then(|| vec!["227 Entering Passive Mode (127,0,0,1,0,25)."])
     });
     let (mut pair, log) = pair_with(src, none()).await;
     let outcome = pair.copy(&copy_request()).await.expect("copy");
-    match &outcome {
-        CopyOutcome::Permanent {
-            failure: Failure::PrivilegedPort { port: 25, .. },
-            kind: PermanentKind::CommandRejected,
-            ..
-        } => {}
-        other => panic!("{other:?}"),
-    }
-    assert!(!commands(&log).iter().any(|l| l.starts_with("dst> PORT")));
-    assert!(!commands(&log).iter().any(|l| l.starts_with("dst> STOR")));
+    assert!(outcome.is_success(), "{outcome:?}");
+    let sent = commands(&log);
+    assert!(!sent.iter().any(|l| l.ends_with(",0,25")), "{sent:?}");
+    assert!(sent.contains(&"dst> PASV".to_owned()), "{sent:?}");
+    assert!(
+        sent.contains(&"src> PORT 127,0,0,1,200,10".to_owned()),
+        "{sent:?}"
+    );
+    let swapped = outcome.report().fallbacks.iter().find_map(|f| match f {
+        Fallback::RolesSwapped { reason } => Some(reason.clone()),
+        _ => None,
+    });
+    assert!(
+        swapped.as_deref().is_some_and(|r| r.contains("port 25")),
+        "{:?}",
+        outcome.report().fallbacks
+    );
+}
+
+/// Both servers announce a privileged port: a job-level permanent failure that names the
+/// bounce protection and both servers, and no PORT naming either port.
+#[tokio::test]
+async fn privileged_pasv_port_on_both_sides_fails_for_good() {
+    let src: Script = Arc::new(|line| {
+        (line == "PASV").then(|| vec!["227 Entering Passive Mode (127,0,0,1,0,25)."])
+    });
+    let dst: Script = Arc::new(|line| {
+        (line == "PASV").then(|| vec!["227 Entering Passive Mode (127,0,0,1,0,21)."])
+    });
+    let (mut pair, log) = pair_with(src, dst).await;
+    let error = pair.copy(&copy_request()).await.expect_err("copy");
+    assert_eq!(
+        error.disposition,
+        Disposition::Permanent(PermanentKind::CommandRejected)
+    );
+    let text = error.to_string();
+    assert!(
+        matches!(error.failure, JobFailure::NoPassiveMode { .. })
+            && text.contains("bounce protection")
+            && text.contains("source server")
+            && text.contains("destination server")
+            && text.contains("port 25")
+            && text.contains("port 21"),
+        "{text}"
+    );
+    let sent = commands(&log);
+    assert!(!sent.iter().any(|l| l.contains("PORT")), "{sent:?}");
 }
 
 #[tokio::test]
@@ -302,6 +346,33 @@ async fn watchdog_closes_a_silent_pair() {
             ..
         })
     ));
+}
+
+/// A greeting and a 230 whose inner lines start with other codes and a space are each one
+/// reply (RFC 959 §4.2): the login goes through and the copy runs on the same connections.
+#[tokio::test]
+async fn greeting_and_login_replies_with_inner_code_lines_are_one_reply_each() {
+    let script: Script = Arc::new(|line| match line.split(' ').next() {
+        Some("") => Some(vec!["220-Hello", "230 not really", "220 ready"]),
+        Some("USER") => Some(vec!["331-Password", "230 not yet", "331 please"]),
+        Some("PASS") => Some(vec![
+            "230-Welcome",
+            "331 not asking again",
+            "530 not refused",
+            "230 in",
+        ]),
+        _ => None,
+    });
+    let (mut pair, log) = pair_with(script.clone(), script).await;
+    let outcome = pair.copy(&copy_request()).await.expect("copy");
+    assert!(outcome.is_success(), "{outcome:?}");
+    let transcript = outcome.report().transcript.to_string();
+    assert!(transcript.contains("230 not really"), "{transcript}");
+    // One USER and one PASS per connection: the inner lines were not taken for replies.
+    let sent = commands(&log);
+    let count = |prefix: &str| sent.iter().filter(|l| l.starts_with(prefix)).count();
+    assert_eq!((count("src> USER"), count("src> PASS")), (1, 1), "{sent:?}");
+    assert_eq!((count("dst> USER"), count("dst> PASS")), (1, 1), "{sent:?}");
 }
 
 /// 332 after PASS: ACCT is sent, masked in the transcript.

@@ -8,14 +8,16 @@
 //! connection ignores ABOR and even QUIT, so a silent server is closed, not asked.
 //!
 //! Default roles (RFC 1068 Figure 2): the source is passive (PASV, then RETR), the
-//! destination active (PORT, then STOR/APPE/STOU). If the source lacks PASV, or the
-//! first order ends in a refusal of the foreign address, the roles are swapped: PASV
-//! to the destination, PORT to the source, RETR first. A refusal in both orders is
-//! the job-level [`JobFailure::FxpRefused`], with the server settings that allow FXP.
+//! destination active (PORT, then STOR/APPE/STOU). If the source lacks PASV, announces a
+//! port below 1024, or the first order ends in a refusal of the foreign address, the roles
+//! are swapped: PASV to the destination, PORT to the source, RETR first. A refusal in both
+//! orders is the job-level [`JobFailure::FxpRefused`], with the server settings that allow
+//! FXP, or [`JobFailure::NoPassiveMode`] when neither side offered a usable passive mode.
 //!
 //! Bounce protection (RFC 2577): PORT/EPRT always names the passive server's control
 //! connection peer address with the port it announced; another host in a 227 reply is
-//! noted and ignored; a port below 1024 is refused.
+//! noted and ignored; a port below 1024 is refused, and that side is not used as the
+//! passive one: the other role order is tried.
 //!
 //! Evidence (SPEC §4.2): success needs a final 2yz from both servers and, where SIZE
 //! answers (in image type: proFTPD refuses SIZE in ASCII mode), equal sizes. The job's
@@ -122,6 +124,13 @@ enum Refusal {
         host: String,
         replies: String,
     },
+    /// This side announced a data port below 1024, which PORT must not name (RFC 2577).
+    PrivilegedPort {
+        side: Side,
+        host: String,
+        command: String,
+        port: u16,
+    },
 }
 
 impl fmt::Display for Refusal {
@@ -160,6 +169,20 @@ impl fmt::Display for Refusal {
                 f,
                 "the {side} server {host} offers no passive mode ({replies})"
             ),
+            Refusal::PrivilegedPort {
+                side,
+                host,
+                command,
+                port,
+            } => {
+                let failure = Failure::PrivilegedPort {
+                    side: *side,
+                    host: host.clone(),
+                    command: command.clone(),
+                    port: *port,
+                };
+                write!(f, "{failure}")
+            }
         }
     }
 }
@@ -189,6 +212,7 @@ pub(super) async fn run(pair: &mut Pair, request: &CopyRequest) -> Result<CopyOu
         refusals: Vec::new(),
         source_size_asked: None,
         changed_directory: false,
+        unannounced: None,
     };
     let mut phase = Phase::Prepare;
     loop {
@@ -230,6 +254,8 @@ struct Attempt<'a> {
     source_size_asked: Option<u64>,
     /// STOU: the destination session was moved into the target directory.
     changed_directory: bool,
+    /// STOU: a name the destination announced that the caller has not been handed yet.
+    unannounced: Option<String>,
 }
 
 impl Attempt<'_> {
@@ -348,7 +374,10 @@ impl Attempt<'_> {
                             reason: refused.join("; "),
                         });
                     }
-                    return self.announced(passive, command, &reply, peer_ip);
+                    return match self.announced(passive, command, &reply, peer_ip) {
+                        Ok(phase) => phase,
+                        Err(refusal) => self.next_order(refusal).await,
+                    };
                 }
                 Disposition::NotSupported => {
                     let text = match &result {
@@ -368,8 +397,15 @@ impl Attempt<'_> {
         self.next_order(refusal).await
     }
 
-    /// The data address from a 227 or 229 reply, checked (RFC 2577).
-    fn announced(&mut self, passive: Side, command: &str, reply: &Reply, peer_ip: IpAddr) -> Phase {
+    /// The data address from a 227 or 229 reply, checked (RFC 2577). A privileged port is
+    /// a refusal of this role order (`Err`): the other one may still work.
+    fn announced(
+        &mut self,
+        passive: Side,
+        command: &str,
+        reply: &Reply,
+        peer_ip: IpAddr,
+    ) -> Result<Phase, Refusal> {
         let host = self.pair.host(passive).to_owned();
         let port = if command == "PASV" {
             match reply.parse_numbers(parse_pasv) {
@@ -392,7 +428,7 @@ impl Attempt<'_> {
                     addr.port()
                 }
                 Err(error) => {
-                    return self.transient(
+                    return Ok(self.transient(
                         TransientKind::Protocol,
                         Failure::BadPassiveReply {
                             side: passive,
@@ -400,14 +436,14 @@ impl Attempt<'_> {
                             command: command.to_owned(),
                             error,
                         },
-                    )
+                    ))
                 }
             }
         } else {
             match reply.parse_numbers(parse_epsv) {
                 Ok(port) => port,
                 Err(error) => {
-                    return self.transient(
+                    return Ok(self.transient(
                         TransientKind::Protocol,
                         Failure::BadPassiveReply {
                             side: passive,
@@ -415,24 +451,22 @@ impl Attempt<'_> {
                             command: command.to_owned(),
                             error,
                         },
-                    )
+                    ))
                 }
             }
         };
         if is_privileged_port(port) {
-            let failure = Failure::PrivilegedPort {
+            return Err(Refusal::PrivilegedPort {
                 side: passive,
                 host,
                 command: command.to_owned(),
                 port,
-            };
-            self.pair.note(passive, &failure.to_string());
-            return self.permanent(PermanentKind::CommandRejected, failure);
+            });
         }
-        Phase::Port {
+        Ok(Phase::Port {
             passive,
             data: SocketAddr::new(peer_ip, port),
-        }
+        })
     }
 
     async fn port(&mut self, passive: Side, data: SocketAddr) -> Phase {
@@ -484,6 +518,7 @@ impl Attempt<'_> {
         match (disposition, result) {
             (Disposition::Preliminary, Ok(reply)) => {
                 self.accepted(active, &reply);
+                self.announce().await;
                 Phase::PassiveStart {
                     passive,
                     active_final: None,
@@ -491,6 +526,7 @@ impl Attempt<'_> {
             }
             (Disposition::Done, Ok(reply)) => {
                 self.accepted(active, &reply);
+                self.announce().await;
                 Phase::PassiveStart {
                     passive,
                     active_final: Some(reply),
@@ -515,6 +551,7 @@ impl Attempt<'_> {
         let result = match (disposition, result) {
             (Disposition::Preliminary, Ok(reply)) => {
                 self.accepted(passive, &reply);
+                self.announce().await;
                 self.pair.progress.send_replace(Progress::Transferring {
                     path: self.request.source_path.clone(),
                     since: SystemTime::now(),
@@ -527,6 +564,7 @@ impl Attempt<'_> {
             }
             (Disposition::Done, Ok(reply)) => {
                 self.accepted(passive, &reply);
+                self.announce().await;
                 return Phase::Completion {
                     passive,
                     active_final,
@@ -896,7 +934,31 @@ impl Attempt<'_> {
         if self.request.dest_command == DestCommand::Unique && self.report.stou_name.is_none() {
             if let Some(name) = stou_file_name(reply) {
                 self.report.stou_name = Some(name.to_owned());
+                self.unannounced = Some(name.to_owned());
             }
+        }
+    }
+
+    /// Hands a newly announced STOU name to the caller and waits (one reply timeout at
+    /// most) until it says the name is recorded.
+    async fn announce(&mut self) {
+        let (Some(name), Some(announce)) = (self.unannounced.take(), &self.request.announce) else {
+            return;
+        };
+        let (recorded, done) = tokio::sync::oneshot::channel();
+        if announce
+            .0
+            .send(super::Announced { name, recorded })
+            .is_err()
+        {
+            return;
+        }
+        let wait = self.pair.limits.reply_timeout;
+        if tokio::time::timeout(wait, done).await.is_err() {
+            self.pair.note(
+                Side::Destination,
+                &format!("the STOU name was not recorded within {wait:?}: going on"),
+            );
         }
     }
 
@@ -982,11 +1044,21 @@ impl Attempt<'_> {
         self.pair.deadline = None;
         let target = match self.request.dest_command {
             DestCommand::Replace => Some(self.request.dest_path.clone()),
-            DestCommand::Unique => self
-                .report
-                .stou_name
-                .clone()
-                .filter(|n| validate_server_path(n, "").is_ok()),
+            DestCommand::Unique => {
+                // Not deleted here: a name the server announced may be another session's
+                // file too (Pure-FTPd can announce one name to two sessions), so only the
+                // caller, who knows what its other copies claim, may decide.
+                if let Some(name) = self.report.stou_name.clone() {
+                    self.pair.note(
+                        Side::Destination,
+                        &format!("the STOU file {name:?} may exist: left for bftpd to settle"),
+                    );
+                    if !self.report.stou_left.contains(&name) {
+                        self.report.stou_left.push(name);
+                    }
+                }
+                None
+            }
             DestCommand::Append => {
                 if self.pair.session(Side::Destination).is_open() {
                     let path = self.request.dest_path.clone();
@@ -1084,10 +1156,13 @@ impl Attempt<'_> {
     }
 
     fn fxp_refused(&mut self) -> Phase {
-        let no_passive = self
-            .refusals
-            .iter()
-            .all(|r| matches!(r, Refusal::NoPassive { .. }));
+        // No side offered a passive mode that may be used: no FXP setting would help.
+        let no_passive = self.refusals.iter().all(|r| {
+            matches!(
+                r,
+                Refusal::NoPassive { .. } | Refusal::PrivilegedPort { .. }
+            )
+        });
         let detail = self
             .refusals
             .iter()
@@ -1268,7 +1343,8 @@ impl Refusal {
             Refusal::Port { side, .. }
             | Refusal::DataConnection { side, .. }
             | Refusal::Silence { side, .. }
-            | Refusal::NoPassive { side, .. } => *side,
+            | Refusal::NoPassive { side, .. }
+            | Refusal::PrivilegedPort { side, .. } => *side,
         }
     }
 }

@@ -469,6 +469,22 @@ mod tests {
                 &["Features:", " MDTM", "211x", "200 not the end", "End"],
                 ALL,
             ),
+            // A greeting whose inner line carries another code and a space: the reply
+            // ends at "220 ", not at "230 " (RFC 959 §4.2).
+            (
+                b"220-Hello\r\n230 not really\r\n220 ready\r\n",
+                220,
+                &["Hello", "230 not really", "ready"],
+                ALL,
+            ),
+            // A login reply whose inner lines look like other replies, even like the
+            // next step's (331) or a refusal (530).
+            (
+                b"230-Welcome\r\n331 not asking\r\n530 not refused\r\n230-still in\r\n230 Logged in\r\n",
+                230,
+                &["Welcome", "331 not asking", "530 not refused", "still in", "Logged in"],
+                ALL,
+            ),
             // "NNN" alone ends a multi-line reply too.
             (b"211-a\r\n211\r\n", 211, &["a", ""], ALL),
             // A bare CR inside a line is text (sanitized), not a line end.
@@ -680,6 +696,31 @@ mod tests {
             let codes: Vec<u16> = replies.iter().map(|r| r.code().get()).collect();
             assert_eq!(codes, [220, 331, 230], "chunk {chunk}");
             assert_eq!(replies[0].lines(), ["Welcome", "Ready"]);
+            assert_eq!(parser.pending_len(), 0);
+        }
+    }
+
+    /// A whole login as the control connection delivers it, split at every byte: the
+    /// greeting and the 230 each come out as one reply, their inner code-lines as text.
+    #[test]
+    fn parser_reads_a_login_with_inner_code_lines_split_anywhere() {
+        let stream: &[u8] = b"220-Hello\r\n230 not really\r\n220 ready\r\n331 Password required\r\n230-Hi\r\n220 not yet\r\n421 nor this\r\n230 Logged in\r\n";
+        for chunk in 1..stream.len() {
+            let mut parser = ReplyParser::new(ReplyLimits::default());
+            let mut replies = Vec::new();
+            for piece in stream.chunks(chunk) {
+                parser.feed(piece);
+                while let Some(reply) = parser.next_reply().unwrap() {
+                    replies.push(reply);
+                }
+            }
+            let codes: Vec<u16> = replies.iter().map(|r| r.code().get()).collect();
+            assert_eq!(codes, [220, 331, 230], "chunk {chunk}");
+            assert_eq!(replies[0].lines(), ["Hello", "230 not really", "ready"]);
+            assert_eq!(
+                replies[2].lines(),
+                ["Hi", "220 not yet", "421 nor this", "Logged in"]
+            );
             assert_eq!(parser.pending_len(), 0);
         }
     }

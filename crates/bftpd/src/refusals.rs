@@ -1,0 +1,132 @@
+//! The capability memory in use: a transient refusal that comes back unchanged from the
+//! same server for the same command ends the member for good, instead of being retried
+//! until the job's attempts run out (proFTPD's stock `AllowStoreRestart off` answers every
+//! APPE with a 451 "try again", which would take days of retries to give up on).
+//!
+//! The rules are pure, in `bftp_core::refusal`; the memory lives in the store (one entry
+//! per host, port and command, across jobs and restarts). Here: after a transient copy
+//! outcome, record the refusal, and decide what the member becomes.
+
+use std::sync::Arc;
+
+use bftp_core::refusal::{self, RefusalKey, Sighting};
+use bftp_core::reply::TransientKind;
+use bftp_core::{DestCommand, Endpoint, JobSpec, MemberState};
+use bftp_ftp::{AttemptReport, CopyRequest, Failure, Pair, Side};
+use bftp_store::{JobId, JobStore, StoreError};
+
+/// How a member ends because its refusal repeated.
+pub(crate) struct Settled {
+    pub state: MemberState,
+    pub detail: String,
+}
+
+/// After a transient copy outcome of `kind` for `failure`: records a refusal of a command
+/// in the server's memory and, when it came back unchanged on another attempt
+/// (`bftp_core::refusal::settles`), the member's permanent end. `None`: it stays a
+/// transient failure, retried as before.
+///
+/// The member ends `failed_permanent` only where nothing was left on the destination: the
+/// destination was not touched, or the copy replaces files (the engine removed what it
+/// left), or an append whose destination SIZE is still the size before. Anything else
+/// (a STOU that may have created a file, an append that cannot be checked) stays with the
+/// transient path, which knows how to resolve it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn settle_repeated(
+    store: &Arc<dyn JobStore>,
+    pair: &mut Pair,
+    spec: &JobSpec,
+    req: &CopyRequest,
+    kind: TransientKind,
+    failure: &Failure,
+    report: &AttemptReport,
+    job: JobId,
+    attempt: u32,
+) -> Result<Option<Settled>, StoreError> {
+    let Failure::Reply {
+        side,
+        host,
+        command,
+        reply,
+    } = failure
+    else {
+        return Ok(None);
+    };
+    if !refusal::repeatable(kind) {
+        return Ok(None);
+    }
+    let endpoint = endpoint(spec, *side);
+    let key = RefusalKey::new(&endpoint.host, endpoint.port, command);
+    let seen = Sighting {
+        code: reply.code(),
+        text: comparable(spec, req, &reply.text()),
+        job: job.0,
+        attempt,
+    };
+    let now = bftp_core::Timestamp::from_system(std::time::SystemTime::now());
+    let memory = crate::on_store(store, move |s| s.record_refusal(&key, &seen, now)).await?;
+    if !refusal::settles(kind, &memory) {
+        tracing::info!(
+            job = job.0,
+            attempt,
+            host = %host,
+            command = %command,
+            code = reply.code().get(),
+            count = memory.count,
+            "a transient refusal, remembered for this server"
+        );
+        return Ok(None);
+    }
+    let explanation = refusal::explain(&format!("the {side} server {host}"), command, &memory);
+    let unchanged = if !report.destination_touched || spec.dest_command == DestCommand::Replace {
+        Some(String::new())
+    } else if spec.dest_command == DestCommand::Append {
+        match (
+            report.destination_size_before,
+            pair.size(Side::Destination, &req.dest_path).await,
+        ) {
+            (Some(before), Ok(now)) if now.unwrap_or(0) == before => Some(format!(
+                "; the destination file is unchanged ({before} bytes)"
+            )),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    let Some(unchanged) = unchanged else {
+        return Ok(None);
+    };
+    tracing::warn!(job = job.0, attempt, host = %host, command = %command, "{explanation}");
+    Ok(Some(Settled {
+        state: MemberState::FailedPermanent,
+        detail: format!("{explanation}{unchanged}"),
+    }))
+}
+
+/// The endpoint a side stands for (a `delete` job's destination is its source).
+fn endpoint(spec: &JobSpec, side: Side) -> &Endpoint {
+    match side {
+        Side::Destination => spec.destination.as_ref().unwrap_or(&spec.source),
+        Side::Source => &spec.source,
+    }
+}
+
+/// The reply text as it is compared and stored: the job's secrets masked (a server may
+/// echo what it was sent), the paths of this copy generalised.
+fn comparable(spec: &JobSpec, req: &CopyRequest, text: &str) -> String {
+    let mut text = text.to_owned();
+    for e in std::iter::once(&spec.source).chain(spec.destination.as_ref()) {
+        for secret in [e.password.as_ref(), e.acct.as_ref()].into_iter().flatten() {
+            let secret = secret.expose();
+            if !secret.is_empty() {
+                text = text.replace(secret, "****");
+            }
+        }
+    }
+    let name = |p: &str| p.rsplit('/').next().unwrap_or(p).to_owned();
+    let (src_name, dst_name) = (name(&req.source_path), name(&req.dest_path));
+    refusal::comparable_text(
+        &text,
+        &[&req.source_path, &req.dest_path, &src_name, &dst_name],
+    )
+}

@@ -1,0 +1,266 @@
+//! Unique (STOU) copies and cancelled copies against the real bftpd (issue 11, items 1, 2, 3
+//! and 6): no destination file bftpd has not proven its own is deleted or claimed, a lost
+//! race for a STOU name is retried, a crash after the 150 is settled from the announced
+//! name, and a cancel leaves no partial file behind.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bftp_tests::daemon::{text, Bftpd};
+use bftp_tests::hostile::{Action, HostileServer, Script};
+use bftp_tests::{FtpOptions, FtpServer, ServerKind};
+use serde_json::Value;
+
+use crate::scheduler::{
+    config_plus, content, file_len, poll, status, submit, submit_urls, wait_final, write_payload,
+    BIG,
+};
+
+/// The name a succeeded unique member says it was stored as (`stored as "NAME"; ...`).
+pub(crate) fn stored_as(member: &Value) -> Option<String> {
+    let detail = member["detail"].as_str()?;
+    let rest = detail.strip_prefix("stored as \"")?;
+    Some(rest[..rest.find('"')?].to_owned())
+}
+
+/// Pure-FTPd tells two sessions one STOU name and stores the later upload as `NAME.1`
+/// without saying so (here the scripted server does it every time: each session's first
+/// STOU is told `stou.1`). Three jobs, one file each, two of them of the same size: the
+/// first to store keeps `stou.1`; the others must not delete it (before: a SIZE mismatch
+/// made bftpd DELE `stou.1`) nor claim it (before: an equal size made a second member
+/// `succeeded, stored as stou.1`). They end `uncertain`, and every byte is still there.
+#[test]
+fn a_stou_name_told_to_several_jobs_stays_the_first_ones_and_nothing_is_deleted() {
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let files = [
+        ("a.dat", content("a", 1000)),
+        ("b.dat", content("b", 2000)),
+        ("c.dat", content("c", 1000)),
+    ];
+    for (n, c) in &files {
+        src.put_file(&format!("out/{n}"), c).unwrap();
+    }
+    let dst = HostileServer::start(
+        Script::new()
+            .user("dst", "dst-pw")
+            .dir("/in")
+            .stou_names_per_session(),
+    )
+    .unwrap();
+    let d = Bftpd::start().unwrap();
+    let ids: Vec<(u64, &str, &Vec<u8>)> = files
+        .iter()
+        .map(|(n, c)| {
+            let id = submit_urls(
+                &d,
+                (&src.url(&format!("out/{n}")), src.password()),
+                (&dst.url("in/"), dst.password()),
+                &["--dest-command", "unique"],
+            );
+            (id, *n, c)
+        })
+        .collect();
+    let mut claimed: HashMap<String, &str> = HashMap::new();
+    let mut states = Vec::new();
+    for (id, name, bytes) in &ids {
+        let v = wait_final(&d, *id, Duration::from_secs(60));
+        let m = &v["members"][0];
+        states.push(m["state"].as_str().unwrap_or("?").to_owned());
+        match m["state"].as_str() {
+            Some("succeeded") => {
+                let stored = stored_as(m).unwrap_or_else(|| panic!("no stored name: {v:#}"));
+                assert_eq!(
+                    dst.stored(&format!("/in/{stored}")).as_ref(),
+                    Some(*bytes),
+                    "{name} claims {stored}, which does not hold its bytes: {v:#}\n{:?}",
+                    dst.files()
+                );
+                if let Some(other) = claimed.insert(stored.clone(), name) {
+                    panic!("{stored} claimed by {other} and {name}");
+                }
+            }
+            Some("uncertain") => assert!(
+                m["detail"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("stou.1") && t.contains("not deleted")
+                        || t.contains("not claimed")),
+                "{v:#}"
+            ),
+            _ => panic!("{name}: {v:#}"),
+        }
+    }
+    eprintln!("members: {states:?}; files: {:?}", dst.files());
+    assert_eq!(claimed.len(), 1, "{states:?}");
+    assert!(
+        !dst.commands().iter().any(|c| c.starts_with("DELE")),
+        "bftpd deleted a file it had not proven its own: {:?}",
+        dst.commands()
+    );
+    // No byte lost: every source's content is on the destination under some name.
+    let stored: Vec<Vec<u8>> = dst.files().iter().filter_map(|f| dst.stored(f)).collect();
+    for (_, name, bytes) in &ids {
+        assert!(stored.contains(bytes), "{name}'s bytes are gone");
+    }
+}
+
+/// vsftpd answers 553 to the session that loses a race for `STOU.n`: not the file's
+/// fault. The scripted destination answers the first STOU so; the member is tried again
+/// in the same attempt and succeeds (before: `failed_permanent`).
+#[test]
+fn a_553_to_stou_is_tried_again_not_a_permanent_failure() {
+    let src = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    src.put_file("out/a.dat", &content("a", 5000)).unwrap();
+    let dst = HostileServer::start(Script::new().user("dst", "dst-pw").dir("/in").on(
+        "STOU",
+        Action::Sequence(vec![
+            Action::reply("553 Could not create file."),
+            Action::Default,
+        ]),
+    ))
+    .unwrap();
+    let d = Bftpd::start().unwrap();
+    let id = submit_urls(
+        &d,
+        (&src.url("out/a.dat"), src.password()),
+        (&dst.url("in/"), dst.password()),
+        &["--dest-command", "unique"],
+    );
+    let v = wait_final(&d, id, Duration::from_secs(60));
+    assert_eq!(v["outcome"], "succeeded", "{v:#}");
+    assert_eq!(v["attempts"], 1, "tried again within the attempt: {v:#}");
+    let name = stored_as(&v["members"][0]).unwrap();
+    assert_eq!(
+        dst.stored(&format!("/in/{name}")),
+        Some(content("a", 5000)),
+        "{:?}",
+        dst.files()
+    );
+}
+
+/// kill -9 of bftpd while a STOU copy waits for its 226, the file complete on the
+/// destination: after the restart the member is `succeeded` under the name the server
+/// announced in its 150 (recorded in the intent before the source sent a byte), not
+/// `uncertain`, and nothing is copied twice.
+#[test]
+fn a_kill9_after_the_stou_150_is_settled_from_the_announced_name() {
+    const SIZE: usize = 3 << 20;
+    let src = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    src.put_file("out/big.dat", &content("big", SIZE)).unwrap();
+    // The whole upload, then no 226: bftpd waits for it until it is killed.
+    let dst = HostileServer::start(
+        Script::new()
+            .user("dst", "dst-pw")
+            .dir("/in")
+            .on("STOU", Action::Sequence(vec![Action::TransferThenSilence])),
+    )
+    .unwrap();
+    let mut d = Bftpd::start().unwrap();
+    let id = submit_urls(
+        &d,
+        (&src.url("out/big.dat"), src.password()),
+        (&dst.url("in/"), dst.password()),
+        &["--dest-command", "unique"],
+    );
+    poll(Duration::from_secs(30), "the upload complete", || {
+        dst.stored("/in/stou.1").is_some_and(|b| b.len() == SIZE)
+    });
+    d.kill9();
+    d.launch().unwrap();
+    let v = wait_final(&d, id, Duration::from_secs(60));
+    let m = &v["members"][0];
+    assert_eq!(m["state"], "succeeded", "{v:#}\n{}", d.logs());
+    assert_eq!(stored_as(m).as_deref(), Some("stou.1"), "{v:#}");
+    assert!(
+        m["detail"]
+            .as_str()
+            .is_some_and(|t| t.contains("resolved after an interruption")),
+        "{v:#}"
+    );
+    assert_eq!(
+        dst.commands()
+            .iter()
+            .filter(|c| c.starts_with("STOU"))
+            .count(),
+        1,
+        "copied again: {:?}",
+        dst.commands()
+    );
+    assert_eq!(dst.stored("/in/stou.1"), Some(content("big", SIZE)));
+}
+
+/// A cancel in the middle of a replace copy: the partial destination file is deleted (as
+/// after a failed replace copy) and the member counts the attempt (before: 32 MB of a
+/// 500 MiB copy stayed, and the member showed 0 attempts).
+#[test]
+fn a_cancel_mid_copy_deletes_the_partial_file_and_counts_the_attempt() {
+    let src = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let path = src.put_file("big/data.bin", b"").unwrap();
+    write_payload(&path, BIG, 3);
+    dst.mkdir("in").unwrap();
+    let d = Bftpd::start_with(config_plus("")).unwrap();
+    let id = submit(&d, &src, &dst, "big/data.bin", "in/data.bin", &[]);
+    let copy = dst.path("in/data.bin");
+    poll(Duration::from_secs(30), "the transfer starting", || {
+        file_len(&copy) > 0
+    });
+    let o = d.bftp(&["--json", "cancel", &id.to_string()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    poll(Duration::from_secs(15), "the partial file deleted", || {
+        !copy.exists()
+    });
+    poll(Duration::from_secs(10), "the attempt counted", || {
+        status(&d, id)["members"][0]["attempts"] == 1
+    });
+    let v = status(&d, id);
+    assert_eq!(v["state"], "cancelled", "{v:#}");
+    assert!(
+        v["members"][0]["detail"]
+            .as_str()
+            .is_some_and(|t| t.contains("partial file was deleted")),
+        "{v:#}"
+    );
+}
+
+/// A cancel in the middle of a unique copy: the destination stalls after the first chunk
+/// (and ignores ABOR). The partial file's name was announced to this copy, nobody else
+/// claims it and it is smaller than the source: provably ours, so bftpd logs in again and
+/// deletes it; the member counts the attempt.
+#[test]
+fn a_cancel_mid_stou_deletes_the_partial_file_that_is_provably_ours() {
+    let src = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    src.put_file("out/big.dat", &content("big", 4 << 20))
+        .unwrap();
+    let dst = HostileServer::start(
+        Script::new()
+            .user("dst", "dst-pw")
+            .dir("/in")
+            .on("STOU", Action::StallMidTransfer),
+    )
+    .unwrap();
+    let d = Bftpd::start().unwrap();
+    let id = submit_urls(
+        &d,
+        (&src.url("out/big.dat"), src.password()),
+        (&dst.url("in/"), dst.password()),
+        &["--dest-command", "unique"],
+    );
+    poll(Duration::from_secs(30), "the upload starting", || {
+        dst.stored("/in/stou.1").is_some_and(|b| !b.is_empty())
+    });
+    let o = d.bftp(&["--json", "cancel", &id.to_string()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    poll(Duration::from_secs(15), "the partial file deleted", || {
+        dst.stored("/in/stou.1").is_none()
+    });
+    poll(Duration::from_secs(10), "the attempt counted", || {
+        status(&d, id)["members"][0]["attempts"] == 1
+    });
+    let v = status(&d, id);
+    assert_eq!(v["state"], "cancelled", "{v:#}");
+    assert!(
+        dst.commands().iter().any(|c| c == "DELE in/stou.1"),
+        "{:?}",
+        dst.commands()
+    );
+}
