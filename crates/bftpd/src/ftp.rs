@@ -791,8 +791,8 @@ impl HostLimits {
         out
     }
 
-    /// A slot on one host if one is free now: for a look at a copy's bytes, which must
-    /// never wait for, or take the place of, a copy.
+    /// A slot on one host if one is free now: for a look at a copy's bytes, which never
+    /// waits for a slot (and holds it only while the copy it watches runs).
     pub fn try_acquire_one(&self, host: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
         self.semaphore(&host.to_ascii_lowercase())
             .try_acquire_owned()

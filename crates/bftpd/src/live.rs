@@ -8,8 +8,8 @@
 //!
 //! Bytes so far come from the destination's SIZE of the file being written, asked on a
 //! connection of its own ([`bftp_ftp::SizeWatch`]), opened once a transfer has run
-//! [`FIRST_LOOK`], only on a free connection slot of the destination host (a look never
-//! takes a slot from a copy), and only for `replace` copies (an append's SIZE includes
+//! [`FIRST_LOOK`], only on a connection slot of the destination host free at that moment
+//! (a look never waits for one, and holds it only while its copy runs), and only for `replace` copies (an append's SIZE includes
 //! what was there before; a STOU name is known only at the end).
 
 use std::collections::HashMap;
