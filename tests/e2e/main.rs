@@ -6,6 +6,7 @@ mod host_limit;
 mod hostile;
 mod hostile_infra;
 mod infra;
+mod ledger;
 mod mail;
 mod mail_delivery;
 mod observe;

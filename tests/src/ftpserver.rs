@@ -108,6 +108,9 @@ pub struct FtpOptions {
     /// Where the server's directory (configuration, root, logs) is made; default the
     /// system's temporary directory. The FXP benchmark puts it on a tmpfs.
     pub parent: Option<PathBuf>,
+    /// Bytes per second a session may move (vsftpd `local_max_rate`), so that a copy lasts
+    /// long enough to be watched. vsftpd only: another kind refuses to start with it.
+    pub max_rate: Option<u64>,
 }
 
 impl Default for FtpOptions {
@@ -117,6 +120,7 @@ impl Default for FtpOptions {
             host: Ipv4Addr::new(127, 0, 0, 2),
             passive_ports: PASSIVE_PORTS,
             parent: None,
+            max_rate: None,
         }
     }
 }
@@ -513,7 +517,9 @@ dual_log_enable=YES
 vsftpd_log_file={log}
 log_ftp_protocol=YES
 syslog_enable=NO
+local_max_rate={rate}
 ",
+                        rate = self.opts.max_rate.unwrap_or(0),
                         host = self.opts.host,
                         port = self.port,
                         root = self.root.display(),
@@ -525,6 +531,9 @@ syslog_enable=NO
                 let mut cmd = Command::new(self.kind.binary());
                 cmd.arg(conf);
                 Ok(cmd)
+            }
+            _ if self.opts.max_rate.is_some() => {
+                anyhow::bail!("max_rate is only for vsftpd, not {}", self.kind)
             }
             ServerKind::Proftpd => {
                 let passwd = d.join("passwd");

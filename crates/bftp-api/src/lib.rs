@@ -149,7 +149,10 @@ pub struct ReplyView {
 pub struct MemberView {
     pub index: u32,
     pub name: String,
-    /// `pending`, `succeeded`, `failed_permanent`, `failed_retries_exhausted`, `cancelled`, `uncertain`.
+    /// `pending`, `succeeded`, `failed_permanent`, `failed_retries_exhausted`, `cancelled`,
+    /// `uncertain`, `refused` (a listed name bftpd will not send in a command: CR, LF, NUL,
+    /// `..`, a path outside the listed directory; `name` is then shown escaped, `\r`,
+    /// `\n`, `\0`, `\xNN`, and `detail` says why).
     pub state: String,
     pub attempts: u32,
     pub size: Option<u64>,
@@ -158,6 +161,49 @@ pub struct MemberView {
     pub dest_reply: Option<ReplyView>,
     pub detail: Option<String>,
     pub updated_at: String,
+    /// While this file is being copied by a running attempt: how far it is. Kept in the
+    /// daemon's memory only, absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressView>,
+}
+
+/// A file being copied right now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProgressView {
+    /// `preparing`, `transferring`, `checking`, `finishing` (after the copy: a `move`'s
+    /// DELE of the source, the ledger entry).
+    pub phase: String,
+    /// When this file's copy began (RFC 3339).
+    pub started_at: String,
+    /// Seconds since `started_at`, at the time of the answer.
+    pub elapsed_seconds: f64,
+    /// When bytes began to flow between the servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transferring_since: Option<String>,
+    /// Bytes on the destination so far, as its SIZE answered on a separate connection;
+    /// absent where no such look was possible (a STOU name not known yet, no free
+    /// connection slot, SIZE refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_so_far: Option<u64>,
+    /// When `bytes_so_far` was seen (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_seen_at: Option<String>,
+    /// Bytes per second since bytes began to flow, from `bytes_so_far`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_bytes_per_second: Option<f64>,
+}
+
+/// How many of a job's files are in each state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberCounts {
+    pub files: u32,
+    pub pending: u32,
+    pub succeeded: u32,
+    /// `failed_permanent` and `failed_retries_exhausted`.
+    pub failed: u32,
+    pub cancelled: u32,
+    pub uncertain: u32,
+    pub refused: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -196,6 +242,9 @@ pub struct JobView {
     /// The keyword itself is stored only as a keyed hash and cannot be shown.
     pub has_keyword: bool,
     pub members: Vec<MemberView>,
+    /// The members counted by state.
+    #[serde(default)]
+    pub counts: MemberCounts,
     pub history: Vec<EventView>,
     /// The mailed report, once the job is final (SPEC §4.6).
     #[serde(default, skip_serializing_if = "Option::is_none")]

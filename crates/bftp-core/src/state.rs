@@ -86,6 +86,10 @@ pub enum MemberState {
     Cancelled,
     /// An unrepeatable effect (APPE, STOU, DELE) whose outcome could not be established.
     Uncertain,
+    /// A name the source listed that bftpd will not put in a command (CR, LF or NUL in it,
+    /// a `..` component, a path outside the listed directory). Recorded when the membership
+    /// is frozen, never tried: the job cannot be `succeeded` while such a file exists.
+    Refused,
 }
 
 impl MemberState {
@@ -101,6 +105,7 @@ impl MemberState {
             MemberState::FailedRetriesExhausted => "failed_retries_exhausted",
             MemberState::Cancelled => "cancelled",
             MemberState::Uncertain => "uncertain",
+            MemberState::Refused => "refused",
         }
     }
 }
@@ -270,6 +275,12 @@ mod tests {
             JobOutcome::from_members(&[Uncertain, FailedRetriesExhausted]),
             JobOutcome::Failed
         );
+        // A refused name is a file that was not copied.
+        assert_eq!(
+            JobOutcome::from_members(&[Succeeded, Succeeded, Refused]),
+            JobOutcome::Partial
+        );
+        assert_eq!(JobOutcome::from_members(&[Refused]), JobOutcome::Failed);
         assert_eq!(JobOutcome::from_members(&[]), JobOutcome::Failed);
     }
 
@@ -282,6 +293,7 @@ mod tests {
             FailedRetriesExhausted,
             Cancelled,
             Uncertain,
+            Refused,
         ] {
             assert!(m.is_terminal(), "{m:?}");
         }

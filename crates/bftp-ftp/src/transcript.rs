@@ -105,6 +105,11 @@ pub struct Transcript {
     pub omitted: usize,
     /// Where in `entries` the omission happened (the first kept tail entry).
     pub omitted_at: usize,
+    /// The instant `at_ms` counts from, so that transcripts of several pairs can be put
+    /// on one clock. `None` for one not taken from a recorder.
+    pub started: Option<Instant>,
+    /// The name its pair was given ([`crate::Pair::set_label`]), e.g. `p2`.
+    pub label: Option<String>,
 }
 
 impl Transcript {
@@ -143,6 +148,7 @@ impl fmt::Display for Transcript {
 #[derive(Debug)]
 struct Log {
     started: Instant,
+    label: Option<String>,
     limits: TranscriptLimits,
     head: Vec<Entry>,
     tail: VecDeque<Entry>,
@@ -161,6 +167,7 @@ impl Recorder {
         Recorder(
             Arc::new(Mutex::new(Log {
                 started: Instant::now(),
+                label: None,
                 limits,
                 head: Vec::new(),
                 tail: VecDeque::new(),
@@ -204,6 +211,15 @@ impl Recorder {
         }
     }
 
+    /// Names every transcript taken from now on (see [`Transcript::label`]).
+    pub(crate) fn set_label(&self, label: &str) {
+        self.lock().label = Some(label.to_owned());
+    }
+
+    pub(crate) fn label(&self) -> Option<String> {
+        self.lock().label.clone()
+    }
+
     pub(crate) fn sent(&self, side: Side, line: &str) {
         self.record(side, EntryKind::Sent, &mask_secrets(line));
     }
@@ -228,6 +244,8 @@ impl Recorder {
             entries,
             omitted,
             omitted_at,
+            started: Some(log.started),
+            label: log.label.clone(),
         }
     }
 }
@@ -314,7 +332,9 @@ mod tests {
         );
         assert_eq!((t.omitted, t.omitted_at), (14, 3));
         assert!(t.to_string().contains("[... 14 entries omitted ...]"));
-        // take() starts over.
-        assert_eq!(rec.take(), Transcript::default());
+        // take() starts over, on the same clock.
+        let again = rec.take();
+        assert!(again.entries.is_empty() && again.omitted == 0, "{again:?}");
+        assert_eq!(again.started, t.started);
     }
 }

@@ -21,7 +21,7 @@ use crate::scrub::{clean, mask_login_secrets, Scrubber, MASK};
 ///   "schema": "bftp-report/1",
 ///   "summary": { "outcome": "partial", "state": "finished", "action": "copied",
 ///                "files": 4, "succeeded": 3, "failed": 1, "cancelled": 0,
-///                "uncertain": 0, "pending": 0, "bytes": 4096 },
+///                "uncertain": 0, "refused": 0, "pending": 0, "bytes": 4096 },
 ///   "job": { ... },              // bftp-api's JobView, as `bftp status --json` shows it
 ///   "transcript": ["source> USER alice", "source< 331 ...", ...],
 ///   "transcript_omitted": 0      // earlier lines left out to bound the report
@@ -68,6 +68,8 @@ struct Summary<'a> {
     failed: usize,
     cancelled: usize,
     uncertain: usize,
+    /// Listed names bftpd would not send in a command (CR, LF, NUL, `..`, foreign paths).
+    refused: usize,
     pending: usize,
     bytes: u64,
 }
@@ -157,6 +159,8 @@ fn safe_view(v: &JobView, safe: &dyn Fn(&str) -> String) -> JobView {
             dest_reply: reply(&m.dest_reply),
             detail: opt(&m.detail),
             updated_at: safe(&m.updated_at),
+            // A report is of a final job: nothing is in flight.
+            progress: None,
         })
         .collect();
     // The report does not describe its own delivery.
@@ -198,8 +202,9 @@ fn summarize(job: &JobView) -> Summary<'_> {
     let failed = count(&["failed_permanent", "failed_retries_exhausted"]);
     let cancelled = count(&["cancelled"]);
     let uncertain = count(&["uncertain"]);
+    let refused = count(&["refused"]);
     let files = job.members.len();
-    let pending = files - succeeded - failed - cancelled - uncertain;
+    let pending = files - succeeded - failed - cancelled - uncertain - refused;
     let derived = if job.state == "cancelled" {
         "cancelled"
     } else if files > 0 && succeeded == files {
@@ -222,6 +227,7 @@ fn summarize(job: &JobView) -> Summary<'_> {
         failed,
         cancelled,
         uncertain,
+        refused,
         pending,
         bytes: job.members.iter().filter_map(|m| m.bytes).sum(),
     }
@@ -242,6 +248,7 @@ fn counts_phrase(s: &Summary, before_cancel: bool) -> String {
         (s.failed, "failed"),
         (s.cancelled, "cancelled"),
         (s.uncertain, "uncertain"),
+        (s.refused, "refused"),
         (s.pending, "not done"),
     ] {
         if n > 0 {
@@ -379,6 +386,15 @@ fn render_text(job: &JobView, s: &Summary, transcript: &[String], omitted: usize
             "  An uncertain file had an append, unique store or delete under way when an\n  \
              attempt was interrupted, and its effect could not be established afterwards.\n  \
              bftpd did not repeat it (nothing was duplicated): check that file by hand.\n",
+        );
+    }
+
+    if s.refused > 0 {
+        t.push_str(
+            "  A refused file was listed by the source under a name that bftpd will not put in\n  \
+             an FTP command (a CR, LF or NUL in it, a \"..\" component, or a path outside the\n  \
+             listed directory); its name is shown escaped. It was not copied: rename it on the\n  \
+             source server, or copy it by hand.\n",
         );
     }
 

@@ -47,6 +47,7 @@ fn member(index: u32, name: &str, state: &str, bytes: Option<u64>) -> MemberView
         },
         detail: None,
         updated_at: "2025-11-30T10:00:05Z".into(),
+        progress: None,
     }
 }
 
@@ -89,6 +90,7 @@ fn job(outcome: &str, members: Vec<MemberView>) -> JobView {
         notify: vec!["alice@example.org".into()],
         has_keyword: true,
         members,
+        counts: Default::default(),
         history: vec![
             event("2025-11-30T09:59:58Z", "submitted", None),
             event("2025-11-30T10:00:00Z", "attempt-started", Some("attempt 1")),
@@ -526,4 +528,33 @@ fn bad_envelopes_are_errors() {
     )
     .unwrap_err();
     assert!(matches!(e, bftp_mail::MailError::MessageId { .. }), "{e}");
+}
+
+/// A refused listed name is a file of the job that was not copied: the subject, the text
+/// and the JSON summary count it, and the text says what to do about it.
+#[test]
+fn refused_names_are_counted_and_explained() {
+    let ok = member(0, "a.dat", "succeeded", Some(10));
+    let mut refused = member(1, "bad\\rname.dat", "refused", None);
+    refused.attempts = 0;
+    refused.detail = Some(
+        "refused: the source listed this name, which bftpd does not send in a command: \
+         name contains the byte 0x0d"
+            .into(),
+    );
+    let r = rendered(&job("partial", vec![ok, refused]), &[], &[]);
+    assert_eq!(
+        r.subject,
+        "BFTP results: 42: partial (1 of 2 files copied, 1 refused)"
+    );
+    assert!(r.text.contains("bad\\rname.dat"), "{}", r.text);
+    assert!(
+        r.text.contains("A refused file was listed by the source"),
+        "{}",
+        r.text
+    );
+    let v: serde_json::Value = serde_json::from_str(&r.json).unwrap();
+    assert_eq!(v["summary"]["refused"], 1);
+    assert_eq!(v["summary"]["pending"], 0);
+    assert_eq!(v["summary"]["failed"], 0);
 }

@@ -60,6 +60,7 @@ fn job(i: u64) -> NewJob {
             name: format!("file-{i:08}.dat"),
             size: None,
             modified: None,
+            refused: None,
         }],
     }
 }

@@ -260,6 +260,8 @@ pub(crate) enum MemberStateV1 {
     FailedRetriesExhausted,
     Cancelled,
     Uncertain,
+    /// Added within v1: a word more, so every older member record decodes unchanged.
+    Refused,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -577,6 +579,7 @@ impl MemberStateV1 {
             MemberState::FailedRetriesExhausted => MemberStateV1::FailedRetriesExhausted,
             MemberState::Cancelled => MemberStateV1::Cancelled,
             MemberState::Uncertain => MemberStateV1::Uncertain,
+            MemberState::Refused => MemberStateV1::Refused,
         }
     }
 
@@ -588,6 +591,7 @@ impl MemberStateV1 {
             MemberStateV1::FailedRetriesExhausted => MemberState::FailedRetriesExhausted,
             MemberStateV1::Cancelled => MemberState::Cancelled,
             MemberStateV1::Uncertain => MemberState::Uncertain,
+            MemberStateV1::Refused => MemberState::Refused,
         }
     }
 }
@@ -614,12 +618,17 @@ impl MemberV1 {
             name: m.name.clone(),
             size: m.size,
             mtime: m.modified.clone(),
-            state: MemberStateV1::Pending,
+            // A refused name is final from the start, its reason the detail.
+            state: if m.refused.is_some() {
+                MemberStateV1::Refused
+            } else {
+                MemberStateV1::Pending
+            },
             attempts: 0,
             bytes: None,
             src_reply: None,
             dst_reply: None,
-            detail: None,
+            detail: m.refused.clone(),
             intent: None,
             stored: None,
             updated: now.0,
@@ -1002,6 +1011,7 @@ mod tests {
                     name: "a".into(),
                     size: None,
                     modified: None,
+                    refused: None,
                 },
                 Timestamp(1),
             );
@@ -1054,6 +1064,7 @@ mod tests {
             FailedRetriesExhausted,
             Cancelled,
             Uncertain,
+            Refused,
         ] {
             let bytes = encode(&MemberStateV1::from_api(m));
             assert_eq!(

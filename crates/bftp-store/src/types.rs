@@ -118,6 +118,9 @@ pub struct NewMember {
     pub name: String,
     pub size: Option<u64>,
     pub modified: Option<String>,
+    /// A listed name that was refused, and why: the member is frozen `refused`, with this
+    /// reason as its detail, and `name` is only its escaped display form.
+    pub refused: Option<String>,
 }
 
 /// The last reply of one server for one member.

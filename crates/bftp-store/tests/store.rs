@@ -640,11 +640,13 @@ fn membership_is_frozen_once() {
             name: "a.csv".into(),
             size: Some(1),
             modified: Some("20261130120000".into()),
+            refused: None,
         },
         NewMember {
             name: "b.csv".into(),
             size: None,
             modified: None,
+            refused: None,
         },
     ];
     store.freeze_members(id, listed.clone(), at(61)).unwrap();
@@ -672,6 +674,40 @@ fn membership_is_frozen_once() {
         store.history(id).unwrap().last().unwrap().detail.as_deref(),
         Some("2 members frozen")
     );
+
+    // A refused name is frozen final, with its reason, and stays so.
+    let with_refused = store.submit(job(1)).unwrap().job().id;
+    let mut refused = listed.clone();
+    refused.push(NewMember {
+        name: "bad\\rname.csv".into(),
+        size: None,
+        modified: None,
+        refused: Some("name contains the byte 0x0d".into()),
+    });
+    store.freeze_members(with_refused, refused, at(61)).unwrap();
+    let ms = store.members(with_refused).unwrap();
+    assert_eq!(
+        ms.iter()
+            .map(|m| (m.state, m.detail.as_deref()))
+            .collect::<Vec<_>>(),
+        [
+            (MemberState::Pending, None),
+            (MemberState::Pending, None),
+            (MemberState::Refused, Some("name contains the byte 0x0d")),
+        ]
+    );
+    let e = store
+        .update_member(
+            with_refused,
+            2,
+            MemberUpdate {
+                state: Some(MemberState::Succeeded),
+                ..Default::default()
+            },
+            at(62),
+        )
+        .unwrap_err();
+    assert!(matches!(e, StoreError::MemberIsTerminal { .. }), "{e:?}");
 
     // An empty listing is a frozen membership too.
     let empty = store.submit(job(1)).unwrap().job().id;
@@ -892,6 +928,7 @@ fn reopening_after_drop_keeps_everything() {
                     name: "z".into(),
                     size: None,
                     modified: None,
+                    refused: None,
                 }],
                 at(64),
             )

@@ -1,8 +1,9 @@
 //! What `bftp` prints: bftpd's JSON as-is (pretty) under `--json`, tables for people.
 
 use std::io::{self, Write};
+use std::time::{Duration, SystemTime};
 
-use bftp_api::{EndpointView, JobView, MemberView, ReplyView, ReportView};
+use bftp_api::{EndpointView, JobView, MemberView, ProgressView, ReplyView, ReportView};
 
 /// Writes to stdout; a closed pipe (`bftp status | head`) is not an error.
 pub fn emit(text: &str) -> anyhow::Result<()> {
@@ -115,7 +116,86 @@ fn transfer(job: &JobView) -> String {
     }
 }
 
+/// `51 s`, `3 min`, `5 h`, `2 days`: a duration as people say it, rounded down.
+fn span(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=89 => format!("{s} s"),
+        90..=5399 => format!("{} min", s / 60),
+        5400..=129_599 => format!("{} h", s / 3600),
+        _ => format!("{} days", s / 86_400),
+    }
+}
+
+/// `in 51 s`, `3 min ago`, `now`: an RFC 3339 time of bftpd's relative to `now`; `None` for
+/// text that is not such a time.
+fn relative(at: &str, now: SystemTime) -> Option<String> {
+    let t = humantime::parse_rfc3339(at.trim()).ok()?;
+    Some(match t.duration_since(now) {
+        Ok(ahead) if ahead >= Duration::from_secs(1) => format!("in {}", span(ahead)),
+        Ok(_) => "now".to_string(),
+        Err(e) if e.duration() < Duration::from_secs(1) => "now".to_string(),
+        Err(e) => format!("{} ago", span(e.duration())),
+    })
+}
+
+/// The time as bftpd gave it, with how far from `now` it is beside it when `now` is given:
+/// `2026-12-01T08:00:00Z (in 51 s)`.
+fn when(at: &str, now: Option<SystemTime>) -> String {
+    let shown = sanitize(at);
+    match now.and_then(|now| relative(at, now)) {
+        Some(r) => format!("{shown} ({r})"),
+        None => shown,
+    }
+}
+
+/// `1.5 GB`, `52.4 MB`, `980 B`: decimal units, as transfer rates are usually given.
+fn amount(bytes: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
+    let mut v = bytes;
+    let mut unit = 0;
+    while v >= 1000.0 && unit + 1 < UNITS.len() {
+        v /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// A file in flight: `transferring, 52.4 MB of 1.5 GB (3%), 4.1 MB/s, for 13 s (since
+/// 2026-12-01T08:00:00Z, 13 s ago)`.
+fn progress_line(p: &ProgressView, size: Option<u64>, now: Option<SystemTime>) -> String {
+    let mut parts = vec![sanitize(&p.phase)];
+    match (p.bytes_so_far, size) {
+        (Some(b), Some(s)) if s > 0 => parts.push(format!(
+            "{} of {} ({}%)",
+            amount(b as f64),
+            amount(s as f64),
+            b.saturating_mul(100) / s
+        )),
+        (Some(b), _) => parts.push(format!("{} so far", amount(b as f64))),
+        (None, _) => parts.push("bytes so far not visible".to_string()),
+    }
+    if let Some(r) = p.rate_bytes_per_second {
+        parts.push(format!("{}/s", amount(r)));
+    }
+    parts.push(format!(
+        "for {} (since {})",
+        span(Duration::from_secs_f64(p.elapsed_seconds.max(0.0))),
+        when(&p.started_at, now)
+    ));
+    parts.join(", ")
+}
+
 pub fn job_list(jobs: &[JobView]) -> String {
+    job_list_at(jobs, Some(SystemTime::now()))
+}
+
+/// [`job_list`], with times relative to `now` beside the absolute ones (none for `None`).
+pub fn job_list_at(jobs: &[JobView], now: Option<SystemTime>) -> String {
     if jobs.is_empty() {
         return "no jobs\n".to_string();
     }
@@ -125,7 +205,9 @@ pub fn job_list(jobs: &[JobView]) -> String {
             vec![
                 j.id.to_string(),
                 state_word(j),
-                j.next_attempt_at.as_deref().map_or("-".into(), sanitize),
+                j.next_attempt_at
+                    .as_deref()
+                    .map_or("-".into(), |t| when(t, now)),
                 j.attempts.to_string(),
                 transfer(j),
             ]
@@ -163,7 +245,9 @@ fn reply(r: &Option<ReplyView>) -> String {
 }
 
 fn bytes(m: &MemberView) -> String {
-    match (m.bytes, m.size) {
+    // A file in flight: what its destination holds so far.
+    let so_far = m.progress.as_ref().and_then(|p| p.bytes_so_far);
+    match (m.bytes.or(so_far), m.size) {
         (Some(b), Some(s)) if b != s => format!("{b}/{s}"),
         (Some(b), _) => b.to_string(),
         (None, Some(s)) => format!("-/{s}"),
@@ -207,9 +291,43 @@ fn report_line(r: &ReportView) -> String {
     sanitize(&line)
 }
 
+/// `: 60 succeeded, 1 refused`: how many files are in each state, in the ledger's words;
+/// empty for no files.
+fn state_counts(members: &[MemberView]) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for m in members {
+        let state = sanitize(&m.state);
+        match counts.iter_mut().find(|(s, _)| *s == state) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((state, 1)),
+        }
+    }
+    const ORDER: [&str; 7] = [
+        "succeeded",
+        "pending",
+        "failed_permanent",
+        "failed_retries_exhausted",
+        "cancelled",
+        "uncertain",
+        "refused",
+    ];
+    counts.sort_by_key(|(s, _)| ORDER.iter().position(|o| o == s).unwrap_or(ORDER.len()));
+    let words: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    if words.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", words.join(", "))
+    }
+}
+
 /// One job: its parameters, the per-file ledger and the history.
 pub fn job_detail(job: &JobView) -> String {
-    let opt = |o: &Option<String>| o.as_deref().map_or("-".to_string(), sanitize);
+    job_detail_at(job, Some(SystemTime::now()))
+}
+
+/// [`job_detail`], with times relative to `now` beside the absolute ones (none for `None`).
+pub fn job_detail_at(job: &JobView, now: Option<SystemTime>) -> String {
+    let opt = |o: &Option<String>| o.as_deref().map_or("-".to_string(), |t| when(t, now));
     let mut fields: Vec<(&str, String)> = vec![
         ("state", state_word(job)),
         ("source", endpoint(&job.source)),
@@ -225,7 +343,7 @@ pub fn job_detail(job: &JobView) -> String {
                 job.disposition, job.dest_command, job.transfer_type, job.mode, job.structure
             )),
         ),
-        ("start", sanitize(&job.start_at)),
+        ("start", when(&job.start_at, now)),
         ("next attempt", opt(&job.next_attempt_at)),
         ("attempts", job.attempts.to_string()),
         (
@@ -252,8 +370,8 @@ pub fn job_detail(job: &JobView) -> String {
             if job.has_keyword { "yes" } else { "no" }.to_string(),
         ),
         ("owner uid", job.owner_uid.to_string()),
-        ("created", sanitize(&job.created_at)),
-        ("updated", sanitize(&job.updated_at)),
+        ("created", when(&job.created_at, now)),
+        ("updated", when(&job.updated_at, now)),
         ("finished", opt(&job.finished_at)),
     ]);
     if let Some(r) = &job.report {
@@ -265,7 +383,11 @@ pub fn job_detail(job: &JobView) -> String {
         out.push_str(&format!("  {k:<width$}  {v}\n"));
     }
 
-    out.push_str(&format!("\nfiles ({}):\n", job.members.len()));
+    out.push_str(&format!(
+        "\nfiles ({}{}):\n",
+        job.members.len(),
+        state_counts(&job.members)
+    ));
     if !job.members.is_empty() {
         let rows: Vec<Vec<String>> = job
             .members
@@ -298,6 +420,16 @@ pub fn job_detail(job: &JobView) -> String {
         );
         for l in t.lines() {
             out.push_str(&format!("  {l}\n"));
+        }
+        for m in &job.members {
+            if let Some(p) = &m.progress {
+                out.push_str(&format!(
+                    "  copying #{} {}: {}\n",
+                    m.index,
+                    clip(&m.name, 40),
+                    progress_line(p, m.size, now)
+                ));
+            }
         }
     }
 
@@ -375,7 +507,9 @@ pub(crate) mod tests {
                 dest_reply: None,
                 detail: None,
                 updated_at: "2026-12-01T07:10:00Z".into(),
+                progress: None,
             }],
+            counts: Default::default(),
             history: vec![EventView {
                 at: "2026-12-01T07:00:00Z".into(),
                 event: "submitted".into(),
@@ -423,6 +557,84 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn times_show_how_far_they_are_from_now() {
+        let now = humantime::parse_rfc3339("2026-12-01T07:59:09Z").unwrap();
+        assert_eq!(
+            when("2026-12-01T08:00:00Z", Some(now)),
+            "2026-12-01T08:00:00Z (in 51 s)"
+        );
+        assert_eq!(
+            when("2026-12-01T07:56:00Z", Some(now)),
+            "2026-12-01T07:56:00Z (3 min ago)"
+        );
+        assert_eq!(
+            when("2026-12-01T07:59:09Z", Some(now)),
+            "2026-12-01T07:59:09Z (now)"
+        );
+        assert_eq!(
+            when("2026-11-28T07:59:09Z", Some(now)),
+            "2026-11-28T07:59:09Z (3 days ago)"
+        );
+        assert_eq!(when("2026-12-01T08:00:00Z", None), "2026-12-01T08:00:00Z");
+        assert_eq!(when("not a time", Some(now)), "not a time");
+        let t = job_list_at(&[job(7)], Some(now));
+        assert!(t.contains("2026-12-01T08:00:00Z (in 51 s)"), "{t}");
+        let d = job_detail_at(&job(7), Some(now));
+        assert!(
+            d.contains("next attempt  2026-12-01T08:00:00Z (in 51 s)"),
+            "{d}"
+        );
+        assert!(
+            d.contains("created       2026-12-01T07:00:00Z (59 min ago)"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn a_file_in_flight_shows_its_progress() {
+        let now = humantime::parse_rfc3339("2026-12-01T07:10:13Z").unwrap();
+        let mut j = job(7);
+        j.state = "running".into();
+        j.members[0].bytes = None;
+        j.members[0].size = Some(1_500_000_000);
+        j.members[0].progress = Some(ProgressView {
+            phase: "transferring".into(),
+            started_at: "2026-12-01T07:10:00Z".into(),
+            elapsed_seconds: 13.2,
+            transferring_since: Some("2026-12-01T07:10:01Z".into()),
+            bytes_so_far: Some(52_400_000),
+            bytes_seen_at: Some("2026-12-01T07:10:13Z".into()),
+            rate_bytes_per_second: Some(4_100_000.0),
+        });
+        let d = job_detail_at(&j, Some(now));
+        assert!(d.contains("52400000/1500000000"), "{d}");
+        assert!(
+            d.contains("copying #0 a.csv: transferring, 52.4 MB of 1.5 GB (3%), 4.1 MB/s, for 13 s (since 2026-12-01T07:10:00Z (13 s ago))"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn detail_counts_refused_files() {
+        let mut j = job(7);
+        let mut refused = j.members[0].clone();
+        refused.index = 1;
+        refused.name = "bad\\rname.csv".into();
+        refused.state = "refused".into();
+        refused.detail = Some("refused: name contains the byte 0x0d".into());
+        let mut ok = j.members[0].clone();
+        ok.index = 2;
+        ok.state = "succeeded".into();
+        j.members.extend([refused, ok]);
+        let d = job_detail(&j);
+        assert!(
+            d.contains("files (3: 1 succeeded, 1 pending, 1 refused):"),
+            "{d}"
+        );
+        assert!(d.contains("bad\\rname.csv") && d.contains("refused"), "{d}");
+    }
+
+    #[test]
     fn pretty_json_keeps_order_and_unknown_fields() {
         let raw = br#"{"z":1,"a":{"new_field":[true,null]},"m":"x"}"#;
         let p = pretty_json(raw).unwrap();
@@ -441,7 +653,7 @@ pub(crate) mod tests {
         finished.outcome = Some("partial".into());
         finished.destination = None;
         finished.disposition = "delete".into();
-        let t = job_list(&[job(7), running, finished]);
+        let t = job_list_at(&[job(7), running, finished], None);
         let want = "\
 ID  STATE              NEXT ATTEMPT          ATTEMPTS  TRANSFER
 7   queued             2026-12-01T08:00:00Z  1         ftp://alice@src:21/pub/*.csv → ftp://alice@dst:21/in
@@ -455,7 +667,7 @@ ID  STATE              NEXT ATTEMPT          ATTEMPTS  TRANSFER
     #[test]
     fn detail_shows_ledger_and_escapes_server_text() {
         let d = job_detail(&job(7));
-        assert!(d.contains("files (1):"), "{d}");
+        assert!(d.contains("files (1: 1 pending):"), "{d}");
         assert!(d.contains("a.csv"), "{d}");
         assert!(d.contains("4/10"), "{d}");
         assert!(d.contains("426 Connection closed"), "{d}");

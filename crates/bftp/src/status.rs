@@ -106,25 +106,48 @@ async fn look(
     args: &StatusArgs,
     format: Format,
 ) -> anyhow::Result<(String, bool)> {
+    let (text, _, done) = look_keyed(client, args, format).await?;
+    Ok((text, done))
+}
+
+/// One look: the text; what `--watch` compares to tell a change (the text without the
+/// relative times, which change every second by themselves); whether the job is final.
+async fn look_keyed(
+    client: &Client,
+    args: &StatusArgs,
+    format: Format,
+) -> anyhow::Result<(String, String, bool)> {
     let path = args.path();
     if let Some(id) = args.id {
         let reply = client
             .get::<JobView>(&path)
             .await
             .with_context(|| format!("job {id}"))?;
-        let text = match format {
-            Format::Text => output::job_detail(&reply.value),
-            json => json.json(&reply.raw)?,
+        let (text, key) = match format {
+            Format::Text => (
+                output::job_detail(&reply.value),
+                output::job_detail_at(&reply.value, None),
+            ),
+            json => {
+                let t = json.json(&reply.raw)?;
+                (t.clone(), t)
+            }
         };
         let done = matches!(reply.value.state.as_str(), "finished" | "cancelled");
-        return Ok((text, done));
+        return Ok((text, key, done));
     }
     let reply = client.get::<JobList>(&path).await.context("listing jobs")?;
-    let text = match format {
-        Format::Text => output::job_list(&reply.value.jobs),
-        json => json.json(&reply.raw)?,
+    let (text, key) = match format {
+        Format::Text => (
+            output::job_list(&reply.value.jobs),
+            output::job_list_at(&reply.value.jobs, None),
+        ),
+        json => {
+            let t = json.json(&reply.raw)?;
+            (t.clone(), t)
+        }
     };
-    Ok((text, false))
+    Ok((text, key, false))
 }
 
 /// `--watch`: prints each look that differs from the one before, until the job is final
@@ -151,8 +174,8 @@ async fn follow(
     let format = if json { Format::Line } else { Format::Text };
     let mut last: Option<String> = None;
     loop {
-        let (text, done) = look(client, args, format).await?;
-        if last.as_ref() != Some(&text) {
+        let (text, key, done) = look_keyed(client, args, format).await?;
+        if last.as_ref() != Some(&key) {
             if redraw {
                 let every = humantime::format_duration(args.interval);
                 let what = args.id.map_or(String::new(), |id| format!("job {id}: "));
@@ -163,7 +186,7 @@ async fn follow(
                 emit("\n")?;
             }
             emit(&text)?;
-            last = Some(text);
+            last = Some(key);
         }
         if done {
             return Ok(Exit::Success);

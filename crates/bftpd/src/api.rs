@@ -42,6 +42,8 @@ pub struct AppState {
     pub retry_defaults: RetryPolicy,
     pub retry_bounds: RetryBounds,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The files the running attempts copy right now, put into the views.
+    pub live: Arc<crate::live::Live>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -343,6 +345,7 @@ async fn submit(
             name: spec.source.file_name().to_string(),
             size: None,
             modified: None,
+            refused: None,
         }]
     };
     let new = NewJob {
@@ -377,7 +380,9 @@ async fn submit(
 async fn load_view(app: &Shared, job: Job) -> Result<JobView, ApiError> {
     let store = app.store.clone();
     let mail = app.mail.clone();
-    blocking(move || views::load_view(&*store, &mail, &job)).await
+    let mut view = blocking(move || views::load_view(&*store, &mail, &job)).await?;
+    app.live.fill(&mut view);
+    Ok(view)
 }
 
 /// The job, if it exists and the caller may see it; another user's job is "not found" so
@@ -411,7 +416,9 @@ async fn get_job(
         _ => Ok(None),
     })
     .await?;
-    Ok(Json(found.ok_or_else(|| ApiError::not_found(id))?))
+    let mut view = found.ok_or_else(|| ApiError::not_found(id))?;
+    app.live.fill(&mut view);
+    Ok(Json(view))
 }
 
 async fn list(
@@ -452,7 +459,7 @@ async fn list(
     let store = app.store.clone();
     let mail = app.mail.clone();
     // One trip to the blocking pool for the whole list, not one per job.
-    let views = blocking(move || {
+    let mut views = blocking(move || {
         store
             .list(&filter)?
             .iter()
@@ -460,6 +467,9 @@ async fn list(
             .collect::<Result<Vec<_>, StoreError>>()
     })
     .await?;
+    for view in &mut views {
+        app.live.fill(view);
+    }
     Ok(Json(JobList { jobs: views }))
 }
 

@@ -50,22 +50,58 @@ use crate::work::{data_connection_failed, Next, WorkQueue};
 const TRANSCRIPT_LINES: usize = 300;
 
 /// The transcript of one attempt, for the report (RFC 1068 always mailed it): every
-/// transcript the engine handed out (login, listing, each copy), in order, the last
+/// transcript the engine handed out (login, listing, each copy), the last
 /// [`TRANSCRIPT_LINES`] lines kept. PASS and ACCT are masked by the engine.
-#[derive(Default)]
+///
+/// Parallel pairs hand their transcripts over as their copies end, not in the order the
+/// lines were said: each line is put on the attempt's one clock (milliseconds since the
+/// attempt began) and in time order, and labelled with its pair (`[p2]`).
 struct AttemptLog {
-    lines: VecDeque<String>,
+    clock: std::time::Instant,
+    /// Sorted by the first field, the line's time on `clock`.
+    lines: Vec<(u64, String)>,
     dropped: usize,
+}
+
+impl Default for AttemptLog {
+    fn default() -> Self {
+        AttemptLog {
+            clock: std::time::Instant::now(),
+            lines: Vec::new(),
+            dropped: 0,
+        }
+    }
 }
 
 impl AttemptLog {
     fn keep(&mut self, t: &Transcript) {
-        for line in t.to_string().lines() {
-            if self.lines.len() == TRANSCRIPT_LINES {
-                self.lines.pop_front();
-                self.dropped += 1;
+        // A recorder's clock started with its pair, inside the attempt.
+        let base = t.started.map_or(0, |s| {
+            u64::try_from(s.saturating_duration_since(self.clock).as_millis()).unwrap_or(u64::MAX)
+        });
+        let label = t.label.as_deref().unwrap_or("p?");
+        for (i, entry) in t.entries.iter().enumerate() {
+            let at = base.saturating_add(entry.at_ms);
+            if t.omitted > 0 && i == t.omitted_at {
+                self.insert(
+                    at,
+                    format!(
+                        "[{at:>7} ms] [{label}] [... {} entries omitted ...]",
+                        t.omitted
+                    ),
+                );
             }
-            self.lines.push_back(line.to_string());
+            self.insert(at, format!("[{at:>7} ms] [{label}] {entry}"));
+        }
+    }
+
+    /// In time order, after the lines of the same time already there.
+    fn insert(&mut self, at: u64, line: String) {
+        let i = self.lines.partition_point(|(t, _)| *t <= at);
+        self.lines.insert(i, (at, line));
+        if self.lines.len() > TRANSCRIPT_LINES {
+            self.lines.remove(0);
+            self.dropped += 1;
         }
     }
 
@@ -74,7 +110,7 @@ impl AttemptLog {
         if self.dropped > 0 {
             out.push(format!("[... {} earlier lines omitted ...]", self.dropped));
         }
-        out.extend(self.lines.drain(..));
+        out.extend(self.lines.drain(..).map(|(_, l)| l));
         self.dropped = 0;
         out
     }
@@ -87,6 +123,10 @@ pub struct FtpExecutor {
     pub check: Arc<dyn AddressCheck>,
     pub hosts: Arc<crate::ftp::HostLimits>,
     pub metrics: Arc<Metrics>,
+    /// The files in flight, for the API's views.
+    pub live: Arc<crate::live::Live>,
+    /// `[ftp] watch_progress`: look at a running copy's bytes.
+    pub watch_progress: bool,
 }
 
 impl Executor for FtpExecutor {
@@ -98,6 +138,8 @@ impl Executor for FtpExecutor {
             check: self.check.clone(),
             hosts: self.hosts.clone(),
             metrics: self.metrics.clone(),
+            live: self.live.clone(),
+            watch_progress: self.watch_progress,
             drain: signals.drain,
             abort: signals.abort.clone(),
             id: job.id,
@@ -211,6 +253,8 @@ struct Run {
     /// Connection slots per host, shared with every other job and `bftp transfer`.
     hosts: Arc<crate::ftp::HostLimits>,
     metrics: Arc<Metrics>,
+    live: Arc<crate::live::Live>,
+    watch_progress: bool,
     /// Shutdown began: finish the file in flight, start no other.
     drain: CancellationToken,
     /// Cancel or the end of the shutdown grace: ABOR the copy in flight.
@@ -330,6 +374,15 @@ impl std::fmt::Display for Dele {
     }
 }
 
+/// The source's size as SIZE told the copy, if it did.
+fn source_size(check: &bftp_ftp::SizeCheck) -> Option<u64> {
+    match check {
+        bftp_ftp::SizeCheck::Equal { source, .. } => Some(*source),
+        bftp_ftp::SizeCheck::TextType { source, .. } => *source,
+        bftp_ftp::SizeCheck::NotAvailable(_) => None,
+    }
+}
+
 /// Pending, or succeeded with an effect still to complete (the DELE of a `move`).
 fn needs_work(m: &Member) -> bool {
     m.state == MemberState::Pending || (m.state == MemberState::Succeeded && m.intent.is_some())
@@ -395,7 +448,28 @@ impl Run {
         pair.close().await;
     }
 
-    async fn open(&self, spec: &JobSpec) -> Result<Pair, PairError> {
+    /// Where the bytes of `m`'s copy can be seen while it runs: a `replace` copy's
+    /// destination file (see [`crate::live`]).
+    fn look(&self, spec: &JobSpec, m: &Member) -> Option<crate::live::Look> {
+        let dst = spec.destination.as_ref()?;
+        if !self.watch_progress
+            || spec.disposition == Disposition::Delete
+            || spec.dest_command != DestCommand::Replace
+        {
+            return None;
+        }
+        Some(crate::live::Look {
+            login: ServerLogin::from_endpoint(dst),
+            path: copy_request(spec, &m.name).dest_path,
+            limits: self.limits.clone(),
+            check: self.check.clone(),
+            hosts: self.hosts.clone(),
+        })
+    }
+
+    /// Opens a pair named `label` in the attempt's transcript (`p1`, `p2`...), its login
+    /// lines included when it fails.
+    async fn open(&self, spec: &JobSpec, label: &str) -> Result<Pair, PairError> {
         let src = ServerLogin::from_endpoint(&spec.source);
         // A delete job has no destination: both connections go to the source.
         let dst = spec
@@ -403,7 +477,16 @@ impl Run {
             .as_ref()
             .map(ServerLogin::from_endpoint)
             .unwrap_or_else(|| src.clone());
-        Pair::open(&src, &dst, spec.params, &self.limits, self.check.clone()).await
+        match Pair::open(&src, &dst, spec.params, &self.limits, self.check.clone()).await {
+            Ok(pair) => {
+                pair.set_label(label);
+                Ok(pair)
+            }
+            Err(mut e) => {
+                e.transcript.label = Some(label.to_owned());
+                Err(e)
+            }
+        }
     }
 
     async fn run(self, job: Job, attempt: u32) -> AttemptEnd {
@@ -431,7 +514,7 @@ impl Run {
             .map_or(spec.source.host.as_str(), |d| d.host.as_str());
         // Held while this attempt has connections open.
         let _permits = self.hosts.acquire(&spec.source.host, dst_host).await;
-        let mut pair = match self.open(&spec).await {
+        let mut pair = match self.open(&spec, "p1").await {
             Ok(p) => p,
             Err(e) => {
                 self.keep(&e.transcript);
@@ -461,8 +544,11 @@ impl Run {
                 None => break,
             }
         }
+        let labels: Vec<String> = (2..=extra_permits.len() + 1)
+            .map(|n| format!("p{n}"))
+            .collect();
         let opened =
-            futures_util::future::join_all(extra_permits.iter().map(|_| self.open(&spec))).await;
+            futures_util::future::join_all(labels.iter().map(|l| self.open(&spec, l))).await;
         let mut pairs = vec![pair];
         for r in opened {
             match r {
@@ -545,7 +631,8 @@ impl Run {
             let m = entry.item;
             if !pair.is_usable() {
                 self.keep(&pair.take_transcript());
-                pair = match self.open(spec).await {
+                let label = pair.label().unwrap_or_else(|| "p?".into());
+                pair = match self.open(spec, &label).await {
                     Ok(p) => p,
                     Err(e) => {
                         self.keep(&e.transcript);
@@ -557,7 +644,26 @@ impl Run {
                     }
                 };
             }
-            match self.member(&mut pair, spec, &m, attempt).await {
+            // A copy's progress, in memory for the views, while it is worked on.
+            let result = if spec.destination.is_some() {
+                let follow = crate::live::follow(
+                    self.live.clone(),
+                    self.id,
+                    m.index,
+                    pair.progress(),
+                    self.look(spec, &m),
+                );
+                let result = tokio::select! {
+                    biased;
+                    result = self.member(&mut pair, spec, &m, attempt) => result,
+                    never = follow => match never {},
+                };
+                self.live.end(self.id, m.index);
+                result
+            } else {
+                self.member(&mut pair, spec, &m, attempt).await
+            };
+            match result {
                 Ok(None) => {}
                 Ok(Some(Pending { reason, again })) if again && !second => {
                     tracing::info!(job = self.id.0, member = %m.name, attempt, %reason, "file to be tried again in this attempt");
@@ -603,24 +709,39 @@ impl Run {
             })?;
         self.keep(&listing.transcript);
         for r in &listing.rejected {
-            tracing::warn!(job = self.id.0, line = ?r.line, reason = %r.reason, "a listed name was refused");
+            tracing::warn!(job = self.id.0, line = %r.line, reason = %r.reason, "a listed name was refused");
         }
-        if listing.members.is_empty() {
+        // A refused name that matches the pattern is a file of the job that will not be
+        // copied: it becomes a `refused` member, so the job cannot read as succeeded.
+        let refused: Vec<NewMember> = listing
+            .rejected
+            .iter()
+            .filter(|r| r.matched)
+            .map(|r| NewMember {
+                name: r.line.clone(),
+                size: None,
+                modified: None,
+                refused: Some(format!("refused: the source listed this name, which bftpd does not send in a command: {}", r.reason)),
+            })
+            .collect();
+        if listing.members.is_empty() && refused.is_empty() {
             return Err(AttemptEnd::JobPermanent {
                 reason: format!("no file matches {:?}", spec.source.path),
             });
         }
         // Name order: the ledger reads the same whatever order the server listed in.
-        let mut listed = listing.members;
-        listed.sort_by(|a, b| a.name.cmp(&b.name));
-        let members: Vec<NewMember> = listed
+        let mut members: Vec<NewMember> = listing
+            .members
             .iter()
             .map(|l| NewMember {
                 name: l.name.clone(),
                 size: l.size,
                 modified: l.modified.as_ref().map(|m| m.to_string()),
+                refused: None,
             })
+            .chain(refused)
             .collect();
+        members.sort_by(|a, b| a.name.cmp(&b.name));
         let id = self.id;
         self.blocking(move |s| s.freeze_members(id, members, now()))
             .await
@@ -776,6 +897,9 @@ impl Run {
                 let mut u = MemberUpdate {
                     state: Some(MemberState::Succeeded),
                     bytes,
+                    // The size SIZE gave the copy, where the listing gave none (a
+                    // single-file job's member is known before any SIZE).
+                    size: source_size(&size_check).filter(|_| m.size.is_none()),
                     detail: Some(detail.clone()),
                     intent: Some(None),
                     stored_as: stou_name.clone(),
@@ -1523,5 +1647,69 @@ impl Run {
         }
         self.update(m.index, u).await.map_err(store_failed)?;
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bftp_ftp::{Entry, EntryKind};
+    use std::time::Instant;
+
+    fn transcript(started: Instant, label: &str, lines: &[(u64, &str)]) -> Transcript {
+        Transcript {
+            entries: lines
+                .iter()
+                .map(|(at_ms, text)| Entry {
+                    at_ms: *at_ms,
+                    side: Side::Source,
+                    kind: EntryKind::Sent,
+                    text: text.to_string(),
+                })
+                .collect(),
+            started: Some(started),
+            label: Some(label.into()),
+            ..Default::default()
+        }
+    }
+
+    /// Two pairs' transcripts handed over late and out of order come out on the attempt's
+    /// one clock, in time order, each line with its pair.
+    #[test]
+    fn parallel_transcripts_share_one_clock_and_say_their_pair() {
+        let mut log = AttemptLog::default();
+        let t0 = log.clock;
+        let p1 = transcript(t0, "p1", &[(10, "USER a"), (300, "RETR /x")]);
+        let p2 = transcript(
+            t0 + Duration::from_millis(100),
+            "p2",
+            &[(0, "USER b"), (50, "RETR /y")],
+        );
+        log.keep(&p2);
+        log.keep(&p1);
+        assert_eq!(
+            log.take(),
+            [
+                "[     10 ms] [p1] source> USER a",
+                "[    100 ms] [p2] source> USER b",
+                "[    150 ms] [p2] source> RETR /y",
+                "[    300 ms] [p1] source> RETR /x",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_log_keeps_the_latest_lines_and_counts_the_rest() {
+        let mut log = AttemptLog::default();
+        let t0 = log.clock;
+        let lines: Vec<(u64, String)> = (0..TRANSCRIPT_LINES as u64 + 5)
+            .map(|i| (i, format!("NOOP {i}")))
+            .collect();
+        let refs: Vec<(u64, &str)> = lines.iter().map(|(t, l)| (*t, l.as_str())).collect();
+        log.keep(&transcript(t0, "p1", &refs));
+        let out = log.take();
+        assert_eq!(out.len(), TRANSCRIPT_LINES + 1);
+        assert_eq!(out[0], "[... 5 earlier lines omitted ...]");
+        assert!(out[1].ends_with("NOOP 5"), "{}", out[1]);
     }
 }

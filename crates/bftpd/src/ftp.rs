@@ -39,6 +39,12 @@ pub struct FtpConfig {
     /// Control connections the daemon opens to one host at once, over all jobs.
     #[serde(default = "d_per_host")]
     pub max_connections_per_host: usize,
+    /// Whether a `replace` copy that runs over a second gets one more control connection to
+    /// its destination, which asks SIZE every two seconds so that `bftp status` can show
+    /// the bytes so far (on a free `max_connections_per_host` slot only). Off for servers
+    /// that allow fewer sessions per client than bftpd's pairs plus these looks.
+    #[serde(default = "d_watch")]
+    pub watch_progress: bool,
     /// Per-host reply overrides (SPEC §5), for servers that send a 5yz for a broken
     /// connection: `{ host = "ftp.example.org", code = 550, treat_as = "transient" }`.
     #[serde(default)]
@@ -61,6 +67,9 @@ fn d_pairs() -> usize {
 fn d_per_host() -> usize {
     16
 }
+fn d_watch() -> bool {
+    true
+}
 fn d_connect() -> Duration {
     Limits::default().connect_timeout
 }
@@ -79,6 +88,7 @@ impl Default for FtpConfig {
             transfer_timeout: d_transfer(),
             parallel_pairs: d_pairs(),
             max_connections_per_host: d_per_host(),
+            watch_progress: d_watch(),
             overrides: Vec::new(),
         }
     }
@@ -400,7 +410,7 @@ async fn run_transfer(
                 let rejected = listing
                     .rejected
                     .iter()
-                    .map(|r| format!("{:?}: {}", r.line, r.reason))
+                    .map(|r| format!("\"{}\": {}", r.line, r.reason))
                     .collect();
                 let _ = tx
                     .send(TransferEvent::Listed {
@@ -779,6 +789,14 @@ impl HostLimits {
             }
         }
         out
+    }
+
+    /// A slot on one host if one is free now: for a look at a copy's bytes, which never
+    /// waits for a slot (and holds it only while the copy it watches runs).
+    pub fn try_acquire_one(&self, host: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.semaphore(&host.to_ascii_lowercase())
+            .try_acquire_owned()
+            .ok()
     }
 
     /// A slot on both hosts if both are free now; `None` otherwise (nothing held).

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod ftp;
 pub mod identity;
+pub mod live;
 pub mod mail;
 pub mod metrics;
 pub mod policy;
@@ -120,6 +121,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         config.ftp.max_connections_per_host,
     );
     let metrics = Arc::new(metrics::Metrics::new());
+    let live = Arc::new(live::Live::default());
     let clock = clock::Clock::system();
     let executor = Arc::new(attempt::FtpExecutor {
         store: store.clone(),
@@ -128,6 +130,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         check: Arc::new(ftp::PolicyCheck(policy.clone())),
         hosts: hosts.clone(),
         metrics: metrics.clone(),
+        live: live.clone(),
+        watch_progress: config.ftp.watch_progress,
     });
     let scheduler = scheduler::Scheduler::new(
         store.clone(),
@@ -181,6 +185,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         retry_defaults: config.retry.policy(),
         retry_bounds: config.retry_bounds.bounds(),
         metrics,
+        live,
     });
     let (admission, timeouts) = api_bounds(&config)?;
     let metrics_listener = match config.metrics.listen {

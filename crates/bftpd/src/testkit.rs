@@ -48,6 +48,7 @@ pub fn submit_one_file_job(store: &dyn JobStore, retry: RetryPolicy) -> JobId {
             name: "a.bin".into(),
             size: None,
             modified: None,
+            refused: None,
         }],
     };
     store.submit(job).unwrap().job().id

@@ -1,7 +1,7 @@
 //! Store records to API views. Passwords never leave as anything but `has_password`.
 
-use bftp_api::{EndpointView, EventView, JobView, MemberView, ReplyView, RetryView};
-use bftp_core::{Endpoint, JobState, Timestamp};
+use bftp_api::{EndpointView, EventView, JobView, MemberCounts, MemberView, ReplyView, RetryView};
+use bftp_core::{Endpoint, JobState, MemberState, Timestamp};
 use bftp_store::{HistoryEvent, Job, JobStore, LastReply, Member, SealedEndpoint, StoreError};
 
 use crate::mail::MailSettings;
@@ -57,6 +57,26 @@ fn dur(d: std::time::Duration) -> String {
     humantime::format_duration(d).to_string()
 }
 
+/// The members counted by state, for the view and the CLI's summary line.
+fn counts(members: &[Member]) -> MemberCounts {
+    let mut c = MemberCounts {
+        files: u32::try_from(members.len()).unwrap_or(u32::MAX),
+        ..Default::default()
+    };
+    for m in members {
+        let n = match m.state {
+            MemberState::Pending => &mut c.pending,
+            MemberState::Succeeded => &mut c.succeeded,
+            MemberState::FailedPermanent | MemberState::FailedRetriesExhausted => &mut c.failed,
+            MemberState::Cancelled => &mut c.cancelled,
+            MemberState::Uncertain => &mut c.uncertain,
+            MemberState::Refused => &mut c.refused,
+        };
+        *n += 1;
+    }
+    c
+}
+
 pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobView {
     let spec = &job.spec;
     let (outcome, next_attempt_at, attempt, finished_at) = match job.state {
@@ -108,8 +128,10 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
                 dest_reply: m.dest_reply.as_ref().map(reply_view),
                 detail: m.detail.clone(),
                 updated_at: ts(m.updated_at),
+                progress: None,
             })
             .collect(),
+        counts: counts(members),
         history: history
             .iter()
             .map(|h| EventView {

@@ -46,12 +46,25 @@ pub enum ListMethod {
     Nlst,
 }
 
-/// A listing line refused by the checks of SPEC §8.
+/// A listing line refused by the name checks (CR, LF, NUL, `..`, a foreign path).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RejectedName {
-    /// The line, sanitized and cut.
+    /// The refused name, escaped (`\r`, `\n`, `\0`, `\xNN`) and cut: for display only.
     pub line: String,
     pub reason: String,
+    /// The name, or its last `/` component, matches the job's pattern: a file of the job
+    /// that cannot be copied, which the ledger must show (the others are not the job's).
+    pub matched: bool,
+}
+
+/// Whether a refused name would have been a member: the pattern matches it whole, or its
+/// last component (`../x.dat`, `/etc/x.dat` for `*.dat`).
+fn refused_matches(pattern: &str, name: &str) -> bool {
+    glob_match(pattern, name)
+        || name
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| glob_match(pattern, last))
 }
 
 /// A name that matched the pattern but is not a plain file.
@@ -255,7 +268,9 @@ impl Pair {
         // ledger, the report and every status).
         let scrubber = self.recorder.scrubber().clone();
         let holds_secret = |name: &str| scrubber.scrub(name) != name;
+        // Only names that matched the pattern are refused here.
         let refuse_secret = |name: &str| RejectedName {
+            matched: true,
             line: scrubber.scrub(name),
             reason: "the name contains one of the job's passwords or ACCT strings".into(),
         };
@@ -266,6 +281,7 @@ impl Pair {
                     .rejected
                     .into_iter()
                     .map(|r| RejectedName {
+                        matched: refused_matches(pattern, &r.name),
                         line: scrubber.scrub_excerpt(&r.line),
                         reason: scrubber.scrub(&r.reason.to_string()),
                     })
@@ -317,6 +333,7 @@ impl Pair {
                     .rejected
                     .into_iter()
                     .map(|r| RejectedName {
+                        matched: refused_matches(pattern, &r.name),
                         line: scrubber.scrub_excerpt(&r.line),
                         reason: scrubber.scrub(&r.reason.to_string()),
                     })
@@ -339,7 +356,7 @@ impl Pair {
             self.note(
                 Side::Source,
                 &format!(
-                    "listing line refused: {:?}: {}",
+                    "listing line refused: \"{}\": {}",
                     rejected.line, rejected.reason
                 ),
             );

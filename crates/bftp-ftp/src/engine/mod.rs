@@ -14,6 +14,7 @@
 
 mod listing;
 mod outcome;
+mod size_watch;
 mod transfer;
 mod verify;
 
@@ -30,6 +31,7 @@ pub use outcome::{
     AttemptReport, CopyOutcome, Failure, Fallback, JobFailure, LastReply, PairError, Progress,
     SizeCheck,
 };
+pub use size_watch::SizeWatch;
 pub use verify::{verify, Check, VerifyReport, VerifyRequest};
 
 use crate::limits::{AddressCheck, Limits, ServerLogin};
@@ -236,6 +238,17 @@ impl Pair {
     /// A receiver of the copy's phase, for a progress line (see [`Progress`]).
     pub fn progress(&self) -> watch::Receiver<Progress> {
         self.progress.subscribe()
+    }
+
+    /// Names this pair in every transcript it hands out from now on (`p2`), so that the
+    /// lines of pairs working side by side can be told apart.
+    pub fn set_label(&self, label: &str) {
+        self.recorder.set_label(label);
+    }
+
+    /// The name given with [`Pair::set_label`].
+    pub fn label(&self) -> Option<String> {
+        self.recorder.label()
     }
 
     /// What was recorded and not yet handed out with an outcome (the login, a listing).

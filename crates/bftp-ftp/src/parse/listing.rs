@@ -1,16 +1,21 @@
 //! Directory listings read from a data connection: NLST (RFC 959, with the BSD
 //! quirks RFC 1068 met) and MLSD (RFC 3659).
 //!
-//! Lines end in CRLF or LF. Every name is checked with [`member_name`] (SPEC §8)
-//! and comes out relative to the listed directory; a line that fails is
-//! returned as rejected, with the reason, never dropped silently and never
-//! passed on.
+//! Lines end in CRLF, as RFC 959 (NLST in ASCII type) and RFC 3659 (MLSD) say; a
+//! bare LF inside such a listing is part of its line, so a name holding one is
+//! refused whole instead of being split into two names, the second invented. A
+//! listing with no CRLF at all comes from a server that ends its lines with LF
+//! alone: there each LF ends a line (such a server cannot show a name holding an
+//! LF in any way a client could tell apart). Every name is checked with
+//! [`member_name`] and comes out relative to the listed directory; a line that
+//! fails is returned as rejected, with the reason and its name escaped, never
+//! dropped silently and never passed on.
 
 use std::collections::HashSet;
 
 use super::facts::{parse_size, FactError, ModifyTime};
 use super::name::{member_name, normalize_dir, NameError};
-use super::text::excerpt;
+use super::text::{escaped, excerpt};
 
 /// Why a listing line names no member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,11 +34,26 @@ pub enum SkipReason {
     CurrentOrParent,
 }
 
-/// A line that was refused, sanitized and truncated for the report.
+/// A line that was refused, escaped and truncated for the report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RejectedLine<E> {
+    /// The refused name (the whole line where no name can be told from it), escaped
+    /// (`\r`, `\n`, `\0`, `\xNN`): printable, and different for different bytes.
     pub line: String,
+    /// The same bytes as lossy UTF-8, controls kept, only to match the job's wildcard
+    /// against: never shown, never sent.
+    pub name: String,
     pub reason: E,
+}
+
+impl<E> RejectedLine<E> {
+    fn new(name: &[u8], reason: E) -> Self {
+        RejectedLine {
+            line: escaped(name),
+            name: String::from_utf8_lossy(name).into_owned(),
+            reason,
+        }
+    }
 }
 
 /// What one NLST line is.
@@ -102,12 +122,12 @@ impl NlstParser {
             return NlstLine::Skip(SkipReason::Blank);
         }
         let Ok(text) = std::str::from_utf8(line) else {
-            return NlstLine::Rejected(RejectedLine {
-                line: excerpt(line),
-                reason: NameError::NotUtf8 {
+            return NlstLine::Rejected(RejectedLine::new(
+                line,
+                NameError::NotUtf8 {
                     lossy: excerpt(line),
                 },
-            });
+            ));
         };
         if looks_like_error(text) {
             return NlstLine::ErrorText(excerpt(line));
@@ -130,10 +150,7 @@ impl NlstParser {
         }
         match member_name(text, &self.dir) {
             Ok(name) => NlstLine::Name(name),
-            Err(reason) => NlstLine::Rejected(RejectedLine {
-                line: excerpt(line),
-                reason,
-            }),
+            Err(reason) => NlstLine::Rejected(RejectedLine::new(line, reason)),
         }
     }
 }
@@ -154,9 +171,22 @@ fn strip_line_end(raw: &[u8]) -> &[u8] {
     line.strip_suffix(b"\r").unwrap_or(line)
 }
 
-fn lines(listing: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let body = listing.strip_suffix(b"\n").unwrap_or(listing);
-    body.split(|&b| b == b'\n')
+/// The lines of a listing, each with its line end (see the module docs): split after
+/// every CRLF when the listing holds one, else after every LF.
+fn lines(listing: &[u8]) -> Vec<&[u8]> {
+    let crlf = listing.windows(2).any(|w| w == b"\r\n");
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, &b) in listing.iter().enumerate() {
+        if b == b'\n' && (!crlf || (i > start && listing[i - 1] == b'\r')) {
+            out.push(&listing[start..=i]);
+            start = i + 1;
+        }
+    }
+    if start < listing.len() {
+        out.push(&listing[start..]);
+    }
+    out
 }
 
 /// A whole NLST listing, sorted out.
@@ -301,10 +331,18 @@ pub fn parse_mlsd(listing: &[u8], listed_dir: &str) -> MlsdListing {
                 }
             }
             Ok(MlsdLine::Skip(_)) => {}
-            Err(reason) => out.rejected.push(RejectedLine {
-                line: excerpt(strip_line_end(line)),
-                reason,
-            }),
+            Err(reason) => {
+                let line = strip_line_end(line);
+                // The name after the facts where the facts were read (the name, or a
+                // fact's value, failed); else the whole line: no part of it is known to
+                // be a name.
+                let read_facts = matches!(reason, MlsdError::Name(_) | MlsdError::Fact(_));
+                let name = match line.iter().position(|&b| b == b' ') {
+                    Some(space) if read_facts => &line[space + 1..],
+                    _ => line,
+                };
+                out.rejected.push(RejectedLine::new(name, reason))
+            }
         }
     }
     out
@@ -326,11 +364,8 @@ mod tests {
         NlstLine::ErrorText(text.to_owned())
     }
 
-    fn rejected(line: &str, reason: NameError) -> NlstLine {
-        NlstLine::Rejected(RejectedLine {
-            line: line.to_owned(),
-            reason,
-        })
+    fn rejected(line: &[u8], reason: NameError) -> NlstLine {
+        NlstLine::Rejected(RejectedLine::new(line, reason))
     }
 
     /// Lines read one at a time by a fresh parser for `dir`.
@@ -364,14 +399,14 @@ mod tests {
             (
                 "/pub",
                 b"other/a.txt",
-                rejected("other/a.txt", NameError::NotDirectChild),
+                rejected(b"other/a.txt", NameError::NotDirectChild),
             ),
             (
                 "/pub",
                 b"/etc/passwd",
-                rejected("/etc/passwd", NameError::OutsideDirectory),
+                rejected(b"/etc/passwd", NameError::OutsideDirectory),
             ),
-            ("/pub", b"../x", rejected("../x", NameError::DotDot)),
+            ("/pub", b"../x", rejected(b"../x", NameError::DotDot)),
             // Header of the listed directory.
             ("pub", b"pub:", skip(Header)),
             ("/pub", b"/pub/:", skip(Header)),
@@ -408,21 +443,18 @@ mod tests {
             (
                 "/pub",
                 b"evil\rDELE x\r\n",
-                rejected(
-                    "evil\u{FFFD}DELE x",
-                    NameError::ForbiddenByte { byte: b'\r' },
-                ),
+                rejected(b"evil\rDELE x", NameError::ForbiddenByte { byte: b'\r' }),
             ),
             (
                 "/pub",
                 b"nul\0byte",
-                rejected("nul\u{FFFD}byte", NameError::ForbiddenByte { byte: 0 }),
+                rejected(b"nul\0byte", NameError::ForbiddenByte { byte: 0 }),
             ),
             (
                 "/pub",
                 b"caf\xe9.txt",
                 rejected(
-                    "caf\u{FFFD}.txt",
+                    b"caf\xe9.txt",
                     NameError::NotUtf8 {
                         lossy: "caf\u{FFFD}.txt".into(),
                     },
@@ -468,7 +500,8 @@ mod tests {
         assert_eq!(
             listing.rejected,
             [RejectedLine {
-                line: "bad\u{FFFD}name".to_owned(),
+                line: "bad\\rname".to_owned(),
+                name: "bad\rname".to_owned(),
                 reason: NameError::ForbiddenByte { byte: b'\r' }
             }]
         );
@@ -479,15 +512,55 @@ mod tests {
         );
     }
 
-    /// A name with an LF in it arrives as two lines: each is judged alone, so a
-    /// would-be command after the LF is only ever a (harmless) file name argument.
+    /// In a CRLF listing a bare LF is part of the name, which is refused whole: never two
+    /// names, the second one invented, and never a command.
     #[test]
-    fn nlst_lf_in_a_name_cannot_inject_a_command() {
-        let listing = parse_nlst(b"evil\nDELE important\r\n", "/pub");
-        assert_eq!(listing.names, ["evil", "DELE important"]);
+    fn nlst_lf_in_a_name_is_refused_whole() {
+        let listing = parse_nlst(b"good\r\nevil\nDELE important\r\nlast\r\n", "/pub");
+        assert_eq!(listing.names, ["good", "last"]);
+        assert_eq!(listing.rejected.len(), 1, "{listing:?}");
+        assert_eq!(listing.rejected[0].line, "evil\\nDELE important");
+        assert_eq!(
+            listing.rejected[0].reason,
+            NameError::ForbiddenByte { byte: b'\n' }
+        );
+        // An LF right before the CRLF is the name's own too.
+        let listing = parse_nlst(b"a\r\nb\n\r\n", "/pub");
+        assert_eq!(listing.names, ["a"]);
+        assert_eq!(listing.rejected[0].line, "b\\n");
         let listing = parse_nlst(b"evil\r\rDELE important\r\n", "/pub");
         assert!(listing.names.is_empty());
         assert_eq!(listing.rejected.len(), 1);
+    }
+
+    /// A server that ends its lines with LF alone: each LF ends a line.
+    #[test]
+    fn nlst_lf_only_listing_splits_at_lf() {
+        let listing = parse_nlst(b"a.txt\nb.txt\nbad\rname\n", "/pub");
+        assert_eq!(listing.names, ["a.txt", "b.txt"]);
+        assert_eq!(listing.rejected[0].line, "bad\\rname");
+        let mlsd = parse_mlsd(b"type=file;size=1; a\ntype=file;size=2; b\n", "/pub");
+        let names: Vec<&str> = mlsd.entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    /// MLSD frames its lines the same way: a bare LF in a name refuses that entry whole,
+    /// and the refused entry carries its name, not its facts.
+    #[test]
+    fn mlsd_lf_in_a_name_is_refused_whole() {
+        let mlsd = parse_mlsd(
+            b"type=file;size=1; a\r\ntype=file;size=2; bad\nname\r\n",
+            "/pub",
+        );
+        let names: Vec<&str> = mlsd.entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["a"]);
+        assert_eq!(mlsd.rejected.len(), 1, "{mlsd:?}");
+        assert_eq!(mlsd.rejected[0].line, "bad\\nname");
+        assert_eq!(mlsd.rejected[0].name, "bad\nname");
+        // A line whose facts cannot be read is shown whole: `x` is not known to be a name.
+        let mlsd = parse_mlsd(b"DELE x\r\ntype=file;size=zz; b\r\n", "/pub");
+        let lines: Vec<&str> = mlsd.rejected.iter().map(|r| r.line.as_str()).collect();
+        assert_eq!(lines, ["DELE x", "b"]);
     }
 
     fn mlsd(line: &str) -> Result<MlsdLine, MlsdError> {
@@ -622,6 +695,7 @@ type=file;size=3; b.txt";
             listing.rejected,
             [RejectedLine {
                 line: "garbage".to_owned(),
+                name: "garbage".to_owned(),
                 reason: MlsdError::NoSeparator
             }]
         );

@@ -84,6 +84,7 @@ pub fn with_members(mut j: NewJob, names: &[&str]) -> NewJob {
             name: n.to_string(),
             size: Some(n.len() as u64),
             modified: None,
+            refused: None,
         })
         .collect();
     j
