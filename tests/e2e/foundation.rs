@@ -199,7 +199,7 @@ fn plaintext_passwords_appear_nowhere() {
     );
 }
 
-/// Every SPEC §2 bad input: a clear message, exit code 4, and nothing stored.
+/// Every RULES.md §2 bad input: a clear message, exit code 4, and nothing stored.
 #[test]
 fn bad_inputs_are_refused_with_a_clear_message_and_nothing_is_stored() {
     let d = Bftpd::start().unwrap();

@@ -1,5 +1,5 @@
 //! The third-party transfer engine (`bftp-ftp`) against the scripted hostile server
-//! (SPEC §5, §6, §8): a PASV naming a third host or a privileged port, a 5yz after a
+//! (RULES.md §5, §6, §8): a PASV naming a third host or a privileged port, a 5yz after a
 //! dropped data connection, replies without a code, hostile names in a listing, an
 //! endless reply line, 421 mid-transfer, silence, a refused login. Wherever bytes move,
 //! the other side is a real vsftpd, and what the engine did is checked on the wire: in
@@ -1024,7 +1024,7 @@ fn endless_reply_line_fails_fast_with_bounded_memory() -> Result<()> {
 
 /// The configured reply limits hold for the greeting too (our parser reads it): a 60 KiB
 /// greeting line is refused as over-long when the limit is 4 KiB, as a 60 KiB reply to
-/// PASS is: a protocol error (SPEC §5). An endless greeting is cut at the same bound: a
+/// PASS is: a protocol error (RULES.md §5). An endless greeting is cut at the same bound: a
 /// transient failure, with bounded memory.
 #[test]
 fn greeting_obeys_the_configured_reply_limits() -> Result<()> {
@@ -1623,7 +1623,7 @@ fn nlst_sizes_are_pipelined_and_the_connection_stays_in_step() -> Result<()> {
 }
 
 /// A cancel (or the end of a shutdown grace) in the middle of a transfer: ABOR goes to
-/// both servers (SPEC §9), then both connections are closed, within a short bound even
+/// both servers (RULES.md §9), then both connections are closed, within a short bound even
 /// though the stalled source never answers.
 #[test]
 fn abort_mid_transfer_sends_abor_on_both_connections() -> Result<()> {

@@ -27,7 +27,7 @@ fn is_timeout(e: &anyhow::Error) -> bool {
 }
 
 /// Where a careful client connects for a passive reply: the control connection's peer
-/// address with the announced port, whatever host the reply names (SPEC §6).
+/// address with the announced port, whatever host the reply names (RULES.md §6).
 fn data_addr(ftp: &RawFtp, port: u16) -> Result<SocketAddr> {
     Ok(SocketAddr::new(ftp.peer_addr()?.ip(), port))
 }
@@ -734,7 +734,7 @@ fn simultaneous_sessions_each_transfer() -> Result<()> {
 
 /// FXP, RFC 1068 Figure 2 order, with the hostile server as the passive source. Its PASV
 /// names a third host, so the PORT sent to vsftpd carries the hostile server's control
-/// address with the announced port (SPEC §6), and the copy still works.
+/// address with the announced port (RULES.md §6), and the copy still works.
 #[test]
 fn fxp_from_hostile_passive_source_to_vsftpd() -> Result<()> {
     let bytes = payload(300_000, 20);

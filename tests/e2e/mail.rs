@@ -64,7 +64,7 @@ fn parts(raw: &str) -> (String, Value, String) {
     (body, json, att.attachment_name().unwrap_or("").to_string())
 }
 
-/// SPEC §3/§4.6: the report of a multi-file job with one permanent failure, field by field.
+/// RULES.md §3/§4.6: the report of a multi-file job with one permanent failure, field by field.
 #[test]
 fn the_report_of_a_partial_job_arrives_with_every_field() {
     let sink = SmtpSink::start().unwrap();
@@ -211,7 +211,7 @@ fn the_report_of_a_partial_job_arrives_with_every_field() {
     assert_eq!(members.iter().map(key).collect::<Vec<_>>(), shown);
 }
 
-/// SPEC §4.6: with the relay down when the job finishes, the report waits in the outbox and
+/// RULES.md §4.6: with the relay down when the job finishes, the report waits in the outbox and
 /// arrives once the relay is back, exactly once.
 #[test]
 fn a_report_waits_out_an_smtp_outage_and_arrives_once() {
@@ -258,7 +258,7 @@ fn a_report_waits_out_an_smtp_outage_and_arrives_once() {
     assert_eq!(status(&d, id)["report"]["tries"].as_u64(), Some(tries));
 }
 
-/// SPEC §4.6: kill -9 between the finish and the delivery. The report is delivered after the
+/// RULES.md §4.6: kill -9 between the finish and the delivery. The report is delivered after the
 /// restart; a crash after the relay stored it but before bftpd recorded the delivery sends it
 /// again (at least once), with the same Message-ID, never another one.
 #[test]
@@ -336,7 +336,7 @@ fn kill9_between_finish_and_delivery_keeps_the_report_and_its_message_id() {
     assert_ne!(first_id, second_id);
 }
 
-/// SPEC §8 and RFC 1068: cancelling a job mails its owner a report that says so; with no
+/// RULES.md §8 and RFC 1068: cancelling a job mails its owner a report that says so; with no
 /// notify address it goes to the owner's login at `owner_domain`.
 #[test]
 fn cancel_mails_the_owner_a_report() {

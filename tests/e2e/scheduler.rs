@@ -197,7 +197,7 @@ pub(crate) fn content(name: &str, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// SPEC §5 backoff: the waits between attempt starts are the configured ones (1 s, 2 s, 4 s
+/// RULES.md §5 backoff: the waits between attempt starts are the configured ones (1 s, 2 s, 4 s
 /// with factor 2), and the job succeeds on the first attempt after the destination is back.
 #[test]
 fn a_destination_down_at_first_is_retried_on_schedule_and_then_succeeds() {
@@ -297,7 +297,7 @@ fn a_destination_down_at_first_is_retried_on_schedule_and_then_succeeds() {
     );
 }
 
-/// SPEC §4.4: the membership is the first listing. A file that appears later, while the job
+/// RULES.md §4.4: the membership is the first listing. A file that appears later, while the job
 /// waits for its retry, is not part of it; the ledger holds exactly the frozen members.
 #[test]
 fn a_file_that_appears_after_the_first_listing_is_not_transferred() {
@@ -367,7 +367,7 @@ fn a_file_that_appears_after_the_first_listing_is_not_transferred() {
         .all(|e| e.path != "/out/c.dat"));
 }
 
-/// SPEC §3: a 550 on one file fails that member and the others go on: the job is `partial`,
+/// RULES.md §3: a 550 on one file fails that member and the others go on: the job is `partial`,
 /// after one attempt.
 #[test]
 fn one_unreadable_file_fails_only_its_member() {
@@ -430,7 +430,7 @@ fn one_unreadable_file_fails_only_its_member() {
     );
 }
 
-/// SPEC §3: a login refused fails the whole job at once (`failed`, one attempt), with the
+/// RULES.md §3: a login refused fails the whole job at once (`failed`, one attempt), with the
 /// reason in the ledger and the history.
 #[test]
 fn a_refused_login_fails_the_job_with_the_reason() {
@@ -551,7 +551,7 @@ pub(crate) fn poll(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) 
 
 pub(crate) const BIG: u64 = 300 << 20;
 
-/// SPEC §9: at SIGTERM a running transfer gets the grace period, then is aborted and stays
+/// RULES.md §9: at SIGTERM a running transfer gets the grace period, then is aborted and stays
 /// queued; bftpd exits within the grace period (plus a bounded margin), and after the restart
 /// the job is done again and completes with identical bytes.
 #[test]
@@ -714,7 +714,7 @@ fn cancel_of_a_running_job_stops_it_promptly() {
     }
 }
 
-/// SPEC §2 `delete`: DELE only, no destination. Each listed file is deleted, nothing is
+/// RULES.md §2 `delete`: DELE only, no destination. Each listed file is deleted, nothing is
 /// copied anywhere, and a file outside the pattern stays.
 #[test]
 fn a_delete_job_deletes_the_sources_and_copies_nothing() {
@@ -769,7 +769,7 @@ fn a_delete_job_deletes_the_sources_and_copies_nothing() {
     );
 }
 
-/// SPEC §9 "stop taking work": at SIGTERM the file in flight may finish within the grace
+/// RULES.md §9 "stop taking work": at SIGTERM the file in flight may finish within the grace
 /// period, but no further file of a multi-file job starts; the job goes back to the queue
 /// and completes after the restart.
 #[test]
@@ -824,7 +824,7 @@ fn sigterm_starts_no_new_file_and_the_rest_is_done_after_restart() {
 }
 
 /// An append whose source file does not exist fails that member for good at once, as a
-/// replace does (SPEC §5: 550 is permanent), instead of retrying until the job is exhausted.
+/// replace does (RULES.md §5: 550 is permanent), instead of retrying until the job is exhausted.
 #[test]
 fn an_append_of_a_missing_source_fails_at_once() {
     let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
@@ -995,7 +995,7 @@ fn a_multi_file_job_copies_on_parallel_pairs() {
     );
 }
 
-/// Issue 4 / SPEC §9: cancelling a job whose copy is under way sends ABOR to the servers
+/// Issue 4 / RULES.md §9: cancelling a job whose copy is under way sends ABOR to the servers
 /// (here the scripted source, which stalls in the middle of sending the file) before the
 /// connections close, and the cancel answers at once.
 #[test]

@@ -107,7 +107,7 @@ fn check_invariants(when: &str, src: &FtpServer, dst: &FtpServer, append: &Job, 
     }
 }
 
-/// SPEC §4.3: 20+ SIGKILLs of bftpd at random moments during three wildcard jobs (replace,
+/// RULES.md §4.3: 20+ SIGKILLs of bftpd at random moments during three wildcard jobs (replace,
 /// append onto a known prefix, move). After the restarts every replace member succeeded with
 /// identical bytes and none was skipped; no append duplicated data (prefix + content exactly
 /// once, or `uncertain` with prefix + at most the content once); no source of the move was deleted

@@ -1,6 +1,6 @@
 //! A scripted hostile FTP server: a minimal, in-memory FTP server whose reply to any command
 //! can be replaced by a scripted [`Action`], to produce on cue the misbehaviour real servers
-//! won't show (SPEC §5, §6, §8; STYLE "Tests"): a PASV reply naming a third host or a port
+//! won't show (RULES.md §5, §6, §8): a PASV reply naming a third host or a port
 //! below 1024, a 5yz after a dropped data connection, a reply with no code, NLST names with
 //! CR/LF or NUL, an endless reply line, 421 in the middle of a transfer, silence.
 //!
@@ -34,7 +34,7 @@
 //! How it behaves, where servers differ:
 //! - Before login only USER, PASS, ACCT, QUIT, FEAT, NOOP, SYST, HELP and OPTS are served;
 //!   anything else gets 530.
-//! - SIZE is refused (550) in ASCII mode, as proFTPD does: send TYPE I first (SPEC §6).
+//! - SIZE is refused (550) in ASCII mode, as proFTPD does: send TYPE I first (RULES.md §6).
 //!   Transfers are binary whatever the TYPE.
 //! - Every transfer needs its own PASV/EPSV/PORT/EPRT. A passive transfer waits for the data
 //!   connection before answering 150 and, like a real server blocked there, reads no command

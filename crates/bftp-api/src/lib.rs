@@ -12,7 +12,7 @@
 //! - `GET /v1/jobs/{id}` → [`JobView`]; 404 also for another user's job.
 //! - `POST /v1/jobs/{id}/cancel` → [`JobView`]; 409 if it already finished.
 //! - `POST /v1/verify` with [`SubmitRequest`] → [`VerifyResponse`]: the daemon logs in to both
-//!   servers and checks the job without transferring (SPEC §7).
+//!   servers and checks the job without transferring (RULES.md §7).
 //! - `POST /v1/transfer` with [`SubmitRequest`] → a stream of [`TransferEvent`]s, one JSON
 //!   object per line (`application/x-ndjson`): a foreground copy without the queue. Closing
 //!   the connection aborts it.
@@ -24,7 +24,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The header carrying the request key (SPEC §4.5).
+/// The header carrying the request key (RULES.md §4.5).
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 pub const API_PREFIX: &str = "/v1";
 
@@ -246,7 +246,7 @@ pub struct JobView {
     #[serde(default)]
     pub counts: MemberCounts,
     pub history: Vec<EventView>,
-    /// The mailed report, once the job is final (SPEC §4.6).
+    /// The mailed report, once the job is final (RULES.md §4.6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<ReportView>,
 }

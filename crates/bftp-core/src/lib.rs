@@ -1,5 +1,5 @@
-//! The bftp job model: what a request is (SPEC §2), the states a job and its members go
-//! through (SPEC §3), the validation of user input, and the retry/backoff arithmetic (SPEC §5).
+//! The bftp job model: what a request is (RULES.md §2), the states a job and its members go
+//! through (RULES.md §3), the validation of user input, and the retry/backoff arithmetic (RULES.md §5).
 //!
 //! Pure: no I/O, no clock (callers pass `now`), no randomness (callers pass the jitter draw).
 

@@ -1,4 +1,4 @@
-//! A transfer request (SPEC §2) and its validation.
+//! A transfer request (RULES.md §2) and its validation.
 
 use std::fmt;
 use std::str::FromStr;
@@ -117,7 +117,7 @@ macro_rules! keyword_enum {
 }
 
 keyword_enum!(
-    /// What happens to the source file (SPEC §2).
+    /// What happens to the source file (RULES.md §2).
     Disposition { Copy => "copy", Move => "move", Delete => "delete" } what = "source disposition"
 );
 keyword_enum!(
@@ -233,7 +233,7 @@ pub struct FtpParams {
     pub structure: FileStructure,
 }
 
-/// A complete, validated-on-demand request (SPEC §2).
+/// A complete, validated-on-demand request (RULES.md §2).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobSpec {
     pub source: Endpoint,
@@ -446,7 +446,7 @@ pub fn check_mailbox(m: &str) -> Result<(), ValidationError> {
 }
 
 impl JobSpec {
-    /// Every check of SPEC §2 that needs no DNS: the host policy is the daemon's (§8).
+    /// Every check of RULES.md §2 that needs no DNS: the host policy is the daemon's (§8).
     pub fn validate(&self) -> Result<(), ValidationErrors> {
         let mut errs = Vec::new();
         check_endpoint(&mut errs, "source", &self.source);

@@ -1,4 +1,4 @@
-//! FTP reply codes and the retry classification of SPEC §5.
+//! FTP reply codes and the retry classification of RULES.md §5.
 //!
 //! [`classify`] is the one function that decides what an answer from a server means
 //! for a job: wait, go on, retry later, give up, or fall back to another command.
@@ -286,7 +286,7 @@ pub enum PermanentKind {
     Overridden(ReplyCode),
 }
 
-/// Classify the outcome of `command` (SPEC §5): 1yz wait, 2yz done, 3yz continue,
+/// Classify the outcome of `command` (RULES.md §5): 1yz wait, 2yz done, 3yz continue,
 /// 4yz retry later, 5yz stop, transport failures and code-less replies retry later,
 /// with the short list of exceptions in `means_not_supported`.
 pub fn classify(command: CommandKind, outcome: Outcome) -> Disposition {
@@ -338,7 +338,7 @@ fn means_not_supported(command: CommandKind, code: ReplyCode) -> bool {
     use CommandKind::{Eprt, Epsv, Feat, Mdtm, Mlsd, Pasv, Port, Size};
     match (command, code.get()) {
         // Syntax error, not implemented, parameter not implemented (RFC 959 §4.2).
-        // SPEC §5 names PASV, EPSV, PORT, EPRT, MLSD and SIZE; MDTM (RFC 3659) and
+        // RULES.md §5 names PASV, EPSV, PORT, EPRT, MLSD and SIZE; MDTM (RFC 3659) and
         // FEAT (RFC 2389) are just as optional.
         (Pasv | Epsv | Port | Eprt | Mlsd | Size | Mdtm | Feat, 500 | 501 | 502 | 504) => true,
         // RFC 2428: 522 "network protocol not supported" (IPv6 vs IPv4).
@@ -357,7 +357,7 @@ pub enum TreatAs {
     Permanent,
 }
 
-/// A per-host exception from the configuration (SPEC §5): RFC 1068 saw servers
+/// A per-host exception from the configuration (RULES.md §5): RFC 1068 saw servers
 /// send 5yz for a broken connection. For example `host_pattern = "*.example.net"`,
 /// `code = 550`, `treat_as = Transient`.
 ///
@@ -564,7 +564,7 @@ mod tests {
         assert!(!C::Retr.is_login());
     }
 
-    /// Every rule of SPEC §5 and every exception, one row each.
+    /// Every rule of RULES.md §5 and every exception, one row each.
     #[test]
     fn classify_table() {
         use TransportFailure as F;

@@ -1,4 +1,4 @@
-//! Retry policy and capped exponential backoff with jitter (SPEC §5).
+//! Retry policy and capped exponential backoff with jitter (RULES.md §5).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Job and member states and the one transition function (SPEC §3).
+//! Job and member states and the one transition function (RULES.md §3).
 
 use std::fmt;
 

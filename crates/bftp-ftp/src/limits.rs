@@ -12,7 +12,7 @@ use bftp_core::{Endpoint, Secret, ANONYMOUS};
 use crate::parse::ReplyLimits;
 use crate::transcript::TranscriptLimits;
 
-/// One server and the account to log in with (SPEC §2): the job's [`Endpoint`] without its path.
+/// One server and the account to log in with (RULES.md §2): the job's [`Endpoint`] without its path.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ServerLogin {
     pub host: String,
@@ -62,7 +62,7 @@ impl fmt::Debug for ServerLogin {
     }
 }
 
-/// The daemon's host policy (SPEC §8), applied to the addresses a host name resolved
+/// The daemon's host policy (RULES.md §8), applied to the addresses a host name resolved
 /// to, before any connection is made: `Err(reason)` refuses the host.
 pub trait AddressCheck: Send + Sync {
     fn check(&self, host: &str, addrs: &[IpAddr]) -> Result<(), String>;
@@ -87,7 +87,7 @@ impl AddressCheck for AllowAll {
     }
 }
 
-/// Timeouts, size bounds and reply overrides for sessions and transfers (SPEC §5, §6).
+/// Timeouts, size bounds and reply overrides for sessions and transfers (RULES.md §5, §6).
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Resolving and connecting, per address tried.
@@ -104,7 +104,7 @@ pub struct Limits {
     pub max_listing_bytes: usize,
     pub transcript: TranscriptLimits,
     /// Per-host reply overrides from the configuration, applied by `classify_for_host`
-    /// before the table of SPEC §5.
+    /// before the table of RULES.md §5.
     pub overrides: Vec<ReplyOverride>,
 }
 

@@ -65,7 +65,7 @@ pub enum SessionError {
 }
 
 impl SessionError {
-    /// What this means for classification (SPEC §5): transport failures and
+    /// What this means for classification (RULES.md §5): transport failures and
     /// unreadable replies are transient.
     pub fn outcome(&self) -> Outcome {
         match self {
@@ -113,7 +113,7 @@ pub enum ConnectError {
 }
 
 impl ConnectError {
-    /// The retry decision for this failure (SPEC §5).
+    /// The retry decision for this failure (RULES.md §5).
     pub fn disposition(&self, host: &str, limits: &Limits) -> Disposition {
         match self {
             ConnectError::AddressRefused { .. } | ConnectError::MissingCredential { .. } => {
@@ -533,7 +533,7 @@ impl LoginState<'_> {
     }
 }
 
-/// The transport failure an I/O error stands for (SPEC §5: all transient).
+/// The transport failure an I/O error stands for (RULES.md §5: all transient).
 pub(crate) fn io_failure(e: &std::io::Error) -> TransportFailure {
     use std::io::ErrorKind::*;
     match e.kind() {

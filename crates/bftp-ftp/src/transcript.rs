@@ -1,4 +1,4 @@
-//! The bounded record of what was said on the control connections (SPEC §6), kept for
+//! The bounded record of what was said on the control connections (RULES.md §6), kept for
 //! the report as RFC 1068 did: every command sent (PASS and ACCT arguments masked),
 //! every reply received, and notes about what the engine decided.
 //!

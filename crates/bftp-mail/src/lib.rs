@@ -1,4 +1,4 @@
-//! The report bftpd mails when a job reaches a final state (SPEC §3, §4.6, §8), and its
+//! The report bftpd mails when a job reaches a final state (RULES.md §3, §4.6, §8), and its
 //! delivery.
 //!
 //! - [`render`] turns a finished or cancelled job into a [`Report`]: a subject, a plain-text

@@ -1,7 +1,7 @@
 //! The report, as text for people and JSON for programs. Pure: no I/O, no clock.
 //!
 //! The outcome comes first, in words, because "finished" only says that bftpd stopped
-//! working on a job (SPEC §3). Every string that came from outside (server replies, file
+//! working on a job (RULES.md §3). Every string that came from outside (server replies, file
 //! names, user input) is scrubbed of the job's secrets and has its control characters shown
 //! escaped before it is placed; the finished subject, text and JSON are scrubbed once more.
 

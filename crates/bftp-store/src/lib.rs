@@ -1,10 +1,10 @@
-//! The durable job queue of bftpd (SPEC §4), behind the narrow [`JobStore`] trait.
+//! The durable job queue of bftpd (RULES.md §4), behind the narrow [`JobStore`] trait.
 //!
 //! This is the only crate that touches the storage engine (sled 0.34, in [`SledStore`]); a
 //! shared store for several daemons (PostgreSQL) can implement the same trait later.
 //!
 //! Rules every implementation keeps:
-//! - a write is acknowledged only once durable (SPEC §4.1);
+//! - a write is acknowledged only once durable (RULES.md §4.1);
 //! - a job's state changes only through `bftp_core::transition`, and the new state, its index
 //!   entries and its history event are written in one transaction;
 //! - secrets arrive sealed and keywords and request keys as keyed hashes: nothing secret is
@@ -76,7 +76,7 @@ pub trait JobStore: Send + Sync {
 
     /// Finishes the job after making every pending member `pending_become` (with `detail`),
     /// with the outcome its members add up to: a job-level permanent failure or exhausted
-    /// retries (SPEC §3, §5). The job's report goes into the outbox, due now. One
+    /// retries (RULES.md §3, §5). The job's report goes into the outbox, due now. One
     /// transaction, durable before it returns.
     fn settle_and_finish(
         &self,
@@ -86,7 +86,7 @@ pub trait JobStore: Send + Sync {
         detail: Option<String>,
     ) -> Result<Job, StoreError>;
 
-    /// Fixes the membership of a job submitted without members (SPEC §4.4), once: a second
+    /// Fixes the membership of a job submitted without members (RULES.md §4.4), once: a second
     /// call is `MembersAlreadyFrozen`, on a finished or cancelled job `JobIsFinal`. Durable.
     fn freeze_members(
         &self,

@@ -73,7 +73,7 @@ pub struct SealedSpec {
     pub keyword_present: bool,
 }
 
-/// The idempotency key of a submission (SPEC §4.5), both parts hashed by the daemon.
+/// The idempotency key of a submission (RULES.md §4.5), both parts hashed by the daemon.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequestKey {
     pub key_hash: KeyHash,
@@ -108,7 +108,7 @@ pub struct Job {
     pub keyword_hash: Option<KeyHash>,
     pub member_count: u32,
     /// True once the membership is fixed: at submit when members were given, else after
-    /// `freeze_members` (SPEC §4.4: later attempts never list again).
+    /// `freeze_members` (RULES.md §4.4: later attempts never list again).
     pub members_frozen: bool,
 }
 
@@ -240,7 +240,7 @@ pub struct StateCounts {
     pub cancelled: u64,
 }
 
-/// Where a job's report stands in the outbox (SPEC §4.6).
+/// Where a job's report stands in the outbox (RULES.md §4.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutboxState {
     /// Waiting for its next delivery try, at [`OutboxEntry::next_try_at`].

@@ -1,6 +1,6 @@
 //! `bftp`, the front end of bftpd: submit, inspect and cancel server-to-server FTP transfer
 //! jobs, verify one, or run one in the foreground. It never touches the store or an FTP
-//! server; it talks HTTP/JSON to bftpd on a Unix socket (SPEC §7).
+//! server; it talks HTTP/JSON to bftpd on a Unix socket (RULES.md §7).
 //!
 //! Exit codes (see [`exit::Exit`]):
 //!

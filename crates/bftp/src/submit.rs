@@ -147,7 +147,7 @@ fn check_request_key(key: &str) -> Result<(), Failure> {
 }
 
 /// Re-sends after a lost connection, same bytes and same key: bftpd answers a repeat with the
-/// job the first one made (SPEC §4.5), so a retry cannot make a second job.
+/// job the first one made (RULES.md §4.5), so a retry cannot make a second job.
 const RESEND_DELAYS: [Duration; 2] = [Duration::from_millis(300), Duration::from_secs(1)];
 
 pub async fn send(

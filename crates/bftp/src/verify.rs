@@ -1,5 +1,5 @@
 //! `bftp verify`: bftpd logs in to both servers and checks the job without transferring
-//! (SPEC §7), from the vantage point of the real transfer.
+//! (RULES.md §7), from the vantage point of the real transfer.
 
 use anyhow::Context;
 use bftp_api::{VerifyResponse, API_PREFIX};

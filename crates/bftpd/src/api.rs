@@ -208,7 +208,7 @@ fn seal_spec(secrets: &Secrets, spec: &JobSpec) -> SealedSpec {
     }
 }
 
-/// Resolves every host of the job and applies the host policy to each address (SPEC §8).
+/// Resolves every host of the job and applies the host policy to each address (RULES.md §8).
 async fn check_hosts(policy: &HostPolicy, spec: &JobSpec) -> Result<(), ApiError> {
     for ep in std::iter::once(&spec.source).chain(spec.destination.as_ref()) {
         let addrs: Vec<IpAddr> = match ep.host.parse::<IpAddr>() {

@@ -1,8 +1,8 @@
 //! One attempt of one job, with the engine: the [`Executor`] the scheduler runs.
 //!
 //! The per-file ledger is written as it happens, each change durable before the next
-//! action that depends on it (SPEC §4.2). Effects that are not safe to repeat are fenced by
-//! an intent recorded before them (SPEC §4.3):
+//! action that depends on it (RULES.md §4.2). Effects that are not safe to repeat are fenced by
+//! an intent recorded before them (RULES.md §4.3):
 //! - APPE: the destination size before, and the source size; after a crash the destination
 //!   size tells whether the append happened (before + source), did not (before), or cannot
 //!   be told (anything else: `uncertain`);
@@ -691,7 +691,7 @@ impl Run {
         LaneEnd { end, transient }
     }
 
-    /// SPEC §4.4: the first successful listing, matched by us, durable before any member moves.
+    /// RULES.md §4.4: the first successful listing, matched by us, durable before any member moves.
     async fn freeze(&self, pair: &mut Pair, spec: &JobSpec) -> Result<(), AttemptEnd> {
         let listing = pair
             .list_source(spec.source.dir(), spec.source.file_name())

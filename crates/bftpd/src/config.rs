@@ -343,7 +343,7 @@ impl RetryBoundsConfig {
     }
 }
 
-/// Which addresses jobs may name (SPEC §8), checked on every address a host resolves to.
+/// Which addresses jobs may name (RULES.md §8), checked on every address a host resolves to.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostPolicyConfig {

@@ -1,7 +1,7 @@
 //! The daemon's side of the engine: FTP settings from the config, the host policy as the
 //! engine's address check (re-applied at every connect, so DNS changes after submit cannot
 //! reach a denied address), paths of a job's files, and the two foreground operations of
-//! SPEC §7: `verify` and `transfer`.
+//! RULES.md §7: `verify` and `transfer`.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -45,7 +45,7 @@ pub struct FtpConfig {
     /// that allow fewer sessions per client than bftpd's pairs plus these looks.
     #[serde(default = "d_watch")]
     pub watch_progress: bool,
-    /// Per-host reply overrides (SPEC §5), for servers that send a 5yz for a broken
+    /// Per-host reply overrides (RULES.md §5), for servers that send a 5yz for a broken
     /// connection: `{ host = "ftp.example.org", code = 550, treat_as = "transient" }`.
     #[serde(default)]
     pub overrides: Vec<OverrideConfig>,
@@ -739,7 +739,7 @@ impl Worker {
     }
 }
 
-/// Per-host connection limits, shared by every transfer of the daemon (SPEC §6): a pair
+/// Per-host connection limits, shared by every transfer of the daemon (RULES.md §6): a pair
 /// takes one connection on each of its two hosts.
 pub struct HostLimits {
     /// Connection pairs one job (or one foreground transfer) runs at once.

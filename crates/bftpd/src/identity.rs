@@ -1,5 +1,5 @@
 //! Who is calling: the Unix user on the other end of the socket (SO_PEERCRED), and whether
-//! that user may act on every job (SPEC §8).
+//! that user may act on every job (RULES.md §8).
 
 use anyhow::Context;
 use nix::unistd::{Gid, Group, Uid, User};

@@ -1,4 +1,4 @@
-//! The postman: delivers the reports of final jobs from the store's outbox (SPEC §4.6).
+//! The postman: delivers the reports of final jobs from the store's outbox (RULES.md §4.6).
 //!
 //! The store writes a job's outbox entry in the same transaction that finishes or cancels
 //! it; the postman renders the report from what the store holds (the job, its ledger, its

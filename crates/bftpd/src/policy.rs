@@ -1,4 +1,4 @@
-//! The host policy (SPEC §8): which addresses a job may make the daemon connect to, checked on
+//! The host policy (RULES.md §8): which addresses a job may make the daemon connect to, checked on
 //! every address a name resolves to, so that bftpd is no tool for reaching internal services.
 
 use std::net::IpAddr;

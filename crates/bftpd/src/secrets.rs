@@ -1,5 +1,5 @@
 //! The daemon's secret key: sealing FTP passwords at rest, and the keyed hashes that stand in
-//! for keywords and request keys (SPEC §8: the keyword is never stored in clear).
+//! for keywords and request keys (RULES.md §8: the keyword is never stored in clear).
 
 use std::fs::OpenOptions;
 use std::io::{Read, Write};

@@ -1,4 +1,4 @@
-//! Turning an API [`SubmitRequest`] into a validated core [`JobSpec`] (SPEC §2).
+//! Turning an API [`SubmitRequest`] into a validated core [`JobSpec`] (RULES.md §2).
 
 use std::time::Duration;
 

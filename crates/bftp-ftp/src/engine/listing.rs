@@ -1,4 +1,4 @@
-//! Listing the source directory for a wildcard job (SPEC §4.4, §8).
+//! Listing the source directory for a wildcard job (RULES.md §4.4, §8).
 //!
 //! MLSD when FEAT offers MLST (RFC 3659), else NLST; either way over a data
 //! connection from the source to the controller: listing data may flow to bftpd,
@@ -136,7 +136,7 @@ pub enum ListError {
 }
 
 impl ListError {
-    /// The retry decision (SPEC §5): a missing directory is a job-level permanent
+    /// The retry decision (RULES.md §5): a missing directory is a job-level permanent
     /// failure; transport trouble and code-less listings are transient.
     pub fn disposition(&self) -> Disposition {
         match self {

@@ -1,4 +1,4 @@
-//! The third-party transfer engine (SPEC §6): a [`Pair`] of logged-in control
+//! The third-party transfer engine (RULES.md §6): a [`Pair`] of logged-in control
 //! connections, one to the source server and one to the destination, opened once per
 //! job and reused for its members.
 //!
@@ -10,7 +10,7 @@
 //!   (`verify.rs`).
 //!
 //! Every decision about a reply goes through `bftp_core::reply::classify_for_host`
-//! (the per-host overrides of [`Limits`], then the table of SPEC §5).
+//! (the per-host overrides of [`Limits`], then the table of RULES.md §5).
 
 mod listing;
 mod outcome;
@@ -261,7 +261,7 @@ impl Pair {
         tokio::join!(self.src.quit(), self.dst.quit());
     }
 
-    /// Copy one file server to server (SPEC §6). `transfer.rs` documents the phases.
+    /// Copy one file server to server (RULES.md §6). `transfer.rs` documents the phases.
     ///
     /// `Err` only for job-level failures ([`JobFailure`]): the pair is closed, FXP was
     /// refused in both role orders, neither server offers passive mode, or
@@ -279,7 +279,7 @@ impl Pair {
     }
 
     /// [`Pair::copy`], unless `abort` completes first (a cancel, the end of a shutdown
-    /// grace): then ABOR goes to both servers at once (SPEC §9), their replies are read
+    /// grace): then ABOR goes to both servers at once (RULES.md §9), their replies are read
     /// for at most [`ABOR_WAIT`] (a server blocked waiting for a data connection ignores
     /// ABOR), both connections are closed and the copy ends in [`JobFailure::Aborted`].
     /// The partial destination file is left as it is: the caller decides (bftpd deletes a
@@ -365,7 +365,7 @@ impl Pair {
         self.recorder.note(side, text);
     }
 
-    /// Classify a reply or a session failure from `side` (SPEC §5, with overrides).
+    /// Classify a reply or a session failure from `side` (RULES.md §5, with overrides).
     fn classify(
         &self,
         side: Side,
@@ -425,7 +425,7 @@ impl Pair {
         self.dead = Some(why.to_owned());
     }
 
-    /// TYPE, MODE and STRU as the job says (SPEC §2), as custom commands: `TYPE A`,
+    /// TYPE, MODE and STRU as the job says (RULES.md §2), as custom commands: `TYPE A`,
     /// never `TYPE A N`, which some servers refuse.
     async fn set_params(&mut self, side: Side) -> Result<(), PairError> {
         let lines = [
@@ -556,7 +556,7 @@ impl Pair {
     }
 
     /// SIZE of `path` on `side`, in image type: the evidence the scheduler needs to
-    /// resolve an interrupted APPE (SPEC §4.3). `Ok(None)`: 550, no such file.
+    /// resolve an interrupted APPE (RULES.md §4.3). `Ok(None)`: 550, no such file.
     /// A server without SIZE is an error ([`ActionError::NotSupported`]), never a
     /// size of 0: an append must not be repeated on a guess.
     pub async fn size(&mut self, side: Side, path: &str) -> Result<Option<u64>, ActionError> {
@@ -684,7 +684,7 @@ impl Pair {
 }
 
 /// How long ABOR may take to be answered before the connection is closed: servers
-/// blocked waiting for a data connection ignore it (SPEC §6).
+/// blocked waiting for a data connection ignore it (RULES.md §6).
 pub(crate) const ABOR_WAIT: Duration = Duration::from_secs(2);
 
 /// Send ABOR on `session` and read by `deadline` up to two replies: the interrupted
@@ -829,7 +829,7 @@ pub enum ActionError {
 }
 
 impl ActionError {
-    /// The retry decision (SPEC §5).
+    /// The retry decision (RULES.md §5).
     pub fn disposition(&self) -> Disposition {
         match self {
             ActionError::Closed { .. } => outcome::connection_gone(),

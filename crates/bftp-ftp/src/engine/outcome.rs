@@ -11,7 +11,7 @@ use crate::parse::{AddressError, NameError, Reply};
 use crate::session::{ConnectError, SessionError};
 use crate::transcript::{Side, Transcript};
 
-/// The last thing a server said on its control connection (SPEC §3: the member keeps
+/// The last thing a server said on its control connection (RULES.md §3: the member keeps
 /// the last reply from each server).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LastReply {
@@ -118,7 +118,7 @@ impl fmt::Display for Fallback {
     }
 }
 
-/// The size evidence of a copy (SPEC §4.2).
+/// The size evidence of a copy (RULES.md §4.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SizeCheck {
     /// SIZE in image type on both sides agrees. For APPE, `destination_before` is
@@ -205,7 +205,7 @@ pub struct AttemptReport {
     pub destination_final: Option<LastReply>,
     pub fallbacks: Vec<Fallback>,
     /// APPE: the destination size before the append (0 if the file did not exist),
-    /// recorded before APPE was sent (SPEC §4.3).
+    /// recorded before APPE was sent (RULES.md §4.3).
     pub destination_size_before: Option<u64>,
     /// APPE that failed: the destination size afterwards, where SIZE told.
     pub destination_size_after: Option<u64>,
@@ -285,7 +285,7 @@ impl CopyOutcome {
 }
 
 /// A job-level failure: the condition is about the servers, not about one file, and
-/// the pair is unusable (SPEC §3: login refused, FXP refused by both servers,
+/// the pair is unusable (RULES.md §3: login refused, FXP refused by both servers,
 /// connection failures).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JobFailure {

@@ -1,4 +1,4 @@
-//! One third-party copy as an explicit state machine ([`Phase`]), SPEC §6.
+//! One third-party copy as an explicit state machine ([`Phase`]), RULES.md §6.
 //!
 //! The rule behind the order of commands: command the *active* side (the one that
 //! was given PORT and connects) first and wait for its preliminary reply, then the
@@ -19,7 +19,7 @@
 //! noted and ignored; a port below 1024 is refused, and that side is not used as the
 //! passive one: the other role order is tried.
 //!
-//! Evidence (SPEC §4.2): success needs a final 2yz from both servers and, where SIZE
+//! Evidence (RULES.md §4.2): success needs a final 2yz from both servers and, where SIZE
 //! answers (in image type: proFTPD refuses SIZE in ASCII mode), equal sizes. The job's
 //! TYPE is restored lazily: before the next data command, not after each SIZE.
 //!
@@ -56,7 +56,7 @@ enum Phase {
     /// caller just now): 213 (the size), 550 (no such file: this member fails for good before
     /// the destination is touched), 500/501/502/504 (no SIZE: no size
     /// evidence). For APPE also SIZE of the destination: 213 (the size before, the
-    /// evidence SPEC §4.3 wants), 550 (absent: 0). Then TYPE (200) back to the job's.
+    /// evidence RULES.md §4.3 wants), 550 (absent: 0). Then TYPE (200) back to the job's.
     /// For STOU, CWD (250) to the destination directory.
     Prepare,
     /// PASV (227) or EPSV (229) to the passive side. 500/501/502/504/550 mean "not

@@ -1,4 +1,4 @@
-//! `bftp verify` (SPEC §7), run from the daemon, the vantage point of the real
+//! `bftp verify` (RULES.md §7), run from the daemon, the vantage point of the real
 //! transfer: log in to both servers, check TYPE/MODE/STRU, that the source exists (or
 //! what a wildcard matches now), that the destination directory exists, and that one
 //! side accepts PASV and the other a PORT to it. Nothing is transferred: a PORT

@@ -2,7 +2,7 @@
 //! PORT and EPRT arguments we send (RFC 959 §4.1.2, RFC 2428).
 //!
 //! The parsers return what the server announced, nothing more. Bounce
-//! protection (RFC 2577, SPEC §6) is the engine's: it ignores the announced host,
+//! protection (RFC 2577, RULES.md §6) is the engine's: it ignores the announced host,
 //! uses the control connection's peer address, and refuses a port below 1024
 //! ([`is_privileged_port`]).
 

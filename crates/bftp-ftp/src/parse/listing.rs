@@ -70,7 +70,7 @@ pub enum NlstLine {
     /// error, which errs on the safe side (the listing is retried, never
     /// trusted with a bogus member).
     ErrorText(String),
-    /// A name that failed the checks of SPEC §8.
+    /// A name that failed the checks of RULES.md §8.
     Rejected(RejectedLine<NameError>),
 }
 
@@ -198,7 +198,7 @@ pub struct NlstListing {
     /// failed whatever the reply said: a protocol error (transient), with
     /// this text in the report.
     pub error_text: Vec<String>,
-    /// Names refused by the checks of SPEC §8, for the report.
+    /// Names refused by the checks of RULES.md §8, for the report.
     pub rejected: Vec<RejectedLine<NameError>>,
 }
 

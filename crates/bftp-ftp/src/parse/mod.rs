@@ -8,7 +8,7 @@
 //! - [`address`]: 227 PASV and 229 EPSV replies; PORT and EPRT arguments (RFC 959, RFC 2428).
 //! - [`listing`]: NLST lines (with RFC 1068's BSD quirks) and MLSD lines (RFC 3659).
 //! - [`facts`]: SIZE and MDTM replies, MLSD `size`/`modify` values.
-//! - [`name`]: checking server-supplied names (SPEC §8) and the daemon's own wildcard matcher.
+//! - [`name`]: checking server-supplied names (RULES.md §8) and the daemon's own wildcard matcher.
 
 pub mod address;
 pub mod facts;

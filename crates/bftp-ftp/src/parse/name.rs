@@ -1,8 +1,8 @@
 //! Names that come from a server, and the wildcard matcher the daemon uses on them.
 //!
-//! SPEC §8: every name from NLST or MLSD is checked before it goes into a
+//! RULES.md §8: every name from NLST or MLSD is checked before it goes into a
 //! command: no CR, LF or NUL (they would end the command and start another), no
-//! `..` component, no absolute path outside the listed directory. SPEC §4.4: the
+//! `..` component, no absolute path outside the listed directory. RULES.md §4.4: the
 //! daemon matches a job's wildcard itself ([`glob_match`]) instead of relying on
 //! server-side globbing, which differs from server to server.
 

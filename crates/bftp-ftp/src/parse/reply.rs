@@ -34,7 +34,7 @@ impl Default for ReplyLimits {
 }
 
 /// A reply that cannot be read. The control connection is unusable afterwards
-/// (the framing is lost): close it. SPEC §5 classifies all of these as a
+/// (the framing is lost): close it. RULES.md §5 classifies all of these as a
 /// protocol error, transient (`bftp_core::reply::Outcome::Malformed`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReplyError {
