@@ -2,7 +2,6 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -15,7 +14,7 @@ use bftp_api::{
     ErrorBody, Health, JobList, JobView, ListQuery, SubmitRequest, SubmitResponse,
     IDEMPOTENCY_KEY_HEADER,
 };
-use bftp_core::{JobEvent, JobSpec, RetryBounds, RetryPolicy, Timestamp};
+use bftp_core::{JobEvent, JobSpec, RetryBounds, RetryPolicy};
 use bftp_store::{
     Job, JobFilter, JobId, JobStore, KeyHash, NewJob, NewMember, RequestKey, Sealed,
     SealedEndpoint, SealedSpec, StateFilter, StoreError, Submitted,
@@ -44,6 +43,8 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The files the running attempts copy right now, put into the views.
     pub live: Arc<crate::live::Live>,
+    /// The time submits and cancels are stamped with.
+    pub clock: crate::clock::Clock,
 }
 
 pub type Shared = Arc<AppState>;
@@ -145,10 +146,6 @@ impl From<StoreError> for ApiError {
     }
 }
 
-fn now() -> Timestamp {
-    Timestamp::from_system(SystemTime::now())
-}
-
 /// Store calls are short but may wait for an fsync: keep them off the runtime's workers.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
@@ -232,7 +229,7 @@ async fn check_hosts(policy: &HostPolicy, spec: &JobSpec) -> Result<(), ApiError
 async fn checked_spec(app: &Shared, body: &[u8]) -> Result<(SubmitRequest, JobSpec), ApiError> {
     let req: SubmitRequest = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("request body: {e}")))?;
-    let spec = build_spec(&req, app.retry_defaults, &app.retry_bounds, now())
+    let spec = build_spec(&req, app.retry_defaults, &app.retry_bounds, app.clock.now())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     check_hosts(&app.policy, &spec).await?;
     Ok((req, spec))
@@ -330,7 +327,7 @@ async fn submit(
             Some(k.to_string())
         }
     };
-    let now = now();
+    let now = app.clock.now();
     // The fingerprint covers the request exactly as sent (its passwords included, hence keyed).
     let canonical = serde_json::to_vec(&req).map_err(ApiError::internal)?;
     let request = key.map(|k| RequestKey {
@@ -489,8 +486,8 @@ async fn cancel(
     }
     let store = app.store.clone();
     let detail = format!("cancelled by uid {}", caller.uid);
-    let job =
-        blocking(move || store.apply(JobId(id), JobEvent::Cancel, now(), Some(detail))).await?;
+    let now = app.clock.now();
+    let job = blocking(move || store.apply(JobId(id), JobEvent::Cancel, now, Some(detail))).await?;
     app.scheduler.cancel(JobId(id));
     tracing::info!(job = id, uid = caller.uid, "job cancelled");
     Ok(Json(load_view(&app, job).await?))

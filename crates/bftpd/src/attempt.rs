@@ -27,7 +27,7 @@ use std::time::Duration;
 use bftp_core::reply::TransientKind;
 use bftp_core::{
     Decision, DestCommand, Disposition, Endpoint, Evidence, Intent, JobSpec, MemberState, Probe,
-    Secret, Timestamp,
+    Secret,
 };
 use bftp_ftp::{
     ActionError, AddressCheck, CopyOutcome, CopyRequest, Limits, Pair, PairError, ServerLogin,
@@ -127,6 +127,7 @@ pub struct FtpExecutor {
     pub live: Arc<crate::live::Live>,
     /// `[ftp] watch_progress`: look at a running copy's bytes.
     pub watch_progress: bool,
+    pub clock: crate::clock::Clock,
 }
 
 impl Executor for FtpExecutor {
@@ -140,6 +141,7 @@ impl Executor for FtpExecutor {
             metrics: self.metrics.clone(),
             live: self.live.clone(),
             watch_progress: self.watch_progress,
+            clock: self.clock.clone(),
             drain: signals.drain,
             abort: signals.abort.clone(),
             id: job.id,
@@ -183,10 +185,6 @@ impl Executor for FtpExecutor {
 /// How long an aborted attempt may take to send ABOR, close, and (on a cancel) log in again
 /// to delete the partial file: the engine's bound on waiting for ABOR's replies plus a login.
 const ABORT_GRACE: Duration = Duration::from_secs(5);
-
-fn now() -> Timestamp {
-    Timestamp::from_system(std::time::SystemTime::now())
-}
 
 fn unseal_endpoint(secrets: &Secrets, e: &SealedEndpoint) -> Result<Endpoint, String> {
     let open = |s: &bftp_store::Sealed| {
@@ -255,6 +253,8 @@ struct Run {
     metrics: Arc<Metrics>,
     live: Arc<crate::live::Live>,
     watch_progress: bool,
+    /// The time every ledger change is stamped with.
+    clock: crate::clock::Clock,
     /// Shutdown began: finish the file in flight, start no other.
     drain: CancellationToken,
     /// Cancel or the end of the shutdown grace: ABOR the copy in flight.
@@ -418,7 +418,8 @@ impl Run {
 
     async fn update(&self, index: u32, u: MemberUpdate) -> Result<Member, StoreError> {
         let id = self.id;
-        self.blocking(move |s| s.update_member(id, index, u, now()))
+        let now = self.clock.now();
+        self.blocking(move |s| s.update_member(id, index, u, now))
             .await
     }
 
@@ -743,7 +744,8 @@ impl Run {
             .collect();
         members.sort_by(|a, b| a.name.cmp(&b.name));
         let id = self.id;
-        self.blocking(move |s| s.freeze_members(id, members, now()))
+        let now = self.clock.now();
+        self.blocking(move |s| s.freeze_members(id, members, now))
             .await
             .map_err(store_failed)
     }
@@ -969,6 +971,7 @@ impl Run {
                     &report,
                     self.id,
                     attempt,
+                    self.clock.now(),
                 )
                 .await
                 .map_err(store_failed)?;

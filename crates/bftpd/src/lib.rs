@@ -132,6 +132,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         metrics: metrics.clone(),
         live: live.clone(),
         watch_progress: config.ftp.watch_progress,
+        clock: clock.clone(),
     });
     let scheduler = scheduler::Scheduler::new(
         store.clone(),
@@ -186,6 +187,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         retry_bounds: config.retry_bounds.bounds(),
         metrics,
         live,
+        clock: clock.clone(),
     });
     let (admission, timeouts) = api_bounds(&config)?;
     let metrics_listener = match config.metrics.listen {

@@ -42,6 +42,7 @@ pub(crate) async fn settle_repeated(
     report: &AttemptReport,
     job: JobId,
     attempt: u32,
+    now: bftp_core::Timestamp,
 ) -> Result<Option<Settled>, StoreError> {
     let Failure::Reply {
         side,
@@ -63,7 +64,6 @@ pub(crate) async fn settle_repeated(
         job: job.0,
         attempt,
     };
-    let now = bftp_core::Timestamp::from_system(std::time::SystemTime::now());
     let memory = crate::on_store(store, move |s| s.record_refusal(&key, &seen, now)).await?;
     if !refusal::settles(kind, &memory) {
         tracing::info!(
