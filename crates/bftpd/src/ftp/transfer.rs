@@ -80,26 +80,7 @@ async fn run_transfer(
             return;
         }
     };
-    // The other connection pairs log in while the first one lists (on the slots free now,
-    // like a job's): a listing of thousands of names takes long enough for them to be
-    // ready when it ends.
-    let extra = if spec.is_multi_file() {
-        hosts.parallel_pairs.saturating_sub(1)
-    } else {
-        0
-    };
-    let mut early: Vec<JoinHandle<EarlyPair>> = hosts
-        .extra_slots(&src.host, &dst.host, extra)
-        .into_iter()
-        .map(|slots| {
-            let (src, dst, limits, check) =
-                (src.clone(), dst.clone(), limits.clone(), check.clone());
-            let params = spec.params;
-            tokio::spawn(
-                async move { (slots, Pair::open(&src, &dst, params, &limits, check).await) },
-            )
-        })
-        .collect();
+    let mut early = early_pairs(spec, &src, &dst, limits, &check, &hosts);
     let names = match list(spec, &mut pair, tx).await {
         Ok(names) if !names.is_empty() => names,
         Ok(_) => {
@@ -117,19 +98,7 @@ async fn run_transfer(
     let lanes = hosts.parallel_pairs.clamp(1, names.len());
     close_early(early.split_off(early.len().min(lanes - 1)));
     let mut openings = vec![lanes::ready(pair, slots)];
-    openings.extend(early.into_iter().map(|opening| {
-        lanes::opening(async move {
-            match opening.await {
-                Ok((slots, Ok(pair))) => Some((pair, slots)),
-                // One lane fewer: the others do its share.
-                Ok((_, Err(e))) => {
-                    tracing::info!(error = %e, "an extra connection pair failed to open");
-                    None
-                }
-                Err(_) => None,
-            }
-        })
-    }));
+    openings.extend(early.into_iter().map(early_lane));
     let work = Transfer {
         spec,
         src: &src,
@@ -186,6 +155,52 @@ async fn list(
 
 /// An extra connection pair opened during the listing, with its host slots.
 type EarlyPair = (Slots, Result<Pair, PairError>);
+
+/// The other connection pairs of a multi-file transfer, logging in while the first one
+/// lists (on the slots free now, like a job's): a listing of thousands of names takes long
+/// enough for them to be ready when it ends.
+fn early_pairs(
+    spec: &JobSpec,
+    src: &ServerLogin,
+    dst: &ServerLogin,
+    limits: &Limits,
+    check: &Arc<dyn AddressCheck>,
+    hosts: &HostLimits,
+) -> Vec<JoinHandle<EarlyPair>> {
+    let extra = if spec.is_multi_file() {
+        hosts.parallel_pairs.saturating_sub(1)
+    } else {
+        0
+    };
+    let params = spec.params;
+    hosts
+        .extra_slots(&src.host, &dst.host, extra)
+        .into_iter()
+        .map(|slots| {
+            let (src, dst, limits, check) =
+                (src.clone(), dst.clone(), limits.clone(), check.clone());
+            tokio::spawn(async move {
+                let pair = Pair::open(&src, &dst, params, &limits, check).await;
+                (slots, pair)
+            })
+        })
+        .collect()
+}
+
+/// The lane of an extra pair, once its login is done.
+fn early_lane<'a>(opening: JoinHandle<EarlyPair>) -> lanes::Opening<'a, Pair, Slots> {
+    lanes::opening(async move {
+        match opening.await {
+            Ok((slots, Ok(pair))) => Some((pair, slots)),
+            // One lane fewer: the others do its share.
+            Ok((_, Err(e))) => {
+                tracing::info!(error = %e, "an extra connection pair failed to open");
+                None
+            }
+            Err(_) => None,
+        }
+    })
+}
 
 /// QUIT the extra pairs nobody will use (no file for them, or the listing failed), in
 /// the background: their logins may still be under way.
