@@ -20,7 +20,6 @@
 //! (the `drain` signal); the job goes back to the queue.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,11 +39,12 @@ use bftp_store::{
 use tokio_util::sync::CancellationToken;
 
 use crate::ftp::{copy_request, source_path};
+use crate::lanes::Step;
 use crate::metrics::{FileResult, Metrics};
 use crate::scheduler::{AttemptEnd, AttemptFuture, AttemptSignals, Executor};
 use crate::secrets::Secrets;
 use crate::unique::{DirGuard, DirKey};
-use crate::work::{data_connection_failed, Next, WorkQueue};
+use crate::work::{data_connection_failed, WorkQueue};
 
 /// Lines of an attempt's transcript the report keeps: the last ones, where the failure is.
 const TRANSCRIPT_LINES: usize = 300;
@@ -267,13 +267,6 @@ struct Run {
     claims: Mutex<std::collections::HashMap<String, String>>,
 }
 
-/// How one lane of an attempt ended: a job-level end (failure, shutdown), and the reason of
-/// the last member it left pending for a retry.
-struct LaneEnd {
-    end: Option<AttemptEnd>,
-    transient: Option<String>,
-}
-
 /// A member left pending by this attempt: why, and whether it is worth a second try within
 /// the attempt ([`crate::work`]).
 struct Pending {
@@ -302,13 +295,6 @@ enum Fence {
 
 /// A copy's result, the STOU names announced to it, and who else one of them was told to.
 type Announcements = (Result<CopyOutcome, PairError>, Vec<String>, Option<String>);
-
-/// What the lanes of one attempt share.
-struct Lanes {
-    queue: WorkQueue<Member>,
-    /// Set by a job-level end in one lane: the others stop after their file in flight.
-    stop: AtomicBool,
-}
 
 /// What a DELE of a source file did, with SIZE as the evidence when it was refused.
 enum Dele {
@@ -535,161 +521,46 @@ impl Run {
             }
             Err(e) => return store_failed(e),
         };
-        // More pairs for a multi-file job, up to `parallel_pairs`, but only on connection
-        // slots free right now: extra lanes never wait for (or starve) another job.
+        // More pairs for a multi-file job, up to `parallel_pairs`, on the slots free now
+        // (see `crate::lanes`); each logs in while the first one already works.
         let lanes = self.hosts.parallel_pairs.min(work.len()).max(1);
-        let mut extra_permits = Vec::new();
-        for _ in 1..lanes {
-            match self.hosts.try_acquire(&spec.source.host, dst_host) {
-                Some(p) => extra_permits.push(p),
-                None => break,
-            }
+        let mut openings = vec![crate::lanes::ready(pair, Vec::new())];
+        let extra = self
+            .hosts
+            .extra_slots(&spec.source.host, dst_host, lanes - 1);
+        for (n, slots) in extra.into_iter().enumerate() {
+            let (run, spec, label) = (&self, &spec, format!("p{}", n + 2));
+            openings.push(crate::lanes::opening(async move {
+                match run.open(spec, &label).await {
+                    Ok(p) => Some((p, slots)),
+                    // One pair fewer; the first pair still does the work.
+                    Err(e) => {
+                        run.keep(&e.transcript);
+                        None
+                    }
+                }
+            }));
         }
-        let labels: Vec<String> = (2..=extra_permits.len() + 1)
-            .map(|n| format!("p{n}"))
-            .collect();
-        let opened =
-            futures_util::future::join_all(labels.iter().map(|l| self.open(&spec, l))).await;
-        let mut pairs = vec![pair];
-        for r in opened {
-            match r {
-                Ok(p) => pairs.push(p),
-                // One pair fewer; the first pair still does the work.
-                Err(e) => self.keep(&e.transcript),
-            }
-        }
-        let lanes = Lanes {
-            queue: WorkQueue::new(work),
-            stop: AtomicBool::new(false),
+        let members = Members {
+            run: &self,
+            spec: &spec,
+            attempt,
         };
-        let ends = futures_util::future::join_all(
-            pairs
-                .into_iter()
-                .map(|p| self.lane(p, &spec, attempt, &lanes)),
-        )
-        .await;
-        drop(extra_permits);
-        let mut transient = None;
-        let mut end = None;
-        for lane in ends {
-            transient = transient.or(lane.transient);
-            end = match (end, lane.end) {
-                // A job-level permanent failure decides the attempt, whatever else happened.
-                (Some(e @ AttemptEnd::JobPermanent { .. }), _) => Some(e),
-                (_, Some(e @ AttemptEnd::JobPermanent { .. })) => Some(e),
-                (None, e) | (e, None) => e,
-                (first, Some(_)) => first,
-            };
-        }
-        // A second try that no lane took (they all stopped): its first failure stands.
-        let transient = transient.or_else(|| {
-            let left = lanes.queue.into_left();
-            left.into_iter().find_map(|e| {
-                e.second
-                    .map(|(_, reason)| format!("{}: {reason}", e.item.name))
-            })
-        });
-        match (end, transient) {
+        let ran = crate::lanes::run(&members, openings, WorkQueue::new(work)).await;
+        // A job-level permanent failure decides the attempt, whatever else happened.
+        let mut ends = ran.ends.into_iter();
+        let first = ends.next();
+        let end = match first {
+            Some(e @ AttemptEnd::JobPermanent { .. }) => Some(e),
+            first => ends
+                .find(|e| matches!(e, AttemptEnd::JobPermanent { .. }))
+                .or(first),
+        };
+        match (end, ran.failed) {
             (Some(end), _) => end,
             (None, None) => AttemptEnd::Complete,
             (None, Some(reason)) => AttemptEnd::Transient { reason },
         }
-    }
-
-    /// One connection pair working through the shared queue of members, until it is empty,
-    /// shutdown drains, or a job-level failure here or in another lane (`stop`) ends the
-    /// attempt; the file in flight is always finished and recorded first.
-    async fn lane(&self, mut pair: Pair, spec: &JobSpec, attempt: u32, lanes: &Lanes) -> LaneEnd {
-        let mut transient = None;
-        let end = loop {
-            if self.drain.is_cancelled() || self.abort.is_cancelled() {
-                break Some(AttemptEnd::Interrupted);
-            }
-            if lanes.stop.load(Ordering::Acquire) {
-                break None;
-            }
-            let entry = match lanes.queue.pop() {
-                None => break None,
-                Some(Next::Dropped { item, reason }) => {
-                    transient = Some(format!("{}: {reason}", item.name));
-                    continue;
-                }
-                Some(Next::Copy(entry)) => entry,
-            };
-            let interrupted = async {
-                tokio::select! {
-                    () = self.drain.cancelled() => {}
-                    () = self.abort.cancelled() => {}
-                }
-            };
-            if !entry.wait(interrupted).await {
-                if let Some((_, reason)) = &entry.second {
-                    transient = Some(format!("{}: {reason}", entry.item.name));
-                }
-                break Some(AttemptEnd::Interrupted);
-            }
-            let second = entry.second.is_some();
-            let m = entry.item;
-            if !pair.is_usable() {
-                self.keep(&pair.take_transcript());
-                let label = pair.label().unwrap_or_else(|| "p?".into());
-                pair = match self.open(spec, &label).await {
-                    Ok(p) => p,
-                    Err(e) => {
-                        self.keep(&e.transcript);
-                        lanes.stop.store(true, Ordering::Release);
-                        return LaneEnd {
-                            end: Some(pair_failed(&e)),
-                            transient,
-                        };
-                    }
-                };
-            }
-            // A copy's progress, in memory for the views, while it is worked on.
-            let result = if spec.destination.is_some() {
-                let follow = crate::live::follow(
-                    self.live.clone(),
-                    self.id,
-                    m.index,
-                    pair.progress(),
-                    self.look(spec, &m),
-                );
-                let result = tokio::select! {
-                    biased;
-                    result = self.member(&mut pair, spec, &m, attempt) => result,
-                    never = follow => match never {},
-                };
-                self.live.end(self.id, m.index);
-                result
-            } else {
-                self.member(&mut pair, spec, &m, attempt).await
-            };
-            match result {
-                Ok(None) => {}
-                Ok(Some(Pending { reason, again })) if again && !second => {
-                    tracing::info!(job = self.id.0, member = %m.name, attempt, %reason, "file to be tried again in this attempt");
-                    let member = Member {
-                        attempts: m.attempts + 1,
-                        detail: Some(reason.clone()),
-                        intent: None,
-                        ..m
-                    };
-                    lanes.queue.try_again(member, reason);
-                }
-                Ok(Some(Pending { reason, again })) => {
-                    if again {
-                        lanes.queue.second_try_failed();
-                    }
-                    transient = Some(format!("{}: {reason}", m.name))
-                }
-                Err(end) => {
-                    lanes.stop.store(true, Ordering::Release);
-                    break Some(end);
-                }
-            }
-        };
-        self.close(pair).await;
-        LaneEnd { end, transient }
     }
 
     /// RULES.md §4.4: the first successful listing, matched by us, durable before any member moves.
@@ -1650,6 +1521,101 @@ impl Run {
         }
         self.update(m.index, u).await.map_err(store_failed)?;
         Ok(None)
+    }
+}
+
+/// An attempt's members, as the lanes' caller (see [`crate::lanes`]): a member is
+/// [`Run::member`], beside its live progress; the ledger is written as it happens.
+struct Members<'a> {
+    run: &'a Run,
+    spec: &'a JobSpec,
+    attempt: u32,
+}
+
+impl crate::lanes::Item for Member {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl crate::lanes::Work for Members<'_> {
+    type Conn = Pair;
+    type Item = Member;
+    type End = AttemptEnd;
+
+    /// Shutdown drains (the file in flight finishes, no other starts), or a cancel.
+    fn interrupted(&self) -> Option<AttemptEnd> {
+        (self.run.drain.is_cancelled() || self.run.abort.is_cancelled())
+            .then_some(AttemptEnd::Interrupted)
+    }
+
+    async fn interruption(&self) {
+        tokio::select! {
+            () = self.run.drain.cancelled() => {}
+            () = self.run.abort.cancelled() => {}
+        }
+    }
+
+    fn usable(&self, pair: &Pair) -> bool {
+        pair.is_usable()
+    }
+
+    /// The same label again, the old pair's last lines kept.
+    async fn reopen(&self, mut old: Pair) -> Result<Pair, AttemptEnd> {
+        self.run.keep(&old.take_transcript());
+        let label = old.label().unwrap_or_else(|| "p?".into());
+        self.run.open(self.spec, &label).await.map_err(|e| {
+            self.run.keep(&e.transcript);
+            pair_failed(&e)
+        })
+    }
+
+    async fn item(&self, pair: &mut Pair, m: Member, _second: bool) -> Step<Member, AttemptEnd> {
+        let (run, spec) = (self.run, self.spec);
+        // A copy's progress, in memory for the views, while it is worked on.
+        let result = if spec.destination.is_some() {
+            let follow = crate::live::follow(
+                run.live.clone(),
+                run.id,
+                m.index,
+                pair.progress(),
+                run.look(spec, &m),
+            );
+            let result = tokio::select! {
+                biased;
+                result = run.member(pair, spec, &m, self.attempt) => result,
+                never = follow => match never {},
+            };
+            run.live.end(run.id, m.index);
+            result
+        } else {
+            run.member(pair, spec, &m, self.attempt).await
+        };
+        match result {
+            Ok(None) => Step::Done,
+            // The ledger has it pending; its second try starts from there.
+            Ok(Some(Pending { reason, again })) => Step::Failed {
+                item: Member {
+                    attempts: m.attempts + 1,
+                    detail: Some(reason.clone()),
+                    intent: None,
+                    ..m
+                },
+                reason,
+                again,
+            },
+            Err(end) => Step::End(end),
+        }
+    }
+
+    /// Nothing to add: the ledger has the member pending with its reason, and the reason
+    /// becomes the attempt's.
+    async fn stands(&self, _m: Member, _reason: &str) -> Result<(), AttemptEnd> {
+        Ok(())
+    }
+
+    async fn close(&self, pair: Pair) {
+        self.run.close(pair).await
     }
 }
 

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod ftp;
 pub mod identity;
+mod lanes;
 pub mod live;
 pub mod mail;
 pub mod metrics;

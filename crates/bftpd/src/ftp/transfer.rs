@@ -1,0 +1,415 @@
+//! `bftp transfer` (RULES.md §7): a foreground copy without the queue, on the lanes of
+//! [`crate::lanes`] like a job's attempt, each file's result sent to the client as it ends.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bftp_api::{FileResult, TransferEvent, TransferSummary};
+use bftp_core::{DestCommand, JobSpec};
+use bftp_ftp::{AddressCheck, Limits, Pair, PairError, Progress, ServerLogin};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::hosts::{HostLimits, Slots};
+use super::verify::logins;
+use super::{copy_request, file_result, transcript_lines};
+use crate::lanes::{self, Step};
+use crate::work::{data_connection_failed, WorkQueue};
+
+/// `bftp transfer`: a foreground copy without the queue, reported as events on `tx`.
+/// Returns when done, or as soon as the receiver is gone (the client hung up).
+pub async fn transfer(
+    spec: JobSpec,
+    limits: Limits,
+    check: Arc<dyn AddressCheck>,
+    hosts: Arc<HostLimits>,
+    tx: mpsc::Sender<TransferEvent>,
+) {
+    let started = Instant::now();
+    let closed = tx.clone();
+    tokio::select! {
+        _ = closed.closed() => tracing::info!("transfer client hung up; transfer abandoned"),
+        _ = run_transfer(&spec, &limits, check, hosts, &tx, started) => {}
+    }
+}
+
+fn empty_summary() -> TransferSummary {
+    TransferSummary {
+        files: 0,
+        succeeded: 0,
+        failed: 0,
+        bytes: 0,
+        seconds: 0.0,
+        error: None,
+        transcript: vec![],
+    }
+}
+
+async fn run_transfer(
+    spec: &JobSpec,
+    limits: &Limits,
+    check: Arc<dyn AddressCheck>,
+    hosts: Arc<HostLimits>,
+    tx: &mpsc::Sender<TransferEvent>,
+    started: Instant,
+) {
+    let finish = |mut summary: TransferSummary| {
+        summary.seconds = started.elapsed().as_secs_f64();
+        TransferEvent::Summary(summary)
+    };
+    let fail = |error: String, transcript: Vec<String>| {
+        finish(TransferSummary {
+            error: Some(error),
+            transcript,
+            ..empty_summary()
+        })
+    };
+    let Some((src, dst)) = logins(spec) else {
+        let _ = tx
+            .send(fail("a transfer needs a destination".into(), vec![]))
+            .await;
+        return;
+    };
+    let slots = hosts.acquire(&src.host, &dst.host).await;
+    let mut pair = match Pair::open(&src, &dst, spec.params, limits, check.clone()).await {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = tx
+                .send(fail(e.to_string(), transcript_lines(&e.transcript)))
+                .await;
+            return;
+        }
+    };
+    let mut early = early_pairs(spec, &src, &dst, limits, &check, &hosts);
+    let names = match list(spec, &mut pair, tx).await {
+        Ok(names) if !names.is_empty() => names,
+        Ok(_) => {
+            let error = format!("no file matches {:?}", spec.source.path);
+            let _ = tx.send(fail(error, vec![])).await;
+            close_early(early);
+            return;
+        }
+        Err(error) => {
+            let _ = tx.send(fail(error, vec![])).await;
+            close_early(early);
+            return;
+        }
+    };
+    let lanes = hosts.parallel_pairs.clamp(1, names.len());
+    close_early(early.split_off(early.len().min(lanes - 1)));
+    let mut openings = vec![lanes::ready(pair, slots)];
+    openings.extend(early.into_iter().map(early_lane));
+    let work = Transfer {
+        spec,
+        src: &src,
+        dst: &dst,
+        limits,
+        check,
+        hosts: &hosts,
+        tx,
+        summary: Mutex::new(empty_summary()),
+    };
+    let queue = WorkQueue::new(names.into_iter().map(|name| File { name, first: None }));
+    lanes::run(&work, openings, queue).await;
+    let summary = work.summary.into_inner().unwrap_or_else(|p| p.into_inner());
+    let _ = tx.send(finish(summary)).await;
+}
+
+/// The names to copy, sent to the client: a multi-file job's listing, matched by us, or
+/// the one file.
+async fn list(
+    spec: &JobSpec,
+    pair: &mut Pair,
+    tx: &mpsc::Sender<TransferEvent>,
+) -> Result<Vec<String>, String> {
+    if !spec.is_multi_file() {
+        let name = spec.source.file_name().to_string();
+        let _ = tx
+            .send(TransferEvent::Listed {
+                files: vec![name.clone()],
+                rejected: vec![],
+            })
+            .await;
+        return Ok(vec![name]);
+    }
+    let listing = pair
+        .list_source(spec.source.dir(), spec.source.file_name())
+        .await
+        .map_err(|e| e.to_string())?;
+    let rejected = listing
+        .rejected
+        .iter()
+        .map(|r| format!("\"{}\": {}", r.line, r.reason))
+        .collect();
+    let _ = tx
+        .send(TransferEvent::Listed {
+            files: listing.members.iter().map(|m| m.name.clone()).collect(),
+            rejected,
+        })
+        .await;
+    // Not the listing's sizes: the last files of a long listing are copied minutes after
+    // it, and each copy asks the source's SIZE right before it touches the destination (a
+    // file gone since must not cost the destination its old copy).
+    Ok(listing.members.into_iter().map(|m| m.name).collect())
+}
+
+/// An extra connection pair opened during the listing, with its host slots.
+type EarlyPair = (Slots, Result<Pair, PairError>);
+
+/// The other connection pairs of a multi-file transfer, logging in while the first one
+/// lists (on the slots free now, like a job's): a listing of thousands of names takes long
+/// enough for them to be ready when it ends.
+fn early_pairs(
+    spec: &JobSpec,
+    src: &ServerLogin,
+    dst: &ServerLogin,
+    limits: &Limits,
+    check: &Arc<dyn AddressCheck>,
+    hosts: &HostLimits,
+) -> Vec<JoinHandle<EarlyPair>> {
+    let extra = if spec.is_multi_file() {
+        hosts.parallel_pairs.saturating_sub(1)
+    } else {
+        0
+    };
+    let params = spec.params;
+    hosts
+        .extra_slots(&src.host, &dst.host, extra)
+        .into_iter()
+        .map(|slots| {
+            let (src, dst, limits, check) =
+                (src.clone(), dst.clone(), limits.clone(), check.clone());
+            tokio::spawn(async move {
+                let pair = Pair::open(&src, &dst, params, &limits, check).await;
+                (slots, pair)
+            })
+        })
+        .collect()
+}
+
+/// The lane of an extra pair, once its login is done.
+fn early_lane<'a>(opening: JoinHandle<EarlyPair>) -> lanes::Opening<'a, Pair, Slots> {
+    lanes::opening(async move {
+        match opening.await {
+            Ok((slots, Ok(pair))) => Some((pair, slots)),
+            // One lane fewer: the others do its share.
+            Ok((_, Err(e))) => {
+                tracing::info!(error = %e, "an extra connection pair failed to open");
+                None
+            }
+            Err(_) => None,
+        }
+    })
+}
+
+/// QUIT the extra pairs nobody will use (no file for them, or the listing failed), in
+/// the background: their logins may still be under way.
+fn close_early(early: Vec<JoinHandle<EarlyPair>>) {
+    for opening in early {
+        tokio::spawn(async move {
+            if let Ok((_slots, Ok(pair))) = opening.await {
+                pair.close().await;
+            }
+        });
+    }
+}
+
+/// A copy shorter than this shows no phase on the event stream (its `File` result says
+/// everything); a longer one shows its phase then, and phase changes at most this often.
+/// Three phase events per small file were most of the stream's bytes.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(500);
+
+/// One file of a foreground transfer.
+struct File {
+    name: String,
+    /// For a second try: the first try's result, which stands if the second is not made.
+    first: Option<FileResult>,
+}
+
+impl lanes::Item for File {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+fn phase(p: &Progress) -> Option<&'static str> {
+    match p {
+        Progress::Preparing { .. } => Some("preparing"),
+        Progress::Transferring { .. } => Some("transferring"),
+        Progress::Checking { .. } => Some("checking"),
+        _ => None,
+    }
+}
+
+/// The phase of one file's copy on the event stream, coalesced: at most every
+/// [`PROGRESS_INTERVAL`], none for a quick copy. Never completes: the copy ends it.
+async fn show_progress(
+    mut progress: tokio::sync::watch::Receiver<Progress>,
+    tx: mpsc::Sender<TransferEvent>,
+    name: String,
+) -> std::convert::Infallible {
+    let mut shown = None;
+    loop {
+        tokio::time::sleep(PROGRESS_INTERVAL).await;
+        let now = phase(&progress.borrow_and_update());
+        if let Some(now) = now.filter(|now| shown != Some(*now)) {
+            shown = Some(now);
+            let event = TransferEvent::Progress {
+                name: name.clone(),
+                phase: now.into(),
+            };
+            if tx.send(event).await.is_err() {
+                break;
+            }
+        }
+        if progress.changed().await.is_err() {
+            break;
+        }
+    }
+    std::future::pending().await
+}
+
+/// One foreground transfer, as the lanes' caller: a file is a copy, its result an event.
+struct Transfer<'a> {
+    spec: &'a JobSpec,
+    src: &'a ServerLogin,
+    dst: &'a ServerLogin,
+    limits: &'a Limits,
+    check: Arc<dyn AddressCheck>,
+    hosts: &'a HostLimits,
+    tx: &'a mpsc::Sender<TransferEvent>,
+    summary: Mutex<TransferSummary>,
+}
+
+impl Transfer<'_> {
+    /// Counts a file's final result and sends it to the client: `Err` if the client is
+    /// gone (then every lane stops).
+    async fn report(&self, result: FileResult, succeeded: bool) -> Result<(), ()> {
+        {
+            let mut s = self.summary.lock().unwrap_or_else(|p| p.into_inner());
+            s.files += 1;
+            if succeeded {
+                s.succeeded += 1;
+                s.bytes += result.bytes.unwrap_or(0);
+            } else {
+                s.failed += 1;
+            }
+        }
+        self.tx
+            .send(TransferEvent::File(result))
+            .await
+            .map_err(|_| ())
+    }
+
+    /// A job-level failure: the transfer's error, with the transcript that shows it.
+    fn fail(&self, e: &PairError) {
+        let mut s = self.summary.lock().unwrap_or_else(|p| p.into_inner());
+        if s.error.is_none() {
+            s.error = Some(e.to_string());
+            s.transcript = transcript_lines(&e.transcript);
+        }
+    }
+}
+
+impl lanes::Work for Transfer<'_> {
+    type Conn = Pair;
+    type Item = File;
+    /// A job-level failure (in the summary) or a client gone.
+    type End = ();
+
+    fn interrupted(&self) -> Option<()> {
+        None
+    }
+
+    async fn interruption(&self) {
+        lanes::never().await
+    }
+
+    fn usable(&self, pair: &Pair) -> bool {
+        pair.is_usable()
+    }
+
+    async fn reopen(&self, _old: Pair) -> Result<Pair, ()> {
+        Pair::open(
+            self.src,
+            self.dst,
+            self.spec.params,
+            self.limits,
+            self.check.clone(),
+        )
+        .await
+        .map_err(|e| self.fail(&e))
+    }
+
+    async fn item(&self, pair: &mut Pair, file: File, _second: bool) -> Step<File, ()> {
+        let File { name, .. } = file;
+        // Polled alongside the copy in this task (no task spawned per file), and dropped
+        // with it.
+        let watcher = show_progress(pair.progress(), self.tx.clone(), name.clone());
+        let t = Instant::now();
+        let request = copy_request(self.spec, &name);
+        // A unique copy runs alone in its destination directory among the daemon's
+        // copies (see `crate::unique`); its announced name is remembered there.
+        let dir = match self.spec.dest_command {
+            DestCommand::Unique => Some(
+                self.hosts
+                    .unique
+                    .lock(crate::unique::DirKey::new(
+                        &self.dst.host,
+                        self.dst.port,
+                        &self.dst.user,
+                        &request.dest_path,
+                    ))
+                    .await,
+            ),
+            _ => None,
+        };
+        let outcome = tokio::select! {
+            biased;
+            outcome = pair.copy(&request) => outcome,
+            never = watcher => match never {},
+        };
+        if let (Some(dir), Ok(o)) = (&dir, &outcome) {
+            if let Some(n) = &o.report().stou_name {
+                dir.claim(n, &format!("bftp transfer of {name:?}"));
+            }
+        }
+        drop(dir);
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                self.fail(&e);
+                return Step::End(());
+            }
+        };
+        let result = file_result(&name, &outcome, t.elapsed().as_secs_f64());
+        // A repeat is safe unless a partial append or unique file may be left behind.
+        if data_connection_failed(&outcome)
+            && (self.spec.dest_command == DestCommand::Replace
+                || !outcome.report().destination_touched)
+        {
+            return Step::Failed {
+                reason: result.detail.clone().unwrap_or_default(),
+                item: File {
+                    name,
+                    first: Some(result),
+                },
+                again: true,
+            };
+        }
+        match self.report(result, outcome.is_success()).await {
+            Ok(()) => Step::Done,
+            Err(()) => Step::End(()),
+        }
+    }
+
+    /// The failure that stands is the result the file's last try kept.
+    async fn stands(&self, file: File, _reason: &str) -> Result<(), ()> {
+        let result = file.first.expect("a failure that stands keeps its result");
+        self.report(result, false).await
+    }
+
+    async fn close(&self, pair: Pair) {
+        pair.close().await;
+    }
+}
