@@ -23,6 +23,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bftp_core::ledger;
 use bftp_core::reply::TransientKind;
 use bftp_core::{
     Decision, DestCommand, Disposition, Endpoint, Evidence, Intent, JobSpec, MemberState, Probe,
@@ -296,6 +297,16 @@ enum Fence {
 /// A copy's result, the STOU names announced to it, and who else one of them was told to.
 type Announcements = (Result<CopyOutcome, PairError>, Vec<String>, Option<String>);
 
+/// What a unique copy's STOUs announced, for its ledger entry (empty for another command):
+/// the names, who else one of them was told to, the source's size as fenced, and the
+/// destination directory it holds.
+struct UniqueCopy<'a> {
+    announced: &'a [String],
+    collided: Option<String>,
+    source_size: Option<u64>,
+    dir: Option<&'a DirGuard>,
+}
+
 /// What a DELE of a source file did, with SIZE as the evidence when it was refused.
 enum Dele {
     Deleted(bftp_ftp::parse::Reply),
@@ -357,6 +368,26 @@ impl std::fmt::Display for Dele {
                 "not deleted ({refused}), and SIZE cannot tell whether it is still there ({size})"
             ),
         }
+    }
+}
+
+/// A copy's ledger entry's counts and the servers' last replies, whatever the outcome.
+fn replies(m: &Member, report: &bftp_ftp::AttemptReport) -> MemberUpdate {
+    MemberUpdate {
+        attempts: Some(m.attempts + 1),
+        source_reply: last(
+            report
+                .source_final
+                .as_ref()
+                .or(report.source_reply.as_ref()),
+        ),
+        dest_reply: last(
+            report
+                .destination_final
+                .as_ref()
+                .or(report.destination_reply.as_ref()),
+        ),
+        ..Default::default()
     }
 }
 
@@ -673,7 +704,7 @@ impl Run {
             Ok(_) => None,
             Err(settled) => return Ok(settled),
         };
-        let (result, announced, mut collided) = self
+        let (result, announced, collided) = self
             .copy_announced(pair, m, &mut req, unique_source_size, dir)
             .await?;
         let outcome = match result {
@@ -703,132 +734,82 @@ impl Run {
             }
         };
         let report = outcome.report().clone();
-        let data_connection = data_connection_failed(&outcome);
-        let name_taken = matches!(
-            outcome,
-            CopyOutcome::Transient {
-                kind: TransientKind::UniqueNameTaken,
-                ..
-            }
-        );
         self.keep(&report.transcript);
-        let replies = MemberUpdate {
-            attempts: Some(m.attempts + 1),
-            source_reply: last(
-                report
-                    .source_final
-                    .as_ref()
-                    .or(report.source_reply.as_ref()),
-            ),
-            dest_reply: last(
-                report
-                    .destination_final
-                    .as_ref()
-                    .or(report.destination_reply.as_ref()),
-            ),
-            ..Default::default()
+        let replies = replies(m, &report);
+        let unique = UniqueCopy {
+            announced: &announced,
+            collided,
+            source_size: unique_source_size,
+            dir,
         };
-        match outcome {
+        let summary = self
+            .summarize(pair, spec, m, &req, outcome, &report, unique, attempt)
+            .await?;
+        let change = ledger::record(summary, spec.dest_command, spec.disposition);
+        self.apply(
+            pair,
+            m,
+            &src_path,
+            change,
+            replies,
+            report.duration,
+            attempt,
+        )
+        .await
+    }
+
+    /// What the ledger needs to know of a copy's outcome beyond the outcome itself, for
+    /// `bftp_core::ledger::record`: whether the name a unique copy was stored under is
+    /// another's, which files a failed unique copy left and kept (those provably ours are
+    /// deleted here), and whether a transient refusal came back unchanged (recorded in the
+    /// capability memory; a refusal it settles left nothing on the destination to look at).
+    #[allow(clippy::too_many_arguments)]
+    async fn summarize(
+        &self,
+        pair: &mut Pair,
+        spec: &JobSpec,
+        m: &Member,
+        req: &CopyRequest,
+        outcome: CopyOutcome,
+        report: &bftp_ftp::AttemptReport,
+        unique: UniqueCopy<'_>,
+        attempt: u32,
+    ) -> Result<ledger::Outcome, AttemptEnd> {
+        let data_connection = data_connection_failed(&outcome);
+        Ok(match outcome {
             CopyOutcome::Succeeded {
                 bytes,
                 size_check,
                 stou_name,
                 ..
             } => {
-                let mut detail = crate::ftp::evidence(&size_check);
-                if let Some(n) = &stou_name {
-                    if !announced.contains(n) {
-                        if let Some(other) = self.claim(dir, m, n) {
-                            collided.get_or_insert(other);
+                let stored_as = stou_name.map(|name| {
+                    let mut also_given_to = unique.collided;
+                    if !unique.announced.contains(&name) {
+                        if let Some(other) = self.claim(unique.dir, m, &name) {
+                            also_given_to.get_or_insert(other);
                         }
                     }
-                    if let Some(other) = &collided {
-                        // Never two members on one file: the name stays the other's.
-                        let reason = format!(
-                            "the server announced {n:?} for this copy, a name it also gave \
-                             {other}; the server may have stored this copy under another name \
-                             (Pure-FTPd stores NAME.1 when NAME exists) and says {detail}: not \
-                             claimed, not deleted, not repeated"
-                        );
-                        self.metrics
-                            .file(FileResult::Uncertain, report.duration, None);
-                        self.update(
-                            index,
-                            MemberUpdate {
-                                state: Some(MemberState::Uncertain),
-                                detail: Some(reason),
-                                intent: Some(None),
-                                ..replies
-                            },
-                        )
-                        .await
-                        .map_err(store_failed)?;
-                        return Ok(None);
+                    ledger::StoredAs {
+                        name,
+                        also_given_to,
                     }
-                    detail = format!("stored as {n:?}; {detail}");
-                }
-                let mut u = MemberUpdate {
-                    state: Some(MemberState::Succeeded),
+                });
+                ledger::Outcome::Succeeded {
                     bytes,
                     // The size SIZE gave the copy, where the listing gave none (a
                     // single-file job's member is known before any SIZE).
                     size: source_size(&size_check).filter(|_| m.size.is_none()),
-                    detail: Some(detail.clone()),
-                    intent: Some(None),
-                    stored_as: stou_name.clone(),
-                    ..replies
-                };
-                if spec.disposition == Disposition::Move {
-                    u.intent = Some(Some(Intent::Delete {
-                        path: Some(src_path.clone()),
-                    }));
+                    evidence: crate::ftp::evidence(&size_check),
+                    stored_as,
                 }
-                self.update(index, u).await.map_err(store_failed)?;
-                self.metrics
-                    .file(FileResult::Succeeded, report.duration, bytes);
-                tracing::info!(job = self.id.0, member = %m.name, attempt, "file copied");
-                if spec.disposition == Disposition::Move {
-                    return self.delete_source(pair, index, &src_path, &detail).await;
-                }
-                Ok(None)
             }
             CopyOutcome::Permanent { failure, .. } => {
-                let mut state = MemberState::FailedPermanent;
-                let mut detail = failure.to_string();
-                if spec.dest_command == DestCommand::Unique {
-                    let left = self
-                        .unique_left(
-                            pair,
-                            spec,
-                            m,
-                            &report,
-                            &announced,
-                            unique_source_size,
-                            dir,
-                            false,
-                        )
-                        .await;
-                    if let Some(why) = left {
-                        state = MemberState::Uncertain;
-                        detail = format!("{detail}; {why}");
-                    }
-                } else if spec.dest_command == DestCommand::Append && report.destination_touched {
-                    state = MemberState::Uncertain;
+                let destination = self.left(pair, spec, m, report, &unique, false).await;
+                ledger::Outcome::Permanent {
+                    failure: failure.to_string(),
+                    destination,
                 }
-                let counted = FileResult::FailedPermanent.unless_uncertain(Some(state));
-                self.metrics.file(counted, report.duration, None);
-                self.update(
-                    index,
-                    MemberUpdate {
-                        state: Some(state),
-                        detail: Some(detail),
-                        intent: Some(None),
-                        ..replies
-                    },
-                )
-                .await
-                .map_err(store_failed)?;
-                Ok(None)
             }
             CopyOutcome::Transient { kind, failure, .. } => {
                 // The same refusal again from this server: its configuration, not a moment.
@@ -836,10 +817,10 @@ impl Run {
                     &self.store,
                     pair,
                     spec,
-                    &req,
+                    req,
                     kind,
                     &failure,
-                    &report,
+                    report,
                     self.id,
                     attempt,
                     self.clock.now(),
@@ -847,61 +828,124 @@ impl Run {
                 .await
                 .map_err(store_failed)?;
                 if let Some(settled) = settled {
-                    let counted = FileResult::FailedPermanent.unless_uncertain(Some(settled.state));
-                    self.metrics.file(counted, report.duration, None);
-                    let u = MemberUpdate {
-                        state: Some(settled.state),
-                        detail: Some(settled.detail),
-                        intent: Some(None),
-                        ..replies
-                    };
-                    self.update(index, u).await.map_err(store_failed)?;
-                    return Ok(None);
+                    return Ok(ledger::Outcome::RepeatedRefusal {
+                        state: settled.state,
+                        detail: settled.detail,
+                    });
                 }
-                let reason = failure.to_string();
-                let mut u = MemberUpdate {
-                    detail: Some(reason.clone()),
-                    ..replies
+                let mismatch = matches!(failure, bftp_ftp::Failure::SizeMismatch { .. });
+                let destination = self.left(pair, spec, m, report, &unique, mismatch).await;
+                let cause = if data_connection {
+                    ledger::Cause::DataConnection
+                } else if matches!(kind, TransientKind::UniqueNameTaken) {
+                    ledger::Cause::UniqueNameTaken
+                } else {
+                    ledger::Cause::Other
                 };
-                match spec.dest_command {
-                    DestCommand::Replace => u.intent = Some(None),
-                    // An append's intent stays: the next attempt resolves it from SIZE.
-                    DestCommand::Append if report.destination_touched => {}
-                    DestCommand::Append => u.intent = Some(None),
-                    DestCommand::Unique => {
-                        let mismatch = matches!(failure, bftp_ftp::Failure::SizeMismatch { .. });
-                        let left = self
-                            .unique_left(
-                                pair,
-                                spec,
-                                m,
-                                &report,
-                                &announced,
-                                unique_source_size,
-                                dir,
-                                mismatch,
-                            )
-                            .await;
-                        if let Some(why) = left {
-                            u.state = Some(MemberState::Uncertain);
-                            u.detail = Some(format!("{reason}; {why}"));
-                        }
-                        u.intent = Some(None);
-                    }
+                ledger::Outcome::Transient {
+                    failure: failure.to_string(),
+                    destination,
+                    cause,
                 }
-                let counted = FileResult::Transient.unless_uncertain(u.state);
-                // Nothing of it is left to resolve, and the failure was a data connection
-                // that did not open or broke (425/426), or a STOU name taken by another
-                // session at the same moment (553): worth another try in this attempt.
-                let again =
-                    (data_connection || name_taken) && u.state.is_none() && u.intent == Some(None);
-                self.metrics.file(counted, report.duration, None);
-                let settled = u.state.is_some();
-                self.update(index, u).await.map_err(store_failed)?;
-                // An uncertain member is settled: nothing for a retry to do.
-                Ok((!settled).then_some(Pending { reason, again }))
+            }
+        })
+    }
+
+    /// What a failed copy left on the destination; a unique copy's files are settled first
+    /// ([`Run::unique_left`]: deleted where provably ours, else kept, and why).
+    async fn left(
+        &self,
+        pair: &mut Pair,
+        spec: &JobSpec,
+        m: &Member,
+        report: &bftp_ftp::AttemptReport,
+        unique: &UniqueCopy<'_>,
+        mismatch: bool,
+    ) -> ledger::Destination {
+        let kept = if spec.dest_command == DestCommand::Unique {
+            self.unique_left(
+                pair,
+                spec,
+                m,
+                report,
+                unique.announced,
+                unique.source_size,
+                unique.dir,
+                mismatch,
+            )
+            .await
+        } else {
+            None
+        };
+        ledger::Destination {
+            touched: report.destination_touched,
+            kept,
+        }
+    }
+
+    /// Writes a copy's ledger change and counts the file (a failure before the write, a
+    /// success once it is durable); then the DELE of a `move`'s source, whose intent the
+    /// success wrote. `Some`: the member stays pending, and why.
+    #[allow(clippy::too_many_arguments)]
+    async fn apply(
+        &self,
+        pair: &mut Pair,
+        m: &Member,
+        src_path: &str,
+        change: ledger::Change,
+        replies: MemberUpdate,
+        duration: Duration,
+        attempt: u32,
+    ) -> Result<Option<Pending>, AttemptEnd> {
+        let intent = match change.intent {
+            ledger::IntentChange::Clear => Some(None),
+            ledger::IntentChange::Keep => None,
+            ledger::IntentChange::DeleteSource => Some(Some(Intent::Delete {
+                path: Some(src_path.to_owned()),
+            })),
+        };
+        let u = MemberUpdate {
+            state: match change.next {
+                ledger::Next::Settled(state) => Some(state),
+                ledger::Next::Pending { .. } => None,
+            },
+            bytes: change.bytes,
+            size: change.size,
+            detail: Some(change.detail.clone()),
+            intent,
+            stored_as: change.stored_as,
+            ..replies
+        };
+        match change.next {
+            ledger::Next::Settled(MemberState::Succeeded) => {}
+            ledger::Next::Settled(state) => {
+                let counted = FileResult::FailedPermanent.unless_uncertain(Some(state));
+                self.metrics.file(counted, duration, None);
+            }
+            ledger::Next::Pending { .. } => {
+                self.metrics.file(FileResult::Transient, duration, None)
             }
         }
+        self.update(m.index, u).await.map_err(store_failed)?;
+        match change.next {
+            ledger::Next::Settled(MemberState::Succeeded) => {}
+            ledger::Next::Settled(_) => return Ok(None),
+            ledger::Next::Pending { second_try } => {
+                return Ok(Some(Pending {
+                    reason: change.detail,
+                    again: second_try,
+                }))
+            }
+        }
+        self.metrics
+            .file(FileResult::Succeeded, duration, change.bytes);
+        tracing::info!(job = self.id.0, member = %m.name, attempt, "file copied");
+        if change.intent == ledger::IntentChange::DeleteSource {
+            return self
+                .delete_source(pair, m.index, src_path, &change.detail)
+                .await;
+        }
+        Ok(None)
     }
 
     /// Fences an unrepeatable command with its intent, durable before it: for APPE the
