@@ -89,6 +89,7 @@ impl Intent {
 }
 
 /// Settles an intent left by an interrupted attempt from what the servers show now.
+// Long on purpose: the whole rule as one match, row for row the table test below.
 pub fn resolve(intent: &Intent, evidence: &Evidence) -> Decision {
     match intent {
         Intent::Delete { .. } => Decision::DeleteAgain,

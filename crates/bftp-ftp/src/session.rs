@@ -143,6 +143,8 @@ impl Session {
     /// Resolve `login.host`, apply `check` to the addresses, connect (each address in
     /// turn, `connect_timeout` each), read the greeting and log in: USER, then PASS on
     /// 331, then ACCT on 332 (RFC 959 §5.4).
+    // Long on purpose: the login exchange in its order (connect, greeting, USER, PASS, ACCT),
+    // each reply classified where it is read.
     pub(crate) async fn connect(
         side: Side,
         login: &ServerLogin,

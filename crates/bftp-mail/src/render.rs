@@ -258,6 +258,8 @@ fn counts_phrase(s: &Summary, before_cancel: bool) -> String {
     out
 }
 
+// Long on purpose: the report's text in the order a reader sees it (summary, ledger,
+// refused names, history, transcript); each section is a few lines of its own.
 fn render_text(job: &JobView, s: &Summary, transcript: &[String], omitted: usize) -> String {
     let mut t = String::new();
     let _ = writeln!(

@@ -740,6 +740,7 @@ impl TranscriptV1 {
 // ---- records to API types ----
 
 /// Turns a decoded job record into the API type; a field that does not parse is `Corrupt`.
+// Long on purpose: a field-by-field conversion; splitting it would only scatter the fields.
 pub(crate) fn job_to_api(id: JobId, r: &JobV1) -> Result<Job, StoreError> {
     let key = crate::keys::job(id);
     let bad = |reason: String| StoreError::Corrupt {

@@ -285,6 +285,8 @@ fn no_panic<R>(f: impl FnOnce() -> R) -> Result<R, String> {
 
 impl SledStore {
     /// Opens the store in `dir`, creating it (mode 0700) if it does not exist.
+    // Long on purpose: the checks at open in the order that makes each error precise
+    // (foreign files, watermark and meta, the digest scan, the reopen for work, the fsyncs).
     pub fn open(dir: &Path, opts: StoreOptions) -> Result<SledStore, StoreError> {
         files::create_dir(dir)?;
         let listing = files::names(dir)?;

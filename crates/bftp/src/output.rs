@@ -326,6 +326,8 @@ pub fn job_detail(job: &JobView) -> String {
 }
 
 /// [`job_detail`], with times relative to `now` beside the absolute ones (none for `None`).
+// Long on purpose: the layout of `bftp status ID` from top to bottom, one block per
+// section of the view.
 pub fn job_detail_at(job: &JobView, now: Option<SystemTime>) -> String {
     let opt = |o: &Option<String>| o.as_deref().map_or("-".to_string(), |t| when(t, now));
     let mut fields: Vec<(&str, String)> = vec![

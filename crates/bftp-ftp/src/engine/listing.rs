@@ -21,7 +21,7 @@ use super::outcome::Fallback;
 use super::{size_answer_of, Pair, SizeAnswer};
 use crate::parse::{
     check_argument, glob_match, is_privileged_port, parse_epsv, parse_mlsd, parse_nlst, parse_pasv,
-    AddressError, EntryKind, ModifyTime, NameError, Reply,
+    AddressError, EntryKind, ModifyTime, NameError, NlstListing, Reply,
 };
 use crate::session::{io_failure, SessionError};
 use crate::transcript::{Side, Transcript};
@@ -164,6 +164,108 @@ impl ListError {
     }
 }
 
+/// What the listing commands gave: the data of the one that worked, or the negative reply.
+enum Fetched {
+    Data {
+        method: ListMethod,
+        data: Vec<u8>,
+        fallbacks: Vec<Fallback>,
+    },
+    Negative {
+        command: String,
+        reply: Reply,
+        disposition: Disposition,
+    },
+}
+
+/// Sorts listed names into members, refused and skipped ones, against the job's pattern and
+/// secrets.
+struct Names<'a> {
+    scrubber: bftp_core::scrub::Scrubber,
+    pattern: &'a str,
+}
+
+impl Names<'_> {
+    fn holds_secret(&self, name: &str) -> bool {
+        self.scrubber.scrub(name) != name
+    }
+
+    /// A matching name that holds a secret: refused.
+    fn refuse_secret(&self, name: &str) -> RejectedName {
+        RejectedName {
+            matched: true,
+            line: self.scrubber.scrub(name),
+            reason: "the name contains one of the job's passwords or ACCT strings".into(),
+        }
+    }
+
+    /// A line the parser refused, scrubbed, and whether the job's pattern names it.
+    fn refused(&self, name: &str, line: &str, reason: &str) -> RejectedName {
+        RejectedName {
+            matched: refused_matches(self.pattern, name),
+            line: self.scrubber.scrub_excerpt(line),
+            reason: self.scrubber.scrub(reason),
+        }
+    }
+
+    fn sort_mlsd(&self, data: &[u8], dir: &str, listing: &mut Listing) {
+        let parsed = parse_mlsd(data, dir);
+        listing.rejected = parsed
+            .rejected
+            .into_iter()
+            .map(|r| self.refused(&r.name, &r.line, &r.reason.to_string()))
+            .collect();
+        for mut entry in parsed.entries {
+            if !glob_match(self.pattern, &entry.name) {
+                continue;
+            }
+            if self.holds_secret(&entry.name) {
+                if matches!(entry.kind, EntryKind::File | EntryKind::Unspecified) {
+                    listing.rejected.push(self.refuse_secret(&entry.name));
+                    continue;
+                }
+                entry.name = self.scrubber.scrub(&entry.name);
+            }
+            match entry.kind {
+                EntryKind::File | EntryKind::Unspecified => listing.members.push(Listed {
+                    name: entry.name,
+                    size: entry.size,
+                    modified: entry.modify,
+                }),
+                EntryKind::Dir => listing.skipped.push(Skipped {
+                    name: entry.name,
+                    reason: "a directory".into(),
+                }),
+                EntryKind::Special(kind) => listing.skipped.push(Skipped {
+                    name: entry.name,
+                    reason: format!("not a plain file (type={kind})"),
+                }),
+            }
+        }
+    }
+
+    /// The NLST names that match and may be copied; the refused ones go to `listing`.
+    fn sort_nlst(&self, parsed: NlstListing, listing: &mut Listing) -> Vec<String> {
+        listing.rejected = parsed
+            .rejected
+            .into_iter()
+            .map(|r| self.refused(&r.name, &r.line, &r.reason.to_string()))
+            .collect();
+        let mut names = Vec::new();
+        for name in parsed.names {
+            if !glob_match(self.pattern, &name) {
+                continue;
+            }
+            if self.holds_secret(&name) {
+                listing.rejected.push(self.refuse_secret(&name));
+            } else {
+                names.push(name);
+            }
+        }
+        names
+    }
+}
+
 /// What a listing command gave.
 enum DataReply {
     Data(Vec<u8>),
@@ -198,19 +300,88 @@ impl Pair {
                 error,
             });
         }
-        let mut fallbacks = Vec::new();
+        let (method, data, fallbacks) = match self.fetch_listing(dir).await? {
+            Fetched::Data {
+                method,
+                data,
+                fallbacks,
+            } => (method, data, fallbacks),
+            Fetched::Negative {
+                command,
+                reply,
+                disposition,
+            } => {
+                return self
+                    .negative_listing(dir, command, reply, disposition)
+                    .await
+            }
+        };
+        let mut listing = Listing {
+            members: Vec::new(),
+            rejected: Vec::new(),
+            skipped: Vec::new(),
+            method,
+            fallbacks,
+            transcript: Transcript::default(),
+        };
+        // Listing lines are the server's text too: scrubbed of the job's secrets as they are
+        // read. A name holding a secret is refused (copying it would put the secret into the
+        // ledger, the report and every status).
+        let names = Names {
+            scrubber: self.recorder.scrubber().clone(),
+            pattern,
+        };
+        match method {
+            ListMethod::Mlsd => names.sort_mlsd(&data, dir, &mut listing),
+            ListMethod::Nlst => {
+                let parsed = parse_nlst(&data, dir);
+                if parsed.names.is_empty() && parsed.rejected.is_empty() {
+                    self.check_directory(dir).await?;
+                }
+                if !parsed.error_text.is_empty() {
+                    return Err(ListError::ErrorText {
+                        dir: dir.to_owned(),
+                        lines: parsed
+                            .error_text
+                            .iter()
+                            .map(|l| names.scrubber.scrub_excerpt(l))
+                            .collect(),
+                    });
+                }
+                let matched = names.sort_nlst(parsed, &mut listing);
+                self.nlst_members(dir, matched, &mut listing).await?;
+            }
+        }
+        for rejected in &listing.rejected {
+            self.note(
+                Side::Source,
+                &format!(
+                    "listing line refused: \"{}\": {}",
+                    rejected.line, rejected.reason
+                ),
+            );
+        }
+        listing.transcript = self.recorder.take();
+        Ok(listing)
+    }
+
+    /// The listing's bytes: MLSD where FEAT offers MLST, else (or when MLSD is not
+    /// supported after all) NLST, with the fallback taken.
+    async fn fetch_listing(&mut self, dir: &str) -> Result<Fetched, ListError> {
         let mlsd = self
             .features()
             .await
             .iter()
             .any(|f| f.trim_start().to_ascii_uppercase().starts_with("MLST"));
-        let mut method = ListMethod::Nlst;
-        let mut data = None;
+        let mut fallbacks = Vec::new();
         if mlsd {
             match self.data_command("MLSD", dir).await? {
-                DataReply::Data(bytes) => {
-                    method = ListMethod::Mlsd;
-                    data = Some(bytes);
+                DataReply::Data(data) => {
+                    return Ok(Fetched::Data {
+                        method: ListMethod::Mlsd,
+                        data,
+                        fallbacks,
+                    })
                 }
                 DataReply::Negative {
                     command,
@@ -228,141 +399,34 @@ impl Pair {
                     reply,
                     disposition,
                 } => {
-                    return self
-                        .negative_listing(dir, command, reply, disposition)
-                        .await
+                    return Ok(Fetched::Negative {
+                        command,
+                        reply,
+                        disposition,
+                    })
                 }
             }
         } else {
-            let fallback = Fallback::ListedWithNlst {
+            fallbacks.push(Fallback::ListedWithNlst {
                 reason: "FEAT does not offer MLST".into(),
-            };
-            fallbacks.push(fallback);
+            });
         }
-        let data = match data {
-            Some(data) => data,
-            None => match self.data_command("NLST", dir).await? {
-                DataReply::Data(bytes) => bytes,
-                DataReply::Negative {
-                    command,
-                    reply,
-                    disposition,
-                } => {
-                    return self
-                        .negative_listing(dir, command, reply, disposition)
-                        .await
-                }
+        Ok(match self.data_command("NLST", dir).await? {
+            DataReply::Data(data) => Fetched::Data {
+                method: ListMethod::Nlst,
+                data,
+                fallbacks,
             },
-        };
-
-        let mut listing = Listing {
-            members: Vec::new(),
-            rejected: Vec::new(),
-            skipped: Vec::new(),
-            method,
-            fallbacks,
-            transcript: Transcript::default(),
-        };
-        // Listing lines are the server's text too: scrubbed of the job's secrets as they are
-        // read. A name holding a secret is refused (copying it would put the secret into the
-        // ledger, the report and every status).
-        let scrubber = self.recorder.scrubber().clone();
-        let holds_secret = |name: &str| scrubber.scrub(name) != name;
-        // Only names that matched the pattern are refused here.
-        let refuse_secret = |name: &str| RejectedName {
-            matched: true,
-            line: scrubber.scrub(name),
-            reason: "the name contains one of the job's passwords or ACCT strings".into(),
-        };
-        match method {
-            ListMethod::Mlsd => {
-                let parsed = parse_mlsd(&data, dir);
-                listing.rejected = parsed
-                    .rejected
-                    .into_iter()
-                    .map(|r| RejectedName {
-                        matched: refused_matches(pattern, &r.name),
-                        line: scrubber.scrub_excerpt(&r.line),
-                        reason: scrubber.scrub(&r.reason.to_string()),
-                    })
-                    .collect();
-                for mut entry in parsed.entries {
-                    if !glob_match(pattern, &entry.name) {
-                        continue;
-                    }
-                    if holds_secret(&entry.name) {
-                        if matches!(entry.kind, EntryKind::File | EntryKind::Unspecified) {
-                            listing.rejected.push(refuse_secret(&entry.name));
-                            continue;
-                        }
-                        entry.name = scrubber.scrub(&entry.name);
-                    }
-                    match entry.kind {
-                        EntryKind::File | EntryKind::Unspecified => listing.members.push(Listed {
-                            name: entry.name,
-                            size: entry.size,
-                            modified: entry.modify,
-                        }),
-                        EntryKind::Dir => listing.skipped.push(Skipped {
-                            name: entry.name,
-                            reason: "a directory".into(),
-                        }),
-                        EntryKind::Special(kind) => listing.skipped.push(Skipped {
-                            name: entry.name,
-                            reason: format!("not a plain file (type={kind})"),
-                        }),
-                    }
-                }
-            }
-            ListMethod::Nlst => {
-                let parsed = parse_nlst(&data, dir);
-                if parsed.names.is_empty() && parsed.rejected.is_empty() {
-                    self.check_directory(dir).await?;
-                }
-                if !parsed.error_text.is_empty() {
-                    return Err(ListError::ErrorText {
-                        dir: dir.to_owned(),
-                        lines: parsed
-                            .error_text
-                            .iter()
-                            .map(|l| scrubber.scrub_excerpt(l))
-                            .collect(),
-                    });
-                }
-                listing.rejected = parsed
-                    .rejected
-                    .into_iter()
-                    .map(|r| RejectedName {
-                        matched: refused_matches(pattern, &r.name),
-                        line: scrubber.scrub_excerpt(&r.line),
-                        reason: scrubber.scrub(&r.reason.to_string()),
-                    })
-                    .collect();
-                let mut names = Vec::new();
-                for name in parsed.names {
-                    if !glob_match(pattern, &name) {
-                        continue;
-                    }
-                    if holds_secret(&name) {
-                        listing.rejected.push(refuse_secret(&name));
-                    } else {
-                        names.push(name);
-                    }
-                }
-                self.nlst_members(dir, names, &mut listing).await?;
-            }
-        }
-        for rejected in &listing.rejected {
-            self.note(
-                Side::Source,
-                &format!(
-                    "listing line refused: \"{}\": {}",
-                    rejected.line, rejected.reason
-                ),
-            );
-        }
-        listing.transcript = self.recorder.take();
-        Ok(listing)
+            DataReply::Negative {
+                command,
+                reply,
+                disposition,
+            } => Fetched::Negative {
+                command,
+                reply,
+                disposition,
+            },
+        })
     }
 
     /// NLST gives names only: SIZE tells a plain file (213, with its size) from a

@@ -634,6 +634,8 @@ impl Attempt<'_> {
         }
     }
 
+    // Long on purpose: one phase of the state machine (see `Phase::Completion`): both
+    // final replies, the watchdog and the clean-up of a failed copy decide together.
     async fn completion(
         &mut self,
         passive: Side,
@@ -756,6 +758,8 @@ impl Attempt<'_> {
         }
     }
 
+    // Long on purpose: one phase of the state machine (see `Phase::Check`), every answer
+    // of both servers' SIZE and what it proves in one place, as the other phases do.
     async fn check(&mut self) -> Phase {
         self.pair.progress.send_replace(Progress::Checking {
             path: self.request.source_path.clone(),
