@@ -6,6 +6,8 @@
 //! - [`hostile_to_hostile`]: the same with a scripted destination.
 //! - [`copy_once`]: one copy on a pair opened for it, between servers a test already runs.
 //! - [`open_pair`]: a pair opened (or refused) and nothing else, timed.
+//! - [`raw_session`]: a scripted hostile server and a raw client logged in to it in image
+//!   type, for the tests of the hostile server itself.
 //!
 //! Each hands back the servers with what they recorded, so the test checks the wire as well
 //! as the outcome. Opening the pair is not what these tests check: a refused open is an
@@ -21,7 +23,7 @@ use bftp_core::{DestCommand, FtpParams, Secret};
 use bftp_ftp::{AllowAll, CopyOutcome, CopyRequest, Limits, Pair, PairError, ServerLogin};
 
 use crate::hostile::{HostileServer, Script};
-use crate::{FtpOptions, FtpServer, ServerKind};
+use crate::{FtpOptions, FtpServer, RawFtp, ServerKind};
 
 /// One copy on a pair opened for it: what came of it.
 #[derive(Debug)]
@@ -124,6 +126,15 @@ pub fn open_pair(
             Err(e) => (Err(e), elapsed),
         }
     })
+}
+
+/// A hostile server scripted by `script`, and a raw client logged in to it (the script's
+/// user) that has set image type (`TYPE I` answered 200).
+pub fn raw_session(script: Script) -> Result<(HostileServer, RawFtp)> {
+    let server = HostileServer::start(script)?;
+    let mut ftp = server.login()?;
+    ftp.expect("TYPE I", 200)?;
+    Ok((server, ftp))
 }
 
 /// How the engine logs in to a hostile server.
