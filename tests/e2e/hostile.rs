@@ -76,6 +76,18 @@ fn f_to_copy() -> CopyRequest {
     request("/f.bin", "/copy.bin", DestCommand::Replace)
 }
 
+/// The source most tests script: the hostile server on [`HOSTILE`] serving `/f.bin`, `len`
+/// bytes of payload `seed`.
+fn serving_f(len: usize, seed: u8) -> Script {
+    script(HOSTILE, "src").file("/f.bin", payload(len, seed))
+}
+
+/// The shape most tests share: `source` (scripted to misbehave), a fresh vsftpd, a pair
+/// opened with `limits`, one copy of `/f.bin` to `/copy.bin`.
+fn f_to_vsftpd(source: Script, limits: &Limits) -> Result<Scenario<FtpServer>> {
+    hostile_to_vsftpd(source, &[], limits, &f_to_copy())
+}
+
 fn vsftpd() -> Result<FtpServer> {
     FtpServer::start(ServerKind::Vsftpd, FtpOptions::default())
 }
@@ -123,6 +135,31 @@ fn is_verb(line: &str, verb: &str) -> bool {
     line.split(' ')
         .next()
         .is_some_and(|v| v.eq_ignore_ascii_case(verb))
+}
+
+/// Whether vsftpd logged in and set a type (`TYPE`) but was never given a data address
+/// (`PORT`, `EPRT`) or an upload (`STOR`): it took no part in a transfer.
+fn never_transferred(vsftpd_seen: &[String]) -> bool {
+    vsftpd_seen.iter().any(|l| is_verb(l, "TYPE"))
+        && !vsftpd_seen
+            .iter()
+            .any(|l| is_verb(l, "PORT") || is_verb(l, "EPRT") || is_verb(l, "STOR"))
+}
+
+/// The code of a final reply, if there was one and it had a code.
+fn code_of(reply: Option<&bftp_ftp::LastReply>) -> Option<u16> {
+    reply.and_then(|r| r.code).map(ReplyCode::get)
+}
+
+/// Whether a partial file is accounted for: vsftpd has no `path`, or the report says a
+/// partial file was left (not deleted).
+fn no_unreported_partial(dst: &FtpServer, path: &str, outcome: &CopyOutcome) -> bool {
+    !dst.path(path).exists()
+        || outcome
+            .report()
+            .fallbacks
+            .iter()
+            .any(|f| matches!(f, Fallback::PartialDeleted { deleted: false, .. }))
 }
 
 /// `h1,h2,h3,h4,p1,p2` of a PORT argument.
@@ -323,9 +360,7 @@ fn privileged_passive_port_is_refused_and_the_other_role_order_copies() -> Resul
         (
             "PASV",
             21,
-            script(HOSTILE, "src")
-                .file("/f.bin", payload(5000, 42))
-                .on("PASV", Action::PasvPort(21)),
+            serving_f(5000, 42).on("PASV", Action::PasvPort(21)),
         ),
         (
             "EPSV",
@@ -413,23 +448,13 @@ async fn dropped_copy(pair: &mut Pair, dst: &FtpServer, code: u16) -> Result<Cop
     let report = outcome.report();
     ensure!(!outcome.is_success(), "{}", explain(&outcome));
     ensure!(
-        report
-            .source_final
-            .as_ref()
-            .and_then(|r| r.code)
-            .map(ReplyCode::get)
-            == Some(code),
+        code_of(report.source_final.as_ref()) == Some(code),
         "source final reply {:?}\n{}",
         report.source_final,
         report.transcript
     );
     ensure!(
-        report
-            .destination_final
-            .as_ref()
-            .and_then(|r| r.code)
-            .map(ReplyCode::get)
-            == Some(226),
+        code_of(report.destination_final.as_ref()) == Some(226),
         "destination final reply {:?}\n{}",
         report.destination_final,
         report.transcript
@@ -602,15 +627,10 @@ fn expect_codeless(outcome: &CopyOutcome, command: &str, text: &str) -> Result<(
 /// STOR, and vsftpd's partial (empty) file deleted or reported as left.
 #[test]
 fn reply_without_a_code_to_retr() -> Result<()> {
-    let run = hostile_to_vsftpd(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(50_000, 45))
-            .on("RETR", Action::reply("No such file or directory")),
-        &[],
+    let Scenario { dst, copied, .. } = f_to_vsftpd(
+        serving_f(50_000, 45).on("RETR", Action::reply("No such file or directory")),
         &tight(),
-        &f_to_copy(),
     )?;
-    let Scenario { dst, copied, .. } = run;
     let (outcome, elapsed) = (copied.outcome, copied.total);
     ensure!(!copied.usable, "the pair survived a code-less reply");
     expect_codeless(&outcome, "RETR", "No such file or directory")?;
@@ -651,25 +671,15 @@ fn reply_without_a_code_to_retr() -> Result<()> {
 /// and vsftpd is never sent a PORT or a STOR.
 #[test]
 fn reply_without_a_code_to_pasv() -> Result<()> {
-    let Scenario { src, dst, copied } = hostile_to_vsftpd(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(5000, 46))
-            .on("PASV", Action::reply("Entering Passive Mode, sort of")),
-        &[],
+    let Scenario { src, dst, copied } = f_to_vsftpd(
+        serving_f(5000, 46).on("PASV", Action::reply("Entering Passive Mode, sort of")),
         &tight(),
-        &f_to_copy(),
     )?;
     let outcome = copied.outcome;
     expect_codeless(&outcome, "PASV", "Entering Passive Mode, sort of")?;
     ensure!(!outcome.report().destination_touched);
     let seen = vsftpd_commands(&dst)?;
-    ensure!(
-        seen.iter().any(|l| is_verb(l, "TYPE"))
-            && !seen
-                .iter()
-                .any(|l| is_verb(l, "PORT") || is_verb(l, "EPRT") || is_verb(l, "STOR")),
-        "vsftpd received {seen:?}"
-    );
+    ensure!(never_transferred(&seen), "vsftpd received {seen:?}");
     ensure!(
         src.commands().iter().filter(|l| is_verb(l, "PASV")).count() == 1,
         "{:?}",
@@ -921,9 +931,7 @@ fn endless_reply_line_fails_fast_with_bounded_memory() -> Result<()> {
 
     // In a copy: PASV.
     let Scenario { src, dst, copied } = hostile_to_hostile(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(5000, 47))
-            .on("PASV", Action::EndlessLine { max_bytes: GIB }),
+        serving_f(5000, 47).on("PASV", Action::EndlessLine { max_bytes: GIB }),
         script(OTHER_HOSTILE, "dst"),
         &limits,
         &f_to_copy(),
@@ -1057,17 +1065,14 @@ fn greeting_obeys_the_configured_reply_limits() -> Result<()> {
 /// A source whose RETR sends half the file, then `421 Timeout.` and closes its control
 /// connection; vsftpd, which got the half file, says 226.
 fn abort_421_source() -> Script {
-    script(HOSTILE, "src")
-        .file("/f.bin", payload(300_000, 48))
-        .on("RETR", Action::AbortMidTransfer("421 Timeout.".into()))
+    serving_f(300_000, 48).on("RETR", Action::AbortMidTransfer("421 Timeout.".into()))
 }
 
 /// 421 in the middle of a transfer: transient (reconnect), blamed on the source's RETR,
 /// and vsftpd's half file, which its own 226 vouched for, deleted.
 #[test]
 fn reply_421_mid_transfer_is_transient() -> Result<()> {
-    let Scenario { src, dst, copied } =
-        hostile_to_vsftpd(abort_421_source(), &[], &tight(), &f_to_copy())?;
+    let Scenario { src, dst, copied } = f_to_vsftpd(abort_421_source(), &tight())?;
     let outcome = copied.outcome;
     match &outcome {
         CopyOutcome::Transient {
@@ -1085,12 +1090,7 @@ fn reply_421_mid_transfer_is_transient() -> Result<()> {
     }
     let report = outcome.report();
     ensure!(
-        report
-            .destination_final
-            .as_ref()
-            .and_then(|r| r.code)
-            .map(ReplyCode::get)
-            == Some(226),
+        code_of(report.destination_final.as_ref()) == Some(226),
         "{}",
         explain(&outcome)
     );
@@ -1155,14 +1155,8 @@ fn reply_421_mid_transfer_loses_the_connection() -> Result<()> {
 #[test]
 fn silent_pasv_ends_at_the_reply_timeout() -> Result<()> {
     let limits = tight();
-    let Scenario { src, dst, copied } = hostile_to_vsftpd(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(5000, 49))
-            .on("PASV", Action::Silence),
-        &[],
-        &limits,
-        &f_to_copy(),
-    )?;
+    let Scenario { src, dst, copied } =
+        f_to_vsftpd(serving_f(5000, 49).on("PASV", Action::Silence), &limits)?;
     let (outcome, elapsed) = (copied.outcome, copied.took);
     match &outcome {
         CopyOutcome::Transient {
@@ -1187,13 +1181,7 @@ fn silent_pasv_ends_at_the_reply_timeout() -> Result<()> {
     // The engine hung up on the silent server.
     src.wait_for(NOTICE, |o| o.closed >= 1)?;
     let seen = vsftpd_commands(&dst)?;
-    ensure!(
-        seen.iter().any(|l| is_verb(l, "TYPE"))
-            && !seen
-                .iter()
-                .any(|l| is_verb(l, "PORT") || is_verb(l, "EPRT") || is_verb(l, "STOR")),
-        "vsftpd received {seen:?}"
-    );
+    ensure!(never_transferred(&seen), "vsftpd received {seen:?}");
     eprintln!("silent PASV: ended after {elapsed:?}");
     Ok(())
 }
@@ -1205,14 +1193,8 @@ fn silent_pasv_ends_at_the_reply_timeout() -> Result<()> {
 #[test]
 fn silent_retr_ends_within_the_configured_limits() -> Result<()> {
     let limits = tight();
-    let Scenario { src, dst, copied } = hostile_to_vsftpd(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(5000, 50))
-            .on("RETR", Action::Silence),
-        &[],
-        &limits,
-        &f_to_copy(),
-    )?;
+    let Scenario { src, dst, copied } =
+        f_to_vsftpd(serving_f(5000, 50).on("RETR", Action::Silence), &limits)?;
     let (outcome, elapsed) = (copied.outcome, copied.took);
     match &outcome {
         CopyOutcome::Transient {
@@ -1242,12 +1224,7 @@ fn silent_retr_ends_within_the_configured_limits() -> Result<()> {
     let retrs = src.commands().iter().filter(|l| is_verb(l, "RETR")).count();
     ensure!(retrs >= 1, "{:?}", src.commands());
     ensure!(
-        !dst.path("/copy.bin").exists()
-            || outcome
-                .report()
-                .fallbacks
-                .iter()
-                .any(|f| matches!(f, Fallback::PartialDeleted { deleted: false, .. })),
+        no_unreported_partial(&dst, "/copy.bin", &outcome),
         "a partial file was left unreported: {}",
         explain(&outcome)
     );
@@ -1268,13 +1245,9 @@ fn silent_retr_ends_within_the_configured_limits() -> Result<()> {
 #[test]
 fn stalled_transfer_ends_at_the_watchdog() -> Result<()> {
     let limits = tight();
-    let Scenario { src, dst, copied } = hostile_to_vsftpd(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(300_000, 51))
-            .on("RETR", Action::StallMidTransfer),
-        &[],
+    let Scenario { src, dst, copied } = f_to_vsftpd(
+        serving_f(300_000, 51).on("RETR", Action::StallMidTransfer),
         &limits,
-        &f_to_copy(),
     )?;
     let (outcome, elapsed, usable) = (copied.outcome, copied.took, copied.usable);
     match &outcome {
@@ -1303,13 +1276,8 @@ fn stalled_transfer_ends_at_the_watchdog() -> Result<()> {
         limits.transfer_timeout
     );
     src.wait_for(NOTICE, |o| o.closed >= 1)?;
-    let report = outcome.report();
     ensure!(
-        !dst.path("/copy.bin").exists()
-            || report
-                .fallbacks
-                .iter()
-                .any(|f| matches!(f, Fallback::PartialDeleted { deleted: false, .. })),
+        no_unreported_partial(&dst, "/copy.bin", &outcome),
         "a partial file was left unreported: {}",
         explain(&outcome)
     );
@@ -1549,11 +1517,7 @@ fn nlst_sizes_are_pipelined_and_the_connection_stays_in_step() -> Result<()> {
 /// though the stalled source never answers.
 #[test]
 fn abort_mid_transfer_sends_abor_on_both_connections() -> Result<()> {
-    let src = HostileServer::start(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(200_000, 5))
-            .on("RETR", Action::StallMidTransfer),
-    )?;
+    let src = HostileServer::start(serving_f(200_000, 5).on("RETR", Action::StallMidTransfer))?;
     let dst = HostileServer::start(script(OTHER_HOSTILE, "dst"))?;
     let (result, aborted_for) = block_on(async {
         let mut pair = open(&hostile_login(&src), &hostile_login(&dst), &limits()).await?;
@@ -1610,9 +1574,7 @@ fn passive_refusal_after_the_active_side_connected_fails_fast() -> Result<()> {
         ..limits()
     };
     let Scenario { dst, copied, .. } = hostile_to_hostile(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(5000, 9))
-            .on("RETR", Action::reply("550 Permission denied.")),
+        serving_f(5000, 9).on("RETR", Action::reply("550 Permission denied.")),
         // The destination would wait 30 s for data before giving up by itself.
         script(OTHER_HOSTILE, "dst").data_timeout(Duration::from_secs(30)),
         &limits,
