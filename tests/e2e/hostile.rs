@@ -22,11 +22,12 @@ use bftp_core::reply::{
 use bftp_core::DestCommand;
 use bftp_ftp::{
     AddressCheck, ConnectError, CopyOutcome, CopyRequest, Failure, Fallback, JobFailure, Limits,
-    ListError, Pair, PairError, ReplyError, ServerLogin, SessionError, Side, Transcript,
+    ListError, Pair, PairError, ReplyError, SessionError, Side, Transcript,
 };
 use bftp_tests::hostile::{Action, HostileServer, Script};
 use bftp_tests::scenario::{
-    copy_once, ftp_login, hostile_login, hostile_to_hostile, hostile_to_vsftpd, open_pair, Scenario,
+    copy_once, ftp_login, hostile_login, hostile_to_hostile, hostile_to_vsftpd, open, open_pair,
+    Scenario,
 };
 use bftp_tests::{Direction, FtpOptions, FtpServer, ServerKind};
 
@@ -90,12 +91,6 @@ fn f_to_vsftpd(source: Script, limits: &Limits) -> Result<Scenario<FtpServer>> {
 
 fn vsftpd() -> Result<FtpServer> {
     FtpServer::start(ServerKind::Vsftpd, FtpOptions::default())
-}
-
-async fn open(src: &ServerLogin, dst: &ServerLogin, limits: &Limits) -> Result<Pair> {
-    Pair::open(src, dst, image(), limits, Arc::new(bftp_ftp::AllowAll))
-        .await
-        .map_err(|e| anyhow::anyhow!("opening the pair: {e}\n{}", e.transcript))
 }
 
 /// The outcome with the whole story, for error messages.

@@ -88,9 +88,7 @@ pub fn copy_once(
 ) -> Result<Copied> {
     let started = Instant::now();
     block_on(async {
-        let mut pair = Pair::open(src, dst, FtpParams::default(), limits, Arc::new(AllowAll))
-            .await
-            .map_err(|e| anyhow::anyhow!("opening the pair: {e}\n{}", e.transcript))?;
+        let mut pair = open(src, dst, limits).await?;
         let copy_started = Instant::now();
         let outcome = pair.copy(request).await?;
         let (took, total) = (copy_started.elapsed(), started.elapsed());
@@ -105,6 +103,14 @@ pub fn copy_once(
             usable,
         })
     })
+}
+
+/// Opens a pair `src` → `dst` (image type, every address allowed) with `limits`; a refusal
+/// is an error with the transcript.
+pub async fn open(src: &ServerLogin, dst: &ServerLogin, limits: &Limits) -> Result<Pair> {
+    Pair::open(src, dst, FtpParams::default(), limits, Arc::new(AllowAll))
+        .await
+        .map_err(|e| anyhow::anyhow!("opening the pair: {e}\n{}", e.transcript))
 }
 
 /// Opens a pair `src` → `dst` (image type, every address allowed) with `limits`: the pair
