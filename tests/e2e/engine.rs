@@ -3,7 +3,6 @@
 //! FXP refused by configuration, a missing source file, a wrong password, a server
 //! killed mid-transfer, connection reuse, wildcard listings and verify.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,23 +10,14 @@ use anyhow::{bail, ensure, Context, Result};
 use bftp_core::reply::{PermanentKind, ReplyCode, ReplyOverride, TransientKind, TreatAs};
 use bftp_core::{DestCommand, FtpParams, Secret, TransferType};
 use bftp_ftp::{
-    verify, AllowAll, ConnectError, CopyOutcome, CopyRequest, Failure, Fallback, JobFailure,
-    Limits, ListError, ListMethod, Pair, PairError, Progress, ServerLogin, Side, SizeCheck,
-    VerifyRequest,
+    verify, AllowAll, ConnectError, CopyOutcome, Failure, Fallback, JobFailure, Limits, ListError,
+    ListMethod, Pair, PairError, Progress, Side, SizeCheck, VerifyRequest,
 };
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 
 use ServerKind::{Proftpd, PureFtpd, Vsftpd};
 
-pub(crate) fn login(server: &FtpServer) -> ServerLogin {
-    ServerLogin {
-        host: server.host().to_string(),
-        port: server.port(),
-        user: server.user().to_owned(),
-        password: Some(Secret::new(server.password())),
-        acct: None,
-    }
-}
+pub(crate) use bftp_tests::scenario::{block_on, ftp_login as login, request};
 
 /// Short enough that a silent server fails a test in seconds, long enough for a
 /// loaded CI machine.
@@ -60,15 +50,6 @@ fn start_stock(kind: ServerKind) -> Result<FtpServer> {
 
 pub(crate) use bftp_tests::payload;
 
-pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-        .block_on(f)
-}
-
 pub(crate) async fn open(src: &FtpServer, dst: &FtpServer, params: FtpParams) -> Result<Pair> {
     Pair::open(
         &login(src),
@@ -86,16 +67,6 @@ pub(crate) async fn open(src: &FtpServer, dst: &FtpServer, params: FtpParams) ->
             e.transcript
         )
     })
-}
-
-pub(crate) fn request(source: &str, dest: &str, command: DestCommand) -> CopyRequest {
-    CopyRequest {
-        source_path: source.to_owned(),
-        dest_path: dest.to_owned(),
-        dest_command: command,
-        source_size: None,
-        announce: None,
-    }
 }
 
 /// The outcome, or an error with the whole story.

@@ -19,12 +19,16 @@ use anyhow::{bail, ensure, Context, Result};
 use bftp_core::reply::{
     Disposition, PermanentKind, ReplyCode, ReplyOverride, TransientKind, TransportFailure, TreatAs,
 };
-use bftp_core::{DestCommand, Secret};
+use bftp_core::DestCommand;
 use bftp_ftp::{
-    AddressCheck, ConnectError, CopyOutcome, Failure, Fallback, JobFailure, Limits, ListError,
-    Pair, PairError, ReplyError, ServerLogin, SessionError, Side, Transcript,
+    AddressCheck, ConnectError, CopyOutcome, CopyRequest, Failure, Fallback, JobFailure, Limits,
+    ListError, Pair, PairError, ReplyError, SessionError, Side, Transcript,
 };
 use bftp_tests::hostile::{Action, HostileServer, Script};
+use bftp_tests::scenario::{
+    copy_once, ftp_login, hostile_login, hostile_to_hostile, hostile_to_vsftpd, open, open_pair,
+    Scenario,
+};
 use bftp_tests::{Direction, FtpOptions, FtpServer, ServerKind};
 
 use crate::engine::{block_on, image, payload, request};
@@ -68,24 +72,25 @@ fn script(host: Ipv4Addr, user: &str) -> Script {
         .data_timeout(Duration::from_secs(5))
 }
 
-fn hostile_login(server: &HostileServer) -> ServerLogin {
-    ServerLogin {
-        host: server.host().to_string(),
-        port: server.port(),
-        user: server.user().to_owned(),
-        password: Some(Secret::new(server.password())),
-        acct: None,
-    }
+/// The copy most tests make: `/f.bin` to `/copy.bin`, replacing.
+fn f_to_copy() -> CopyRequest {
+    request("/f.bin", "/copy.bin", DestCommand::Replace)
+}
+
+/// The source most tests script: the hostile server on [`HOSTILE`] serving `/f.bin`, `len`
+/// bytes of payload `seed`.
+fn serving_f(len: usize, seed: u8) -> Script {
+    script(HOSTILE, "src").file("/f.bin", payload(len, seed))
+}
+
+/// The shape most tests share: `source` (scripted to misbehave), a fresh vsftpd, a pair
+/// opened with `limits`, one copy of `/f.bin` to `/copy.bin`.
+fn f_to_vsftpd(source: Script, limits: &Limits) -> Result<Scenario<FtpServer>> {
+    hostile_to_vsftpd(source, &[], limits, &f_to_copy())
 }
 
 fn vsftpd() -> Result<FtpServer> {
     FtpServer::start(ServerKind::Vsftpd, FtpOptions::default())
-}
-
-async fn open(src: &ServerLogin, dst: &ServerLogin, limits: &Limits) -> Result<Pair> {
-    Pair::open(src, dst, image(), limits, Arc::new(bftp_ftp::AllowAll))
-        .await
-        .map_err(|e| anyhow::anyhow!("opening the pair: {e}\n{}", e.transcript))
 }
 
 /// The outcome with the whole story, for error messages.
@@ -125,6 +130,31 @@ fn is_verb(line: &str, verb: &str) -> bool {
     line.split(' ')
         .next()
         .is_some_and(|v| v.eq_ignore_ascii_case(verb))
+}
+
+/// Whether vsftpd logged in and set a type (`TYPE`) but was never given a data address
+/// (`PORT`, `EPRT`) or an upload (`STOR`): it took no part in a transfer.
+fn never_transferred(vsftpd_seen: &[String]) -> bool {
+    vsftpd_seen.iter().any(|l| is_verb(l, "TYPE"))
+        && !vsftpd_seen
+            .iter()
+            .any(|l| is_verb(l, "PORT") || is_verb(l, "EPRT") || is_verb(l, "STOR"))
+}
+
+/// The code of a final reply, if there was one and it had a code.
+fn code_of(reply: Option<&bftp_ftp::LastReply>) -> Option<u16> {
+    reply.and_then(|r| r.code).map(ReplyCode::get)
+}
+
+/// Whether a partial file is accounted for: vsftpd has no `path`, or the report says a
+/// partial file was left (not deleted).
+fn no_unreported_partial(dst: &FtpServer, path: &str, outcome: &CopyOutcome) -> bool {
+    !dst.path(path).exists()
+        || outcome
+            .report()
+            .fallbacks
+            .iter()
+            .any(|f| matches!(f, Fallback::PartialDeleted { deleted: false, .. }))
 }
 
 /// `h1,h2,h3,h4,p1,p2` of a PORT argument.
@@ -203,7 +233,7 @@ fn pasv_naming_another_host_is_ignored_and_the_copy_succeeds() -> Result<()> {
     let (outcome, listing) = block_on(async {
         let mut pair = Pair::open(
             &hostile_login(&src),
-            &crate::engine::login(&dst),
+            &ftp_login(&dst),
             image(),
             &limits(),
             Arc::new(checked.clone()),
@@ -325,9 +355,7 @@ fn privileged_passive_port_is_refused_and_the_other_role_order_copies() -> Resul
         (
             "PASV",
             21,
-            script(HOSTILE, "src")
-                .file("/f.bin", payload(5000, 42))
-                .on("PASV", Action::PasvPort(21)),
+            serving_f(5000, 42).on("PASV", Action::PasvPort(21)),
         ),
         (
             "EPSV",
@@ -342,12 +370,10 @@ fn privileged_passive_port_is_refused_and_the_other_role_order_copies() -> Resul
     for (i, (command, port, source)) in cases.into_iter().enumerate() {
         let src = HostileServer::start(source)?;
         let target = format!("/in/copy-{i}.bin");
-        let result = block_on(async {
-            let mut pair =
-                open(&hostile_login(&src), &crate::engine::login(&dst), &limits()).await?;
-            let outcome = pair
-                .copy(&request("/f.bin", &target, DestCommand::Replace))
-                .await?;
+        let copy = request("/f.bin", &target, DestCommand::Replace);
+        let result = (|| {
+            let outcome =
+                copy_once(&hostile_login(&src), &ftp_login(&dst), &limits(), &copy)?.outcome;
             ensure!(outcome.is_success(), "{}", explain(&outcome));
             let report = outcome.report();
             let swapped = report.fallbacks.iter().find_map(|f| match f {
@@ -366,9 +392,8 @@ fn privileged_passive_port_is_refused_and_the_other_role_order_copies() -> Resul
                 to_src.iter().any(|l| is_verb(l, "PORT")),
                 "sent to the source: {to_src:?}"
             );
-            pair.close().await;
             Ok(())
-        });
+        })();
         if let Err(e) = result {
             failures.push(format!("{command} port {port}: {e:#}"));
         }
@@ -418,23 +443,13 @@ async fn dropped_copy(pair: &mut Pair, dst: &FtpServer, code: u16) -> Result<Cop
     let report = outcome.report();
     ensure!(!outcome.is_success(), "{}", explain(&outcome));
     ensure!(
-        report
-            .source_final
-            .as_ref()
-            .and_then(|r| r.code)
-            .map(ReplyCode::get)
-            == Some(code),
+        code_of(report.source_final.as_ref()) == Some(code),
         "source final reply {:?}\n{}",
         report.source_final,
         report.transcript
     );
     ensure!(
-        report
-            .destination_final
-            .as_ref()
-            .and_then(|r| r.code)
-            .map(ReplyCode::get)
-            == Some(226),
+        code_of(report.destination_final.as_ref()) == Some(226),
         "destination final reply {:?}\n{}",
         report.destination_final,
         report.transcript
@@ -484,7 +499,7 @@ fn five_yz_after_a_dropped_data_connection() -> Result<()> {
     };
     block_on(async {
         // The default table: permanent.
-        let mut pair = open(&hostile_login(&src), &crate::engine::login(&dst), &limits()).await?;
+        let mut pair = open(&hostile_login(&src), &ftp_login(&dst), &limits()).await?;
         for (c, expected) in [
             (551, PermanentKind::PageTypeUnknown),
             (550, PermanentKind::FileUnavailable),
@@ -508,12 +523,7 @@ fn five_yz_after_a_dropped_data_connection() -> Result<()> {
         pair.close().await;
 
         // With the override for this host: transient, the pair still usable.
-        let mut pair = open(
-            &hostile_login(&src),
-            &crate::engine::login(&dst),
-            &overridden,
-        )
-        .await?;
+        let mut pair = open(&hostile_login(&src), &ftp_login(&dst), &overridden).await?;
         for c in [551, 550] {
             let outcome = dropped_copy(&mut pair, &dst, c).await?;
             match &outcome {
@@ -612,22 +622,12 @@ fn expect_codeless(outcome: &CopyOutcome, command: &str, text: &str) -> Result<(
 /// STOR, and vsftpd's partial (empty) file deleted or reported as left.
 #[test]
 fn reply_without_a_code_to_retr() -> Result<()> {
-    let src = HostileServer::start(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(50_000, 45))
-            .on("RETR", Action::reply("No such file or directory")),
+    let Scenario { dst, copied, .. } = f_to_vsftpd(
+        serving_f(50_000, 45).on("RETR", Action::reply("No such file or directory")),
+        &tight(),
     )?;
-    let dst = vsftpd()?;
-    let started = Instant::now();
-    let outcome = block_on(async {
-        let mut pair = open(&hostile_login(&src), &crate::engine::login(&dst), &tight()).await?;
-        let outcome = pair
-            .copy(&request("/f.bin", "/copy.bin", DestCommand::Replace))
-            .await?;
-        ensure!(!pair.is_usable(), "the pair survived a code-less reply");
-        anyhow::Ok(outcome)
-    })?;
-    let elapsed = started.elapsed();
+    let (outcome, elapsed) = (copied.outcome, copied.total);
+    ensure!(!copied.usable, "the pair survived a code-less reply");
     expect_codeless(&outcome, "RETR", "No such file or directory")?;
     let report = outcome.report();
     // vsftpd had accepted STOR (the active side goes first): its file is either
@@ -666,29 +666,15 @@ fn reply_without_a_code_to_retr() -> Result<()> {
 /// and vsftpd is never sent a PORT or a STOR.
 #[test]
 fn reply_without_a_code_to_pasv() -> Result<()> {
-    let src = HostileServer::start(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(5000, 46))
-            .on("PASV", Action::reply("Entering Passive Mode, sort of")),
+    let Scenario { src, dst, copied } = f_to_vsftpd(
+        serving_f(5000, 46).on("PASV", Action::reply("Entering Passive Mode, sort of")),
+        &tight(),
     )?;
-    let dst = vsftpd()?;
-    let outcome = block_on(async {
-        let mut pair = open(&hostile_login(&src), &crate::engine::login(&dst), &tight()).await?;
-        anyhow::Ok(
-            pair.copy(&request("/f.bin", "/copy.bin", DestCommand::Replace))
-                .await?,
-        )
-    })?;
+    let outcome = copied.outcome;
     expect_codeless(&outcome, "PASV", "Entering Passive Mode, sort of")?;
     ensure!(!outcome.report().destination_touched);
     let seen = vsftpd_commands(&dst)?;
-    ensure!(
-        seen.iter().any(|l| is_verb(l, "TYPE"))
-            && !seen
-                .iter()
-                .any(|l| is_verb(l, "PORT") || is_verb(l, "EPRT") || is_verb(l, "STOR")),
-        "vsftpd received {seen:?}"
-    );
+    ensure!(never_transferred(&seen), "vsftpd received {seen:?}");
     ensure!(
         src.commands().iter().filter(|l| is_verb(l, "PASV")).count() == 1,
         "{:?}",
@@ -939,21 +925,13 @@ fn endless_reply_line_fails_fast_with_bounded_memory() -> Result<()> {
     };
 
     // In a copy: PASV.
-    let src = HostileServer::start(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(5000, 47))
-            .on("PASV", Action::EndlessLine { max_bytes: GIB }),
+    let Scenario { src, dst, copied } = hostile_to_hostile(
+        serving_f(5000, 47).on("PASV", Action::EndlessLine { max_bytes: GIB }),
+        script(OTHER_HOSTILE, "dst"),
+        &limits,
+        &f_to_copy(),
     )?;
-    let dst = HostileServer::start(script(OTHER_HOSTILE, "dst"))?;
-    let started = Instant::now();
-    let outcome = block_on(async {
-        let mut pair = open(&hostile_login(&src), &hostile_login(&dst), &limits).await?;
-        anyhow::Ok(
-            pair.copy(&request("/f.bin", "/copy.bin", DestCommand::Replace))
-                .await?,
-        )
-    })?;
-    let elapsed = started.elapsed();
+    let (outcome, elapsed) = (copied.outcome, copied.total);
     match &outcome {
         CopyOutcome::Transient {
             kind: TransientKind::Protocol,
@@ -988,15 +966,7 @@ fn endless_reply_line_fails_fast_with_bounded_memory() -> Result<()> {
     let src = HostileServer::start(
         script(HOSTILE, "src").greeting(Action::EndlessLine { max_bytes: GIB }),
     )?;
-    let started = Instant::now();
-    let result = block_on(Pair::open(
-        &hostile_login(&src),
-        &hostile_login(&dst),
-        image(),
-        &limits,
-        Arc::new(bftp_ftp::AllowAll),
-    ));
-    let elapsed = started.elapsed();
+    let (result, elapsed) = open_pair(&hostile_login(&src), &hostile_login(&dst), &limits);
     let error = match result {
         Ok(_) => bail!("logged in after an endless greeting"),
         Err(error) => error,
@@ -1041,13 +1011,7 @@ fn greeting_obeys_the_configured_reply_limits() -> Result<()> {
     let endless = HostileServer::start(
         script(HOSTILE, "src").greeting(Action::EndlessLine { max_bytes: 1 << 30 }),
     )?;
-    match block_on(Pair::open(
-        &hostile_login(&endless),
-        &hostile_login(&dst),
-        image(),
-        &limits,
-        Arc::new(bftp_ftp::AllowAll),
-    )) {
+    match open_pair(&hostile_login(&endless), &hostile_login(&dst), &limits).0 {
         Ok(_) => failures.push("endless greeting: logged in".to_string()),
         Err(e) if !e.is_transient() => {
             failures.push(format!("endless greeting: {e} is not transient"))
@@ -1057,13 +1021,7 @@ fn greeting_obeys_the_configured_reply_limits() -> Result<()> {
     let (case, greeting) = ("60 KiB greeting line", Action::reply(long));
     {
         let src = HostileServer::start(script(HOSTILE, "src").greeting(greeting))?;
-        let result = block_on(Pair::open(
-            &hostile_login(&src),
-            &hostile_login(&dst),
-            image(),
-            &limits,
-            Arc::new(bftp_ftp::AllowAll),
-        ));
+        let (result, _) = open_pair(&hostile_login(&src), &hostile_login(&dst), &limits);
         let check = || -> Result<()> {
             let error = match result {
                 Ok(_) => bail!("logged in: the greeting was accepted"),
@@ -1101,27 +1059,16 @@ fn greeting_obeys_the_configured_reply_limits() -> Result<()> {
 
 /// A source whose RETR sends half the file, then `421 Timeout.` and closes its control
 /// connection; vsftpd, which got the half file, says 226.
-fn abort_421_source() -> Result<HostileServer> {
-    HostileServer::start(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(300_000, 48))
-            .on("RETR", Action::AbortMidTransfer("421 Timeout.".into())),
-    )
+fn abort_421_source() -> Script {
+    serving_f(300_000, 48).on("RETR", Action::AbortMidTransfer("421 Timeout.".into()))
 }
 
 /// 421 in the middle of a transfer: transient (reconnect), blamed on the source's RETR,
 /// and vsftpd's half file, which its own 226 vouched for, deleted.
 #[test]
 fn reply_421_mid_transfer_is_transient() -> Result<()> {
-    let src = abort_421_source()?;
-    let dst = vsftpd()?;
-    let outcome = block_on(async {
-        let mut pair = open(&hostile_login(&src), &crate::engine::login(&dst), &tight()).await?;
-        anyhow::Ok(
-            pair.copy(&request("/f.bin", "/copy.bin", DestCommand::Replace))
-                .await?,
-        )
-    })?;
+    let Scenario { src, dst, copied } = f_to_vsftpd(abort_421_source(), &tight())?;
+    let outcome = copied.outcome;
     match &outcome {
         CopyOutcome::Transient {
             kind: TransientKind::Reconnect,
@@ -1138,12 +1085,7 @@ fn reply_421_mid_transfer_is_transient() -> Result<()> {
     }
     let report = outcome.report();
     ensure!(
-        report
-            .destination_final
-            .as_ref()
-            .and_then(|r| r.code)
-            .map(ReplyCode::get)
-            == Some(226),
+        code_of(report.destination_final.as_ref()) == Some(226),
         "{}",
         explain(&outcome)
     );
@@ -1166,13 +1108,11 @@ fn reply_421_mid_transfer_is_transient() -> Result<()> {
 /// outcome must say `connection_lost` and the pair must refuse the next member.
 #[test]
 fn reply_421_mid_transfer_loses_the_connection() -> Result<()> {
-    let src = abort_421_source()?;
+    let src = HostileServer::start(abort_421_source())?;
     let dst = vsftpd()?;
     let (outcome, usable, next) = block_on(async {
-        let mut pair = open(&hostile_login(&src), &crate::engine::login(&dst), &tight()).await?;
-        let outcome = pair
-            .copy(&request("/f.bin", "/copy.bin", DestCommand::Replace))
-            .await?;
+        let mut pair = open(&hostile_login(&src), &ftp_login(&dst), &tight()).await?;
+        let outcome = pair.copy(&f_to_copy()).await?;
         let usable = pair.is_usable();
         // The next member on the same pair: refused as closed (Err), not attempted.
         let next = pair
@@ -1209,21 +1149,10 @@ fn reply_421_mid_transfer_loses_the_connection() -> Result<()> {
 /// a PORT or a STOR.
 #[test]
 fn silent_pasv_ends_at_the_reply_timeout() -> Result<()> {
-    let src = HostileServer::start(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(5000, 49))
-            .on("PASV", Action::Silence),
-    )?;
-    let dst = vsftpd()?;
     let limits = tight();
-    let (outcome, elapsed) = block_on(async {
-        let mut pair = open(&hostile_login(&src), &crate::engine::login(&dst), &limits).await?;
-        let started = Instant::now();
-        let outcome = pair
-            .copy(&request("/f.bin", "/copy.bin", DestCommand::Replace))
-            .await?;
-        anyhow::Ok((outcome, started.elapsed()))
-    })?;
+    let Scenario { src, dst, copied } =
+        f_to_vsftpd(serving_f(5000, 49).on("PASV", Action::Silence), &limits)?;
+    let (outcome, elapsed) = (copied.outcome, copied.took);
     match &outcome {
         CopyOutcome::Transient {
             kind: TransientKind::Transport(TransportFailure::Timeout),
@@ -1247,13 +1176,7 @@ fn silent_pasv_ends_at_the_reply_timeout() -> Result<()> {
     // The engine hung up on the silent server.
     src.wait_for(NOTICE, |o| o.closed >= 1)?;
     let seen = vsftpd_commands(&dst)?;
-    ensure!(
-        seen.iter().any(|l| is_verb(l, "TYPE"))
-            && !seen
-                .iter()
-                .any(|l| is_verb(l, "PORT") || is_verb(l, "EPRT") || is_verb(l, "STOR")),
-        "vsftpd received {seen:?}"
-    );
+    ensure!(never_transferred(&seen), "vsftpd received {seen:?}");
     eprintln!("silent PASV: ended after {elapsed:?}");
     Ok(())
 }
@@ -1264,21 +1187,10 @@ fn silent_pasv_ends_at_the_reply_timeout() -> Result<()> {
 /// plus the cleanup's own reply timeouts; transient, and no success claimed.
 #[test]
 fn silent_retr_ends_within_the_configured_limits() -> Result<()> {
-    let src = HostileServer::start(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(5000, 50))
-            .on("RETR", Action::Silence),
-    )?;
-    let dst = vsftpd()?;
     let limits = tight();
-    let (outcome, elapsed) = block_on(async {
-        let mut pair = open(&hostile_login(&src), &crate::engine::login(&dst), &limits).await?;
-        let started = Instant::now();
-        let outcome = pair
-            .copy(&request("/f.bin", "/copy.bin", DestCommand::Replace))
-            .await?;
-        anyhow::Ok((outcome, started.elapsed()))
-    })?;
+    let Scenario { src, dst, copied } =
+        f_to_vsftpd(serving_f(5000, 50).on("RETR", Action::Silence), &limits)?;
+    let (outcome, elapsed) = (copied.outcome, copied.took);
     match &outcome {
         CopyOutcome::Transient {
             kind: TransientKind::Transport(TransportFailure::Timeout),
@@ -1307,12 +1219,7 @@ fn silent_retr_ends_within_the_configured_limits() -> Result<()> {
     let retrs = src.commands().iter().filter(|l| is_verb(l, "RETR")).count();
     ensure!(retrs >= 1, "{:?}", src.commands());
     ensure!(
-        !dst.path("/copy.bin").exists()
-            || outcome
-                .report()
-                .fallbacks
-                .iter()
-                .any(|f| matches!(f, Fallback::PartialDeleted { deleted: false, .. })),
+        no_unreported_partial(&dst, "/copy.bin", &outcome),
         "a partial file was left unreported: {}",
         explain(&outcome)
     );
@@ -1332,21 +1239,12 @@ fn silent_retr_ends_within_the_configured_limits() -> Result<()> {
 /// the engine stops reading: that 226 must not count either.)
 #[test]
 fn stalled_transfer_ends_at_the_watchdog() -> Result<()> {
-    let src = HostileServer::start(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(300_000, 51))
-            .on("RETR", Action::StallMidTransfer),
-    )?;
-    let dst = vsftpd()?;
     let limits = tight();
-    let (outcome, elapsed, usable) = block_on(async {
-        let mut pair = open(&hostile_login(&src), &crate::engine::login(&dst), &limits).await?;
-        let started = Instant::now();
-        let outcome = pair
-            .copy(&request("/f.bin", "/copy.bin", DestCommand::Replace))
-            .await?;
-        anyhow::Ok((outcome, started.elapsed(), pair.is_usable()))
-    })?;
+    let Scenario { src, dst, copied } = f_to_vsftpd(
+        serving_f(300_000, 51).on("RETR", Action::StallMidTransfer),
+        &limits,
+    )?;
+    let (outcome, elapsed, usable) = (copied.outcome, copied.took, copied.usable);
     match &outcome {
         CopyOutcome::Transient {
             kind: TransientKind::Transport(TransportFailure::Timeout),
@@ -1373,13 +1271,8 @@ fn stalled_transfer_ends_at_the_watchdog() -> Result<()> {
         limits.transfer_timeout
     );
     src.wait_for(NOTICE, |o| o.closed >= 1)?;
-    let report = outcome.report();
     ensure!(
-        !dst.path("/copy.bin").exists()
-            || report
-                .fallbacks
-                .iter()
-                .any(|f| matches!(f, Fallback::PartialDeleted { deleted: false, .. })),
+        no_unreported_partial(&dst, "/copy.bin", &outcome),
         "a partial file was left unreported: {}",
         explain(&outcome)
     );
@@ -1404,16 +1297,8 @@ fn login_refused_with_530_is_a_job_level_permanent_failure() -> Result<()> {
             Side::Source => (&bad, &good),
             Side::Destination => (&good, &bad),
         };
-        let started = Instant::now();
-        let result = block_on(Pair::open(
-            &hostile_login(src),
-            &hostile_login(dst),
-            image(),
-            &limits(),
-            Arc::new(bftp_ftp::AllowAll),
-        ));
-        let elapsed = started.elapsed();
-        let check = |result: Result<Pair, PairError>| -> Result<()> {
+        let (result, elapsed) = open_pair(&hostile_login(src), &hostile_login(dst), &limits());
+        let check = |result: Result<(), PairError>| -> Result<()> {
             let error = match result {
                 Ok(_) => bail!("logged in despite a 530"),
                 Err(error) => error,
@@ -1627,11 +1512,7 @@ fn nlst_sizes_are_pipelined_and_the_connection_stays_in_step() -> Result<()> {
 /// though the stalled source never answers.
 #[test]
 fn abort_mid_transfer_sends_abor_on_both_connections() -> Result<()> {
-    let src = HostileServer::start(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(200_000, 5))
-            .on("RETR", Action::StallMidTransfer),
-    )?;
+    let src = HostileServer::start(serving_f(200_000, 5).on("RETR", Action::StallMidTransfer))?;
     let dst = HostileServer::start(script(OTHER_HOSTILE, "dst"))?;
     let (result, aborted_for) = block_on(async {
         let mut pair = open(&hostile_login(&src), &hostile_login(&dst), &limits()).await?;
@@ -1648,13 +1529,7 @@ fn abort_mid_transfer_sends_abor_on_both_connections() -> Result<()> {
                 *fired.lock().expect("lock") = Some(Instant::now());
             }
         };
-        let result = pair
-            .copy_or_abort(
-                &request("/f.bin", "/copy.bin", DestCommand::Replace),
-                abort,
-                "test cancel",
-            )
-            .await;
+        let result = pair.copy_or_abort(&f_to_copy(), abort, "test cancel").await;
         let fired = fired
             .lock()
             .expect("lock")
@@ -1689,29 +1564,18 @@ fn abort_mid_transfer_sends_abor_on_both_connections() -> Result<()> {
 /// reply: ABOR ends it, the partial file is deleted, the member fails for good.
 #[test]
 fn passive_refusal_after_the_active_side_connected_fails_fast() -> Result<()> {
-    let src = HostileServer::start(
-        script(HOSTILE, "src")
-            .file("/f.bin", payload(5000, 9))
-            .on("RETR", Action::reply("550 Permission denied.")),
-    )?;
-    // The destination would wait 30 s for data before giving up by itself.
-    let dst =
-        HostileServer::start(script(OTHER_HOSTILE, "dst").data_timeout(Duration::from_secs(30)))?;
     let limits = Limits {
         reply_timeout: Duration::from_secs(10),
         ..limits()
     };
-    let (outcome, took, usable) = block_on(async {
-        let mut pair = open(&hostile_login(&src), &hostile_login(&dst), &limits).await?;
-        let started = Instant::now();
-        let outcome = pair
-            .copy(&request("/f.bin", "/copy.bin", DestCommand::Replace))
-            .await?;
-        let took = started.elapsed();
-        let usable = pair.is_usable();
-        pair.close().await;
-        anyhow::Ok((outcome, took, usable))
-    })?;
+    let Scenario { dst, copied, .. } = hostile_to_hostile(
+        serving_f(5000, 9).on("RETR", Action::reply("550 Permission denied.")),
+        // The destination would wait 30 s for data before giving up by itself.
+        script(OTHER_HOSTILE, "dst").data_timeout(Duration::from_secs(30)),
+        &limits,
+        &f_to_copy(),
+    )?;
+    let (outcome, took, usable) = (copied.outcome, copied.took, copied.usable);
     match &outcome {
         CopyOutcome::Permanent {
             kind: PermanentKind::FileUnavailable,

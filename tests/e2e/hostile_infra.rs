@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, ensure, Context, Result};
 use bftp_tests::hostile::{Action, HostileServer, Script};
 use bftp_tests::rawftp::{connect_from, parse_pasv};
+use bftp_tests::scenario::raw_session;
 use bftp_tests::{FtpOptions, FtpServer, RawFtp, Reply, ServerKind};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -60,6 +61,14 @@ fn pasv_get(ftp: &mut RawFtp, command: &str) -> Result<(Reply, Vec<u8>, Reply)> 
     data.read_to_end(&mut got)?;
     let done = ftp.reply()?;
     Ok((start, got, done))
+}
+
+/// One download of `f.bin` over PASV from a server scripted by `script`, in image type:
+/// the server, the client (for what the test does next), the bytes and the final reply.
+fn retr_f(script: Script) -> Result<(HostileServer, RawFtp, Vec<u8>, Reply)> {
+    let (server, mut ftp) = raw_session(script)?;
+    let (_, got, done) = pasv_get(&mut ftp, "RETR f.bin")?;
+    Ok((server, ftp, got, done))
 }
 
 /// An upload over PASV; returns the final reply.
@@ -283,7 +292,7 @@ fn pasv_and_epsv_announcing_port_21() -> Result<()> {
 #[test]
 fn five_yz_after_dropping_the_data_connection() -> Result<()> {
     let file = payload(100_000, 4);
-    let server = HostileServer::start(
+    let (server, mut ftp, got, done) = retr_f(
         Script::new()
             .file("f.bin", file.clone())
             .on(
@@ -292,9 +301,6 @@ fn five_yz_after_dropping_the_data_connection() -> Result<()> {
             )
             .on("STOR", Action::DropDataThen("550 Broken pipe.".into())),
     )?;
-    let mut ftp = server.login()?;
-    ftp.expect("TYPE I", 200)?;
-    let (_, got, done) = pasv_get(&mut ftp, "RETR f.bin")?;
     ensure!(done.text == "551 Error on output file.", "{done:?}");
     ensure!(got == file[..file.len() / 2], "got {} bytes", got.len());
 
@@ -441,13 +447,10 @@ fn huge_multi_line_reply_arrives_whole() -> Result<()> {
 #[test]
 fn reply_421_mid_transfer_then_the_control_connection_closes() -> Result<()> {
     let file = payload(1 << 20, 6);
-    let server = HostileServer::start(Script::new().file("f.bin", file.clone()).on(
+    let (server, mut ftp, got, reply) = retr_f(Script::new().file("f.bin", file.clone()).on(
         "RETR",
         Action::AbortMidTransfer("421 Timeout: closing control connection.".into()),
     ))?;
-    let mut ftp = server.login()?;
-    ftp.expect("TYPE I", 200)?;
-    let (_, got, reply) = pasv_get(&mut ftp, "RETR f.bin")?;
     ensure!(reply.code == 421, "{reply:?}");
     ensure!(got == file[..file.len() / 2], "got {} bytes", got.len());
     let after = ftp.cmd("NOOP");
@@ -591,9 +594,7 @@ fn foreign_port_and_foreign_data_connection_refused() -> Result<()> {
 fn abor_interrupts_a_transfer() -> Result<()> {
     // More than loopback socket buffers hold, so the transfer is still running at ABOR.
     let file = vec![7; 32 << 20];
-    let server = HostileServer::start(Script::new().file("big", file.clone()))?;
-    let mut ftp = server.login()?;
-    ftp.expect("TYPE I", 200)?;
+    let (_server, mut ftp) = raw_session(Script::new().file("big", file.clone()))?;
     let port = ftp.pasv()?.port();
     let mut data = connect_data(&ftp, port)?;
     ensure!(ftp.cmd("RETR big")?.class() == 1);
@@ -609,13 +610,11 @@ fn abor_interrupts_a_transfer() -> Result<()> {
 #[test]
 fn stalled_transfer_then_drop_ends_every_connection() -> Result<()> {
     let file = payload(100_000, 8);
-    let server = HostileServer::start(
+    let (server, mut stalled) = raw_session(
         Script::new()
             .file("f.bin", file.clone())
             .on("RETR", Action::Sequence(vec![Action::StallMidTransfer])),
     )?;
-    let mut stalled = server.login()?;
-    stalled.expect("TYPE I", 200)?;
     let port = stalled.pasv()?.port();
     let mut data = connect_data(&stalled, port)?;
     ensure!(stalled.cmd("RETR f.bin")?.class() == 1);
@@ -661,7 +660,7 @@ fn stalled_transfer_then_drop_ends_every_connection() -> Result<()> {
 #[test]
 fn transfer_then_serve_data_delay_and_no_mlsd() -> Result<()> {
     let file = payload(30_000, 9);
-    let server = HostileServer::start(
+    let (_server, mut ftp, got, done) = retr_f(
         Script::new()
             .file("f.bin", file.clone())
             .on(
@@ -672,9 +671,6 @@ fn transfer_then_serve_data_delay_and_no_mlsd() -> Result<()> {
             .on("NOOP", Action::delayed(SHORT, Action::Default))
             .without_mlsd(),
     )?;
-    let mut ftp = server.login()?;
-    ftp.expect("TYPE I", 200)?;
-    let (_, got, done) = pasv_get(&mut ftp, "RETR f.bin")?;
     ensure!(got == file && done.code == 451, "{done:?}");
     let (_, got, done) = pasv_get(&mut ftp, "LIST")?;
     ensure!(got == b"not a listing\n" && done.code == 226);

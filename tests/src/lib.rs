@@ -10,6 +10,7 @@ pub mod ftpserver;
 pub mod hostile;
 pub mod procstat;
 pub mod rawftp;
+pub mod scenario;
 pub mod smtp;
 
 pub use ftpserver::{Direction, FtpOptions, FtpServer, ServerKind, XferEntry};
