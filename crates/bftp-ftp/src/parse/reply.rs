@@ -681,18 +681,24 @@ mod tests {
         ));
     }
 
+    /// Feeds `stream` to a parser `chunk` bytes at a time; every reply it gave, and the parser.
+    fn parse_in_pieces(stream: &[u8], chunk: usize) -> (Vec<Reply>, ReplyParser) {
+        let mut parser = ReplyParser::new(ReplyLimits::default());
+        let mut replies = Vec::new();
+        for piece in stream.chunks(chunk) {
+            parser.feed(piece);
+            while let Some(reply) = parser.next_reply().unwrap() {
+                replies.push(reply);
+            }
+        }
+        (replies, parser)
+    }
+
     #[test]
     fn parser_reassembles_replies_split_anywhere() {
         let stream: &[u8] = b"220-Welcome\r\n220 Ready\r\n331 Password required\r\n230 OK\n";
         for chunk in 1..stream.len() {
-            let mut parser = ReplyParser::new(ReplyLimits::default());
-            let mut replies = Vec::new();
-            for piece in stream.chunks(chunk) {
-                parser.feed(piece);
-                while let Some(reply) = parser.next_reply().unwrap() {
-                    replies.push(reply);
-                }
-            }
+            let (replies, parser) = parse_in_pieces(stream, chunk);
             let codes: Vec<u16> = replies.iter().map(|r| r.code().get()).collect();
             assert_eq!(codes, [220, 331, 230], "chunk {chunk}");
             assert_eq!(replies[0].lines(), ["Welcome", "Ready"]);
@@ -706,14 +712,7 @@ mod tests {
     fn parser_reads_a_login_with_inner_code_lines_split_anywhere() {
         let stream: &[u8] = b"220-Hello\r\n230 not really\r\n220 ready\r\n331 Password required\r\n230-Hi\r\n220 not yet\r\n421 nor this\r\n230 Logged in\r\n";
         for chunk in 1..stream.len() {
-            let mut parser = ReplyParser::new(ReplyLimits::default());
-            let mut replies = Vec::new();
-            for piece in stream.chunks(chunk) {
-                parser.feed(piece);
-                while let Some(reply) = parser.next_reply().unwrap() {
-                    replies.push(reply);
-                }
-            }
+            let (replies, parser) = parse_in_pieces(stream, chunk);
             let codes: Vec<u16> = replies.iter().map(|r| r.code().get()).collect();
             assert_eq!(codes, [220, 331, 230], "chunk {chunk}");
             assert_eq!(replies[0].lines(), ["Hello", "230 not really", "ready"]);
