@@ -592,12 +592,69 @@ async fn accept_failed(e: io::Error) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-/// Accepts connections on the API socket until `shutdown` fires, then lets open
-/// connections finish their current request (bounded by `grace`).
-pub async fn serve(
+/// A listener the accept loop serves: the API's Unix socket or the metrics' TCP port.
+trait Listener {
+    type Stream: Refusable;
+    async fn accept_one(&self) -> io::Result<Self::Stream>;
+    /// Who is on the other end (what admission counts) and, where the listener serves the
+    /// API, the caller; `None`: the connection is dropped (already logged).
+    fn identify(&self, stream: &Self::Stream) -> Option<(Peer, Option<Caller>)>;
+}
+
+/// The API socket: the caller is the Unix user on the other end.
+struct ApiSocket {
     listener: UnixListener,
-    app: Router,
     admins: AdminPolicy,
+}
+
+impl Listener for ApiSocket {
+    type Stream = UnixStream;
+
+    async fn accept_one(&self) -> io::Result<UnixStream> {
+        self.listener.accept().await.map(|(stream, _)| stream)
+    }
+
+    fn identify(&self, stream: &UnixStream) -> Option<(Peer, Option<Caller>)> {
+        match stream.peer_cred() {
+            Ok(cred) => Some((
+                Peer::User(cred.uid()),
+                Some(self.admins.caller(cred.uid(), cred.gid())),
+            )),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the peer's credentials; connection refused");
+                None
+            }
+        }
+    }
+}
+
+/// The metrics port: no caller (no job data is served there); each client address is one peer.
+struct MetricsPort(TcpListener);
+
+impl Listener for MetricsPort {
+    type Stream = tokio::net::TcpStream;
+
+    async fn accept_one(&self) -> io::Result<tokio::net::TcpStream> {
+        self.0.accept().await.map(|(stream, _)| stream)
+    }
+
+    fn identify(&self, stream: &tokio::net::TcpStream) -> Option<(Peer, Option<Caller>)> {
+        match stream.peer_addr() {
+            Ok(addr) => Some((Peer::Tcp(addr.ip()), None)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read a metrics client's address; connection refused");
+                None
+            }
+        }
+    }
+}
+
+/// Accepts connections until `shutdown` fires, each admitted against its peer's and the
+/// total limit (or answered with the refusal), then lets open connections finish their
+/// current request (bounded by `grace`).
+async fn accept_loop<L: Listener>(
+    listener: L,
+    app: Router,
     admission: Arc<Admission>,
     timeouts: Timeouts,
     shutdown: CancellationToken,
@@ -608,35 +665,29 @@ pub async fn serve(
     loop {
         let stream = tokio::select! {
             _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+            accepted = listener.accept_one() => match accepted {
+                Ok(stream) => stream,
                 Err(e) => {
                     accept_failed(e).await;
                     continue;
                 }
             },
         };
-        let cred = match stream.peer_cred() {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the peer's credentials; connection refused");
-                continue;
-            }
+        let Some((peer, caller)) = listener.identify(&stream) else {
+            continue;
         };
-        let peer = Peer::User(cred.uid());
         let slot = match admission.admit(peer) {
             Ok(slot) => slot,
             Err(why) => {
-                tracing::debug!(uid = cred.uid(), ?why, "API connection refused");
+                tracing::debug!(?peer, ?why, "connection refused");
                 refuse(stream, peer, why, &refusing, &tracker);
                 continue;
             }
         };
-        let caller = admins.caller(cred.uid(), cred.gid());
         tracker.spawn(serve_connection(
             stream,
             app.clone(),
-            Some(caller),
+            caller,
             timeouts,
             shutdown.clone(),
             slot,
@@ -646,6 +697,20 @@ pub async fn serve(
     if tokio::time::timeout(grace, tracker.wait()).await.is_err() {
         tracing::warn!("connections still open after the grace period; closing them");
     }
+}
+
+/// Serves the API on its Unix socket until `shutdown` fires.
+pub async fn serve(
+    listener: UnixListener,
+    app: Router,
+    admins: AdminPolicy,
+    admission: Arc<Admission>,
+    timeouts: Timeouts,
+    shutdown: CancellationToken,
+    grace: Duration,
+) {
+    let socket = ApiSocket { listener, admins };
+    accept_loop(socket, app, admission, timeouts, shutdown, grace).await
 }
 
 /// Binds the metrics listener of `[metrics] listen`.
@@ -665,39 +730,8 @@ pub async fn serve_metrics(
     shutdown: CancellationToken,
     grace: Duration,
 ) {
-    let tracker = TaskTracker::new();
-    let refusing = Arc::new(tokio::sync::Semaphore::new(REFUSALS));
-    loop {
-        let (stream, addr) = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    accept_failed(e).await;
-                    continue;
-                }
-            },
-        };
-        let peer = Peer::Tcp(addr.ip());
-        let slot = match admission.admit(peer) {
-            Ok(slot) => slot,
-            Err(why) => {
-                tracing::debug!(%addr, ?why, "metrics connection refused");
-                refuse(stream, peer, why, &refusing, &tracker);
-                continue;
-            }
-        };
-        tracker.spawn(serve_connection(
-            stream,
-            app.clone(),
-            None,
-            timeouts,
-            shutdown.clone(),
-            slot,
-        ));
-    }
-    tracker.close();
-    let _ = tokio::time::timeout(grace, tracker.wait()).await;
+    let port = MetricsPort(listener);
+    accept_loop(port, app, admission, timeouts, shutdown, grace).await
 }
 
 #[cfg(test)]
