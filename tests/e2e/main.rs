@@ -9,6 +9,7 @@ mod infra;
 mod ledger;
 mod mail;
 mod mail_delivery;
+mod months;
 mod observe;
 mod protocol;
 mod readme;

@@ -10,6 +10,7 @@ pub mod ledger;
 pub mod model;
 pub mod refusal;
 pub mod reply;
+pub mod retention;
 pub mod retry;
 pub mod scrub;
 pub mod state;

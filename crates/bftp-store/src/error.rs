@@ -94,6 +94,10 @@ pub enum StoreError {
 
     #[error("{op} could not be made durable: {reason}; the store refuses further writes")]
     NotDurable { op: &'static str, reason: String },
+
+    /// This store does not implement the operation (a default of the `JobStore` trait).
+    #[error("this store does not support {op}")]
+    Unsupported { op: &'static str },
 }
 
 impl StoreError {

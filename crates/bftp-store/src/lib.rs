@@ -33,6 +33,7 @@ pub use types::{
 };
 
 use bftp_core::refusal::{RefusalKey, RefusalMemory, Sighting};
+use bftp_core::retention::Keep;
 use bftp_core::{JobEvent, MemberState, Timestamp};
 
 /// The durable job queue. All methods are synchronous and may block on disk I/O.
@@ -167,6 +168,44 @@ pub trait JobStore: Send + Sync {
         seen: &Sighting,
         now: Timestamp,
     ) -> Result<RefusalMemory, StoreError>;
+
+    // ---- retention: forgetting old final jobs ----
+
+    /// Looks at up to `scan` jobs with an id after `after`, in id order, and returns those
+    /// `bftp_core::retention::removable` lets go at `now`, and the last id looked at (`None`
+    /// once the end was reached: the next pass starts over). Reads only.
+    fn removable_jobs(
+        &self,
+        _now: Timestamp,
+        _keep: Keep,
+        _after: Option<JobId>,
+        _scan: usize,
+    ) -> Result<(Vec<JobId>, Option<JobId>), StoreError> {
+        Err(StoreError::Unsupported {
+            op: "removable_jobs",
+        })
+    }
+
+    /// Removes each job that `bftp_core::retention::removable` still lets go (checked again
+    /// inside each transaction), with everything kept for it: members, history, transcript,
+    /// outbox entry and every index entry (request key, owner, keyword, state). A job with
+    /// many members goes in several transactions of at most `batch` entries, its members and
+    /// history first and its record last, so an interrupted removal is finished by the next.
+    /// Returns how many jobs were removed. Durable before it returns.
+    fn remove_jobs(
+        &self,
+        _ids: &[JobId],
+        _now: Timestamp,
+        _keep: Keep,
+        _batch: usize,
+    ) -> Result<u64, StoreError> {
+        Err(StoreError::Unsupported { op: "remove_jobs" })
+    }
+
+    /// The store's size on disk in bytes, where the store can tell.
+    fn disk_size(&self) -> Result<Option<u64>, StoreError> {
+        Ok(None)
+    }
 }
 
 /// The text of a panic payload.

@@ -40,6 +40,10 @@ pub(crate) struct JobV1 {
     pub frozen: bool,
     /// Number of history records, i.e. the next history sequence number.
     pub hist: u32,
+    /// The request key hash (hex) the job was submitted with, so that retention removes its
+    /// `requests` entry without a scan. Absent in jobs written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rk: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -456,6 +460,7 @@ impl JobV1 {
             members,
             frozen: members > 0,
             hist: 0,
+            rk: None,
         }
     }
 }

@@ -28,6 +28,9 @@ use crate::types::{
     NewJob, NewMember, OutboxEntry, StateCounts, StateFilter, Submitted,
 };
 use crate::JobStore;
+use bftp_core::retention::Keep;
+
+mod retention;
 
 /// The schema version this code reads and writes (kept in the `meta` tree).
 pub const SCHEMA_VERSION: u32 = RECORD_VERSION;
@@ -903,6 +906,10 @@ impl JobStore for SledStore {
                     encode(&RequestV1::new(&rk.fingerprint, id)),
                 )?;
             }
+            rec.rk = job
+                .request
+                .as_ref()
+                .map(|rk| crate::record::hex(&rk.key_hash.0));
             tx_history(tx, id, &mut rec, job.created_at, "submitted", None)?;
             tx_put_job(tx, id, &rec)?;
             Ok(Submitted::Created(job_to_api(id, &rec).or_abort()?))
@@ -1398,6 +1405,30 @@ impl JobStore for SledStore {
                 .insert(&k, encode(&RefusalV1::from_core(&memory)))?;
             Ok(memory)
         })
+    }
+
+    fn removable_jobs(
+        &self,
+        now: Timestamp,
+        keep: Keep,
+        after: Option<JobId>,
+        scan: usize,
+    ) -> Result<(Vec<JobId>, Option<JobId>), StoreError> {
+        self.scan_removable(now, keep, after, scan)
+    }
+
+    fn remove_jobs(
+        &self,
+        ids: &[JobId],
+        now: Timestamp,
+        keep: Keep,
+        batch: usize,
+    ) -> Result<u64, StoreError> {
+        self.remove_removable(ids, now, keep, batch)
+    }
+
+    fn disk_size(&self) -> Result<Option<u64>, StoreError> {
+        self.size_on_disk().map(Some)
     }
 }
 

@@ -165,8 +165,17 @@ async fn health() -> Json<Health> {
 
 async fn metrics(State(app): State<Shared>) -> Result<Response, ApiError> {
     let store = app.store.clone();
-    let (jobs, outbox) =
-        blocking(move || Ok((store.count_by_state()?, store.outbox_pending()?))).await?;
+    let (jobs, outbox, disk) = blocking(move || {
+        Ok((
+            store.count_by_state()?,
+            store.outbox_pending()?,
+            store.disk_size()?,
+        ))
+    })
+    .await?;
+    if let Some(bytes) = disk {
+        app.metrics.set_disk_size(bytes);
+    }
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,

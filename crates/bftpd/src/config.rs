@@ -194,17 +194,44 @@ pub struct StoreConfig {
     /// The store's page cache, in MiB. Queued jobs need no cache to stay queued.
     #[serde(default = "default_cache_mib")]
     pub cache_mib: u64,
+    /// How long finished and cancelled jobs are kept once their report is done (a humantime
+    /// duration, or "forever"); then retention removes them with everything of theirs.
+    #[serde(default = "default_keep_finished", with = "keep_duration")]
+    pub keep_finished: bftp_core::retention::Keep,
 }
 
 fn default_cache_mib() -> u64 {
     32
 }
 
+fn default_keep_finished() -> bftp_core::retention::Keep {
+    bftp_core::retention::Keep::For(Duration::from_secs(30 * 86_400))
+}
+
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             cache_mib: default_cache_mib(),
+            keep_finished: default_keep_finished(),
         }
+    }
+}
+
+/// `keep_finished`: a humantime duration, or "forever".
+pub(crate) mod keep_duration {
+    use bftp_core::retention::Keep;
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Keep, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.trim() == "forever" {
+            return Ok(Keep::Forever);
+        }
+        humantime::parse_duration(&s).map(Keep::For).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "{s:?} is neither a duration ({e}) nor \"forever\"; write e.g. \"30days\""
+            ))
+        })
     }
 }
 

@@ -15,6 +15,7 @@ pub mod mail;
 pub mod metrics;
 pub mod policy;
 mod refusals;
+pub mod retention;
 pub mod scheduler;
 pub mod secrets;
 pub mod server;
@@ -176,6 +177,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         tracing::warn!("[mail] enabled = false: reports stay in the outbox, undelivered");
         None
     };
+    let retention_metrics = metrics.clone();
     let state = Arc::new(api::AppState {
         store: store.clone(),
         mail,
@@ -229,6 +231,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     ));
     let stop_scheduling = CancellationToken::new();
     let scheduling = tokio::spawn(scheduler.run(stop_scheduling.clone()));
+    let stop_retention = CancellationToken::new();
+    let retaining = tokio::spawn(
+        retention::Retention {
+            store: store.clone(),
+            keep: config.store.keep_finished,
+            clock: clock.clone(),
+            metrics: retention_metrics,
+        }
+        .run(stop_retention.clone()),
+    );
     let stop_mail = CancellationToken::new();
     let mailing = postman.map(|p| tokio::spawn(p.run(stop_mail.clone())));
     service::notify_ready();
@@ -243,6 +255,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         m.await.context("metrics listener task failed")?;
     }
     scheduled.context("scheduler task failed")?;
+    stop_retention.cancel();
+    retaining.await.context("retention task failed")?;
     // After the scheduler: reports of attempts that ended in the grace period still get a
     // try. A delivery in flight is cut; the report stays pending for the next start.
     stop_mail.cancel();

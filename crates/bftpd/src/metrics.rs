@@ -26,6 +26,8 @@ const BYTES: &str = "bftp_transferred_bytes_total";
 const DURATION: &str = "bftp_transfer_duration_seconds";
 const OUTBOX: &str = "bftp_outbox_pending";
 const REPORTS: &str = "bftp_reports_total";
+const REMOVED: &str = "bftp_store_jobs_removed_total";
+const DISK: &str = "bftp_store_disk_bytes";
 
 /// Buckets of the per-file transfer duration: a small file takes well under a second, a
 /// large one across a slow link hours.
@@ -82,6 +84,8 @@ pub struct Metrics {
     duration: Histogram,
     outbox: Gauge,
     reports: [Counter; 2],
+    removed: Counter,
+    disk: Gauge,
 }
 
 static METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, None);
@@ -119,6 +123,11 @@ impl Metrics {
             REPORTS,
             "Reports by how their delivery ended: delivered, gave_up.",
         );
+        describe(
+            REMOVED,
+            "Final jobs removed by retention ([store] keep_finished).",
+        );
+        describe(DISK, "The store's size on disk, in bytes.");
         let with = |name: &'static str, label: &'static str, value: &'static str| {
             Key::from_parts(name, vec![Label::new(label, value)])
         };
@@ -137,6 +146,8 @@ impl Metrics {
             duration: recorder.register_histogram(&Key::from_static_name(DURATION), &METADATA),
             outbox: recorder.register_gauge(&Key::from_static_name(OUTBOX), &METADATA),
             reports: ["delivered", "gave_up"].map(|r| counter(REPORTS, "result", r)),
+            removed: recorder.register_counter(&Key::from_static_name(REMOVED), &METADATA),
+            disk: recorder.register_gauge(&Key::from_static_name(DISK), &METADATA),
             handle: recorder.handle(),
         }
     }
@@ -162,6 +173,15 @@ impl Metrics {
 
     pub fn report(&self, result: ReportResult) {
         self.reports[result as usize].increment(1);
+    }
+
+    pub fn jobs_removed(&self, n: u64) {
+        self.removed.increment(n);
+    }
+
+    /// The store's size on disk, read at scrape time like the job counts.
+    pub fn set_disk_size(&self, bytes: u64) {
+        self.disk.set(bytes as f64);
     }
 
     /// The exposition text, with the store's gauges as read now.

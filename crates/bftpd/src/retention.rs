@@ -1,0 +1,108 @@
+//! The retention task: removes the final jobs `[store] keep_finished` lets go, a window at a
+//! time, in the background.
+//!
+//! Which jobs may go is one pure rule (`bftp_core::retention::removable`); the store checks it
+//! again inside each removal transaction, so a job cancelled, finished or given a pending
+//! report meanwhile is never taken. The task never holds the store for long: it reads a
+//! window of `SCAN` jobs, removes what the rule lets go in transactions of at most `BATCH`
+//! entries (each an ordinary store write, sharing the group commit with the API's and the
+//! scheduler's writes), and sleeps `BREATHER` between windows. After a whole pass it sleeps
+//! until the next, a quarter of `keep_finished` later (at least a second, at most ten
+//! minutes). Time comes from the daemon's one [`Clock`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bftp_core::retention::Keep;
+use bftp_store::{JobId, JobStore};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::metrics::Metrics;
+use crate::on_store;
+
+/// Jobs read per window.
+pub const SCAN: usize = 256;
+/// Most entries (members and history) one removal transaction removes.
+pub const BATCH: usize = 512;
+/// Pause between windows, so a long backlog leaves the store to others in between.
+pub const BREATHER: Duration = Duration::from_millis(20);
+
+pub struct Retention {
+    pub store: Arc<dyn JobStore>,
+    pub keep: Keep,
+    pub clock: Clock,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The pause between two whole passes.
+pub fn pass_interval(keep: Keep) -> Option<Duration> {
+    match keep {
+        Keep::Forever => None,
+        Keep::For(d) => Some((d / 4).clamp(Duration::from_secs(1), Duration::from_secs(600))),
+    }
+}
+
+impl Retention {
+    pub async fn run(self, stop: CancellationToken) {
+        let Some(interval) = pass_interval(self.keep) else {
+            return;
+        };
+        let mut after: Option<JobId> = None;
+        loop {
+            let pause = match self.window(after).await {
+                Ok(Some(next)) => {
+                    after = Some(next);
+                    BREATHER
+                }
+                Ok(None) => {
+                    after = None;
+                    interval
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention: cannot remove old jobs now; trying again later");
+                    interval
+                }
+            };
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// One window: returns where the next starts (`None`: the pass is over).
+    async fn window(&self, after: Option<JobId>) -> Result<Option<JobId>, bftp_store::StoreError> {
+        let (now, keep) = (self.clock.now(), self.keep);
+        let (ids, next) = on_store(&self.store, move |s| {
+            s.removable_jobs(now, keep, after, SCAN)
+        })
+        .await?;
+        if !ids.is_empty() {
+            let n = ids.len();
+            let removed =
+                on_store(&self.store, move |s| s.remove_jobs(&ids, now, keep, BATCH)).await?;
+            self.metrics.jobs_removed(removed);
+            tracing::info!(removed, looked_at = n, "retention removed old final jobs");
+        }
+        Ok(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passes_come_a_quarter_of_keep_apart_within_bounds() {
+        let s = Duration::from_secs;
+        for (keep, want) in [
+            (Keep::Forever, None),
+            (Keep::For(s(2)), Some(s(1))),
+            (Keep::For(s(40)), Some(s(10))),
+            (Keep::For(s(30 * 86_400)), Some(s(600))),
+        ] {
+            assert_eq!(pass_interval(keep), want, "{keep:?}");
+        }
+    }
+}
