@@ -158,3 +158,215 @@ fn retention_removes_old_final_jobs_and_nothing_unfinished() {
     assert_eq!(keyword_hits(&d, "burst"), 1);
     sink.stop();
 }
+
+/// A tmpfs of `mib` MiB mounted for the test (root only), unmounted when dropped.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(mib: u64) -> Result<Tmpfs, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("bftp-tmpfs-")
+            .tempdir()
+            .map_err(|e| e.to_string())?;
+        let o = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={mib}m,mode=0755"),
+                "tmpfs",
+            ])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !o.status.success() {
+            return Err(text(&o));
+        }
+        Ok(Tmpfs { dir })
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    fn free(&self) -> u64 {
+        let o = std::process::Command::new("df")
+            .args(["--output=avail", "-B1"])
+            .arg(self.path())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .nth(1)
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap()
+    }
+
+    /// Fills the filesystem until `leave` bytes are free.
+    fn fill_to(&self, leave: u64) -> std::path::PathBuf {
+        let path = self.path().join("filler");
+        let size = self.free().saturating_sub(leave);
+        let o = std::process::Command::new("fallocate")
+            .args(["-l", &size.to_string()])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+fn member_states(v: &Value) -> Vec<String> {
+    v["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["state"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The control host's disk fills while a job copies (a 48 MiB tmpfs holds the state
+/// directory, and `[store] min_free_mib = 8`): a submit is refused with HTTP 507 and exit 9,
+/// the attempt starts no new file but records the one in flight, no attempt starts while the
+/// disk is full, and once space is freed the job finishes by itself; the store opens again
+/// after a restart with every job.
+#[test]
+fn a_full_disk_refuses_submits_stops_new_files_and_recovers_by_itself() {
+    let fs = match Tmpfs::mount(48) {
+        Ok(fs) => fs,
+        Err(e) => {
+            eprintln!("SKIPPED: cannot mount a tmpfs (this test needs root): {e}");
+            return;
+        }
+    };
+    let src = FtpServer::start(
+        ServerKind::Vsftpd,
+        FtpOptions {
+            max_rate: Some(100_000),
+            ..FtpOptions::default()
+        },
+    )
+    .unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    let files: Vec<String> = (0..8).map(|i| format!("f{i}.dat")).collect();
+    for f in &files {
+        src.put_file(&format!("out/{f}"), &content(f, 50_000))
+            .unwrap();
+    }
+    dst.mkdir("in").unwrap();
+    let state = fs.path().join("state");
+    let mut d = Bftpd::start_with(|dir| {
+        format!(
+            "{}[store]\nmin_free_mib = 8\n",
+            Bftpd::default_config(dir).replace(
+                &dir.join("state").display().to_string(),
+                &state.display().to_string()
+            )
+        )
+    })
+    .unwrap();
+    let job = submit(&d, &src, &dst, "out/*.dat", "in/", &["--retry-first", "1s"]);
+    wait_until(&d, "a first file copied", Duration::from_secs(30), || {
+        member_states(&status(&d, job))
+            .iter()
+            .any(|s| s == "succeeded")
+    });
+
+    let filler = fs.fill_to(6 << 20);
+    // A submit is refused: nothing stored, a clear error, its own exit code.
+    let env = [
+        ("BFTP_SOURCE_PASSWORD", src.password()),
+        ("BFTP_DEST_PASSWORD", dst.password()),
+    ];
+    let o = d.bftp_env(
+        None,
+        &[
+            "--json",
+            "submit",
+            &src.url("out/f0.dat"),
+            &dst.url("in/x.dat"),
+        ],
+        &env,
+    );
+    assert_eq!(o.status.code(), Some(9), "{}", text(&o));
+    let body = String::from_utf8_lossy(&o.stdout).into_owned();
+    let e: Value = serde_json::from_str(body.trim()).unwrap_or_else(|_| panic!("{body}"));
+    assert_eq!(e["kind"], "insufficient_storage", "{body}");
+    assert!(e["message"].as_str().unwrap().contains("free"), "{body}");
+    let o = d.bftp_env(
+        None,
+        &["submit", &src.url("out/f0.dat"), &dst.url("in/y.dat")],
+        &env,
+    );
+    assert_eq!(o.status.code(), Some(9), "{}", text(&o));
+    assert!(text(&o).contains("507"), "{}", text(&o));
+
+    // The attempt stops taking files; the one in flight is recorded; the job waits.
+    wait_until(&d, "the attempt stopped", Duration::from_secs(30), || {
+        status(&d, job)["state"] == "queued"
+    });
+    let stopped = status(&d, job);
+    let states = member_states(&stopped);
+    let copied = states.iter().filter(|s| *s == "succeeded").count();
+    assert!(
+        copied < files.len(),
+        "every file copied before the disk filled: {stopped:#}"
+    );
+    assert!(
+        states.iter().all(|s| s == "succeeded" || s == "pending"),
+        "{stopped:#}"
+    );
+    for (f, s) in files.iter().zip(&states) {
+        if s == "succeeded" {
+            assert_eq!(
+                dst.read_file(&format!("in/{f}")).unwrap(),
+                content(f, 50_000),
+                "{f}"
+            );
+        }
+    }
+    let attempts = stopped["attempts"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let still = status(&d, job);
+    assert_eq!(
+        (still["state"].as_str(), still["attempts"].as_u64()),
+        (Some("queued"), Some(attempts)),
+        "an attempt started on a full disk: {still:#}"
+    );
+    assert!(d.logs().contains("nearly full"), "{}", d.logs());
+
+    // Space comes back: no restart, the job finishes, submits work again.
+    std::fs::remove_file(filler).unwrap();
+    let done = wait_final(&d, job, Duration::from_secs(60));
+    assert_eq!(done["outcome"], "succeeded", "{done:#}");
+    for f in &files {
+        assert_eq!(
+            dst.read_file(&format!("in/{f}")).unwrap(),
+            content(f, 50_000),
+            "{f}"
+        );
+    }
+    let again = submit(&d, &src, &dst, "out/f0.dat", "in/z.dat", &[]);
+    assert_eq!(
+        wait_final(&d, again, Duration::from_secs(60))["outcome"],
+        "succeeded"
+    );
+
+    // The store was never damaged: it opens (digest and watermark checked) with every job.
+    d.terminate(Duration::from_secs(20)).unwrap();
+    d.launch().unwrap();
+    assert_eq!(status(&d, job)["outcome"], "succeeded");
+    assert_eq!(status(&d, again)["outcome"], "succeeded");
+    drop(d);
+}

@@ -12,7 +12,7 @@ use crate::types::JobId;
 /// Three families, which callers treat differently:
 /// - refusals of the request (`NotFound`, `InvalidTransition`, `RequestKeyConflict`,
 ///   `MembersAlreadyFrozen`, `MemberNotFound`, `NoReport`, `MemberIsTerminal`, `JobIsFinal`,
-///   `TooManyMembers`): nothing was
+///   `TooManyMembers`, `DiskFull`): nothing was
 ///   written, the store is fine;
 /// - a store that cannot be opened (`NotAStore`, `Locked`, `Damaged`, `SchemaTooNew`, `Io`);
 /// - storage failures at run time (`Backend`, `Corrupt`, `Panicked`, `NotDurable`): the
@@ -98,6 +98,16 @@ pub enum StoreError {
     /// This store does not implement the operation (a default of the `JobStore` trait).
     #[error("this store does not support {op}")]
     Unsupported { op: &'static str },
+
+    /// The store's filesystem has less free space than the write's reserve: nothing was
+    /// written, and the store is fine; the write succeeds again once space is freed.
+    #[error("{op} refused: the store's disk ({path}) has {free} bytes free, below the {reserve} bytes kept in reserve; free some space")]
+    DiskFull {
+        op: &'static str,
+        path: PathBuf,
+        free: u64,
+        reserve: u64,
+    },
 }
 
 impl StoreError {
@@ -114,6 +124,7 @@ impl StoreError {
                 | StoreError::MemberIsTerminal { .. }
                 | StoreError::JobIsFinal { .. }
                 | StoreError::TooManyMembers { .. }
+                | StoreError::DiskFull { .. }
         )
     }
 }

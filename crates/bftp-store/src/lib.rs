@@ -206,6 +206,14 @@ pub trait JobStore: Send + Sync {
     fn disk_size(&self) -> Result<Option<u64>, StoreError> {
         Ok(None)
     }
+
+    /// Whether there is room for new work (a submit, an attempt, a file not yet begun): `Err`
+    /// is `DiskFull` when the store's disk is below its reserve. Writes that record work
+    /// already under way (a member's result, a requeue, a report's delivery) are refused
+    /// only below half the reserve, so an attempt that stops taking files loses no result.
+    fn space_for_new_work(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// The text of a panic payload.

@@ -69,6 +69,11 @@ pub struct StoreOptions {
     pub verify_on_open: bool,
     /// How often at most the watermark file is rewritten (one extra fdatasync each time).
     pub watermark_interval: Duration,
+    /// Free bytes kept on the store's filesystem: new work (a submit, a membership) is
+    /// refused (`DiskFull`) below this, every other write below half of it, so the storage
+    /// engine itself never meets a full disk (sled 0.34 cannot recover from a failed write
+    /// without a restart). 0 turns the reserve off.
+    pub min_free_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -77,6 +82,7 @@ impl Default for StoreOptions {
             cache_capacity_bytes: 16 << 20,
             verify_on_open: false,
             watermark_interval: Duration::from_secs(1),
+            min_free_bytes: 64 << 20,
         }
     }
 }
@@ -224,6 +230,7 @@ pub struct SledStore {
     db: sled::Db,
     t: Trees,
     commit: GroupCommit,
+    min_free: u64,
 }
 
 impl std::fmt::Debug for SledStore {
@@ -403,6 +410,7 @@ impl SledStore {
             db,
             t,
             commit,
+            min_free: opts.min_free_bytes,
         };
         if opts.verify_on_open {
             let report = store.verify()?;
@@ -547,6 +555,7 @@ impl SledStore {
     ) -> Result<R, StoreError> {
         self.guarded(op, || {
             self.commit.check(op)?;
+            self.check_space(op, matches!(op, "submit" | "freeze_members"))?;
             // sled implements `Transactional` for tuples of at most 9 trees; a slice has no limit.
             let trees = self.t.all();
             let r = trees[..].transaction(|v: &Vec<TransactionalTree>| {
@@ -595,6 +604,28 @@ impl SledStore {
             self.commit.wait_durable(op)?;
             Ok(value)
         })
+    }
+
+    /// Refuses `op` when the disk is below the reserve (`new_work`) or below half of it.
+    /// A filesystem that cannot say how full it is counts as having room.
+    fn check_space(&self, op: &'static str, new_work: bool) -> Result<(), StoreError> {
+        let reserve = if new_work {
+            self.min_free
+        } else {
+            self.min_free / 2
+        };
+        if reserve == 0 {
+            return Ok(());
+        }
+        match fs2::available_space(&self.dir) {
+            Ok(free) if free < reserve => Err(StoreError::DiskFull {
+                op,
+                path: self.dir.clone(),
+                free,
+                reserve,
+            }),
+            _ => Ok(()),
+        }
     }
 
     fn read_job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
@@ -1429,6 +1460,10 @@ impl JobStore for SledStore {
 
     fn disk_size(&self) -> Result<Option<u64>, StoreError> {
         self.size_on_disk().map(Some)
+    }
+
+    fn space_for_new_work(&self) -> Result<(), StoreError> {
+        self.check_space("new work", true)
     }
 }
 

@@ -29,6 +29,9 @@ pub enum Exit {
     /// bftpd answered, and what it found is a problem: a `verify` check failed, or a
     /// `transfer` left a file not copied (or failed as a whole).
     Problem = 8,
+    /// bftpd's disk is nearly full (HTTP 507): nothing was stored; try again once the
+    /// operator freed space.
+    DiskFull = 9,
     /// Interrupted (SIGINT, Ctrl-C): `transfer` closed its connection, which aborts the copy
     /// in bftpd. 128 + SIGINT, as a shell reports a command killed by it.
     Interrupted = 130,
@@ -49,6 +52,7 @@ Exit codes:
     7  permission denied on the bftpd socket
     8  verification or transfer found a problem: a `verify` check failed, or a
        `transfer` did not copy every file
+    9  bftpd's disk is nearly full (HTTP 507): nothing was stored; try again later
   130  interrupted (Ctrl-C): `transfer` drops its connection, which aborts the copy";
 
 impl Exit {
@@ -67,6 +71,7 @@ impl Exit {
             Exit::Conflict => "conflict",
             Exit::PermissionDenied => "permission_denied",
             Exit::Problem => "problem",
+            Exit::DiskFull => "insufficient_storage",
             Exit::Interrupted => "interrupted",
         }
     }
@@ -79,6 +84,7 @@ impl Exit {
             404 => Exit::NotFound,
             409 => Exit::Conflict,
             503 => Exit::Unreachable,
+            507 => Exit::DiskFull,
             _ => Exit::Unexpected,
         }
     }
@@ -172,6 +178,7 @@ mod tests {
             (500, 1),
             (502, 1),
             (503, 3),
+            (507, 9),
         ];
         for (status, code) in cases {
             assert_eq!(Exit::from_http_status(status).code(), code, "HTTP {status}");

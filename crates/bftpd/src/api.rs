@@ -141,6 +141,11 @@ impl From<StoreError> for ApiError {
             },
             e @ StoreError::InvalidTransition { .. } => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
             e @ StoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string()),
+            // Nothing was written: the client may try again once the operator freed space.
+            e @ StoreError::DiskFull { .. } => {
+                tracing::warn!(error = %e, "request refused: the store's disk is nearly full");
+                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage", e.to_string())
+            }
             other => ApiError::internal(other),
         }
     }

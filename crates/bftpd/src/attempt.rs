@@ -1589,8 +1589,11 @@ impl crate::lanes::Work for Members<'_> {
 
     /// Shutdown drains (the file in flight finishes, no other starts), or a cancel.
     fn interrupted(&self) -> Option<AttemptEnd> {
-        (self.run.drain.is_cancelled() || self.run.abort.is_cancelled())
-            .then_some(AttemptEnd::Interrupted)
+        if self.run.drain.is_cancelled() || self.run.abort.is_cancelled() {
+            return Some(AttemptEnd::Interrupted);
+        }
+        // A nearly full disk: no new file; what is in flight finishes and is recorded.
+        crate::space::no_room_for_files(&*self.run.store)
     }
 
     async fn interruption(&self) {

@@ -198,6 +198,14 @@ pub struct StoreConfig {
     /// duration, or "forever"); then retention removes them with everything of theirs.
     #[serde(default = "default_keep_finished", with = "keep_duration")]
     pub keep_finished: bftp_core::retention::Keep,
+    /// MiB kept free on the store's filesystem: below it submits are refused (HTTP 507) and
+    /// attempts start no new file; below half of it every store write is refused. 0: off.
+    #[serde(default = "default_min_free_mib")]
+    pub min_free_mib: u64,
+}
+
+fn default_min_free_mib() -> u64 {
+    64
 }
 
 fn default_cache_mib() -> u64 {
@@ -213,6 +221,7 @@ impl Default for StoreConfig {
         StoreConfig {
             cache_mib: default_cache_mib(),
             keep_finished: default_keep_finished(),
+            min_free_mib: default_min_free_mib(),
         }
     }
 }

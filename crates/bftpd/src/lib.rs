@@ -20,6 +20,7 @@ pub mod scheduler;
 pub mod secrets;
 pub mod server;
 pub mod service;
+mod space;
 pub mod submit;
 #[cfg(test)]
 mod testkit;
@@ -94,6 +95,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let store_dir = config.state_dir.join("store");
     let opts = StoreOptions {
         cache_capacity_bytes: config.store.cache_mib * 1024 * 1024,
+        min_free_bytes: config.store.min_free_mib * 1024 * 1024,
         ..StoreOptions::default()
     };
     let store: Arc<dyn JobStore> = Arc::new(

@@ -222,6 +222,11 @@ impl Scheduler {
             // Full: a finishing attempt wakes us.
             return Ok(None);
         }
+        if !crate::space::room_for_attempts(&*self.store) {
+            return Ok(Some(
+                self.clock.now().saturating_add(Duration::from_secs(5)),
+            ));
+        }
         // Started together: their durable start records share a group commit, instead of
         // one flush after another while free slots wait.
         let starts = due
