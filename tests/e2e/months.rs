@@ -370,3 +370,123 @@ fn a_full_disk_refuses_submits_stops_new_files_and_recovers_by_itself() {
     assert_eq!(status(&d, again)["outcome"], "succeeded");
     drop(d);
 }
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    let o = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// `bftpd backup` of a running daemon with a finished, a queued and a running job; the copy
+/// restored into another state directory (the first daemon killed, as a lost machine): the
+/// restored daemon starts with every job, and the job that was running is requeued and
+/// finishes there.
+#[test]
+fn a_backup_of_a_running_daemon_restores_elsewhere_with_every_job() {
+    let src = FtpServer::start(
+        ServerKind::Vsftpd,
+        FtpOptions {
+            max_rate: Some(100_000),
+            ..FtpOptions::default()
+        },
+    )
+    .unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    src.put_file("out/small.dat", &content("small", 1_000))
+        .unwrap();
+    src.put_file("out/slow.dat", &content("slow", 400_000))
+        .unwrap();
+    dst.mkdir("in").unwrap();
+    let mut a = Bftpd::start().unwrap();
+    let finished = submit(
+        &a,
+        &src,
+        &dst,
+        "out/small.dat",
+        "in/small.dat",
+        &["--keyword", "kept"],
+    );
+    assert_eq!(
+        wait_final(&a, finished, Duration::from_secs(60))["outcome"],
+        "succeeded"
+    );
+    let queued = submit(
+        &a,
+        &src,
+        &dst,
+        "out/small.dat",
+        "in/later.dat",
+        &["--start", "in 300days"],
+    );
+    let running = submit(
+        &a,
+        &src,
+        &dst,
+        "out/slow.dat",
+        "in/slow.dat",
+        &["--retry-first", "1s"],
+    );
+    wait_until(&a, "the slow copy running", Duration::from_secs(30), || {
+        status(&a, running)["state"] == "running"
+    });
+
+    let backups = tempfile::tempdir().unwrap();
+    let dir = backups.path().join("b1");
+    let o = std::process::Command::new(bftp_tests::daemon::bin("bftpd"))
+        .args(["backup", "--config"])
+        .arg(a.config_path())
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}\n{}", text(&o), a.logs());
+    let answer: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
+    assert_eq!(answer["jobs"], 3, "{answer:#}");
+    assert!(dir.join("store/db").exists() && dir.join("secret.key").exists());
+    // A second backup into the same directory is refused, naming why.
+    let o = std::process::Command::new(bftp_tests::daemon::bin("bftpd"))
+        .args(["backup", "--config"])
+        .arg(a.config_path())
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success() && text(&o).contains("not empty"),
+        "{}",
+        text(&o)
+    );
+    a.kill9();
+
+    // Another machine: a fresh state directory holding the copy.
+    let b = Bftpd::start_with(|d| {
+        let state = d.join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        copy_dir(&dir.join("store"), &state.join("store"));
+        copy_dir(&dir.join("secret.key"), &state.join("secret.key"));
+        Bftpd::default_config(d)
+    })
+    .unwrap();
+    assert_eq!(status(&b, finished)["outcome"], "succeeded");
+    assert_eq!(keyword_hits(&b, "kept"), 1);
+    assert_eq!(status(&b, queued)["state"], "queued");
+    let done = wait_final(&b, running, Duration::from_secs(60));
+    assert_eq!(done["outcome"], "succeeded", "{done:#}\n{}", b.logs());
+    assert_eq!(
+        dst.read_file("in/slow.dat").unwrap(),
+        content("slow", 400_000)
+    );
+    assert!(
+        b.logs().contains("interrupted by the last stop"),
+        "{}",
+        b.logs()
+    );
+    // The restored daemon takes new jobs, with ids after the copied ones.
+    let new = submit(&b, &src, &dst, "out/small.dat", "in/new.dat", &[]);
+    assert!(new > running, "{new}");
+}

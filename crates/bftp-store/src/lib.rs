@@ -25,7 +25,9 @@ mod sled_store;
 mod types;
 
 pub use error::{BackendError, StoreError};
-pub use sled_store::{SledStore, StoreOptions, VerifyReport, MAX_MEMBERS, SCHEMA_VERSION};
+pub use sled_store::{
+    BackupReport, SledStore, StoreOptions, VerifyReport, MAX_MEMBERS, SCHEMA_VERSION,
+};
 pub use types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, KeyHash, LastReply,
     Member, MemberUpdate, NewJob, NewMember, OutboxEntry, OutboxState, RequestKey, Sealed,
@@ -213,6 +215,13 @@ pub trait JobStore: Send + Sync {
     /// only below half the reserve, so an attempt that stops taking files loses no result.
     fn space_for_new_work(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    /// Writes a consistent copy of the store (as of one moment between two transactions)
+    /// into `dir`, a new or empty directory, as a store directory that opens like this one
+    /// (the key file is the caller's to copy). Durable before it returns.
+    fn backup(&self, _dir: &std::path::Path) -> Result<BackupReport, StoreError> {
+        Err(StoreError::Unsupported { op: "backup" })
     }
 }
 

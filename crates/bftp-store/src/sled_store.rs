@@ -30,7 +30,10 @@ use crate::types::{
 use crate::JobStore;
 use bftp_core::retention::Keep;
 
+mod backup;
 mod retention;
+
+pub use backup::BackupReport;
 
 /// The schema version this code reads and writes (kept in the `meta` tree).
 pub const SCHEMA_VERSION: u32 = RECORD_VERSION;
@@ -231,6 +234,9 @@ pub struct SledStore {
     t: Trees,
     commit: GroupCommit,
     min_free: u64,
+    /// Writes hold the read side around their transaction; a backup holds the write side
+    /// while it copies, so it sees the store between two transactions.
+    backup_lock: std::sync::RwLock<()>,
 }
 
 impl std::fmt::Debug for SledStore {
@@ -411,6 +417,7 @@ impl SledStore {
             t,
             commit,
             min_free: opts.min_free_bytes,
+            backup_lock: std::sync::RwLock::new(()),
         };
         if opts.verify_on_open {
             let report = store.verify()?;
@@ -556,6 +563,7 @@ impl SledStore {
         self.guarded(op, || {
             self.commit.check(op)?;
             self.check_space(op, matches!(op, "submit" | "freeze_members"))?;
+            let backup = self.backup_lock.read().unwrap_or_else(|p| p.into_inner());
             // sled implements `Transactional` for tuples of at most 9 trees; a slice has no limit.
             let trees = self.t.all();
             let r = trees[..].transaction(|v: &Vec<TransactionalTree>| {
@@ -596,6 +604,7 @@ impl SledStore {
                 }
                 Ok(value)
             });
+            drop(backup);
             let value = match r {
                 Ok(v) => v,
                 Err(TransactionError::Abort(e)) => return Err(e),
@@ -1464,6 +1473,10 @@ impl JobStore for SledStore {
 
     fn space_for_new_work(&self) -> Result<(), StoreError> {
         self.check_space("new work", true)
+    }
+
+    fn backup(&self, dir: &Path) -> Result<BackupReport, StoreError> {
+        self.backup_into(dir)
     }
 }
 

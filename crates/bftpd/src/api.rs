@@ -45,6 +45,8 @@ pub struct AppState {
     pub live: Arc<crate::live::Live>,
     /// The time submits and cancels are stamped with.
     pub clock: crate::clock::Clock,
+    /// The secret key file, which a backup copies beside the store.
+    pub key_file: std::path::PathBuf,
 }
 
 pub type Shared = Arc<AppState>;
@@ -57,6 +59,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/jobs/{id}/cancel", post(cancel))
         .route("/v1/verify", post(verify))
         .route("/v1/transfer", post(transfer))
+        .route("/v1/admin/backup", post(crate::backup::handle))
         // Unversioned, where Prometheus looks; any caller may read it: it holds no job data.
         .route("/metrics", get(metrics))
         .fallback(|| async {
@@ -92,7 +95,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             body: ErrorBody {

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod attempt;
+pub mod backup;
 pub mod clock;
 pub mod config;
 pub mod ftp;
@@ -193,6 +194,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         metrics,
         live,
         clock: clock.clone(),
+        key_file: config.state_dir.join("secret.key"),
     });
     let (admission, timeouts) = api_bounds(&config)?;
     let metrics_listener = match config.metrics.listen {

@@ -36,6 +36,55 @@ enum Command {
         #[arg(value_name = "FILE")]
         file: PathBuf,
     },
+    /// Asks the running bftpd (through the socket of its config) to write a consistent copy
+    /// of its store and its key file into DIR, a new or empty directory.
+    ///
+    /// As root or a member of the admin group. DIR is written by the daemon's user. Restore
+    /// by copying DIR/store and DIR/secret.key into another state directory before starting
+    /// bftpd there.
+    Backup {
+        /// The daemon's TOML configuration file (for its socket).
+        #[arg(long, short = 'c', value_name = "FILE")]
+        config: PathBuf,
+        /// Where the copy goes (absolute, or relative to the working directory).
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+}
+
+fn backup(config: &std::path::Path, dir: &std::path::Path) -> ExitCode {
+    let cfg = match Config::load(config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("bftpd: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let dir = match std::path::absolute(dir) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("bftpd: {}: {e}", dir.display());
+            return ExitCode::from(2);
+        }
+    };
+    match bftpd::backup::request(&cfg.socket, &dir) {
+        Ok((200, body)) => {
+            println!("{body}");
+            ExitCode::SUCCESS
+        }
+        Ok((status, body)) => {
+            let message = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["message"].as_str().map(str::to_string))
+                .unwrap_or(body);
+            eprintln!("bftpd: backup refused (HTTP {status}): {message}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("bftpd: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn check_config(path: &std::path::Path) -> ExitCode {
@@ -78,6 +127,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let config = match (args.command, args.config) {
         (Some(Command::CheckConfig { file }), _) => return check_config(&file),
+        (Some(Command::Backup { config, dir }), _) => return backup(&config, &dir),
         (None, Some(config)) => config,
         (None, None) => unreachable!("clap requires --config without a subcommand"),
     };

@@ -1,0 +1,51 @@
+//! `JobStore::backup`: a consistent copy of a store in use opens as a store of its own.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bftp_store::{JobStore, SledStore};
+use common::*;
+
+#[test]
+fn a_backup_taken_while_writers_run_opens_with_every_job_it_copied() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(open(&dir.path().join("live")));
+    for _ in 0..200 {
+        store.submit(with_members(job(1), &["a", "b"])).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..4)
+        .map(|_| {
+            let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    store.submit(with_members(job(2), &["c"])).unwrap();
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let copy_dir = dir.path().join("backup");
+    let report = store.backup(&copy_dir).unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let written: u64 = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert!(report.jobs > 200, "{report:?}");
+    let live = store.verify().unwrap();
+    assert_eq!(live.jobs, 200 + written);
+    // The copy opens (its watermark and content digest agree with its records) and holds
+    // exactly the jobs of one moment: each with its members.
+    let copy = SledStore::open(&copy_dir, Default::default()).unwrap();
+    let r = copy.verify().unwrap();
+    assert_eq!(r.jobs, report.jobs);
+    assert_eq!(r.members, 400 + (report.jobs - 200));
+    // The copy is a store of its own: it takes new jobs after the ones it copied.
+    let next = copy.submit(job(3)).unwrap().job().id;
+    assert_eq!(next.0, report.jobs + 1);
+    // A backup never goes into a directory that holds something.
+    assert!(store.backup(&copy_dir).is_err());
+}
