@@ -20,11 +20,15 @@ mod durable;
 mod error;
 mod files;
 mod keys;
+#[cfg(feature = "postgres")]
+mod pg_store;
 mod record;
 mod sled_store;
 mod types;
 
 pub use error::{BackendError, StoreError};
+#[cfg(feature = "postgres")]
+pub use pg_store::{PgOptions, PgStore, PG_SCHEMA_VERSION};
 pub use sled_store::{SledStore, StoreOptions, VerifyReport, MAX_MEMBERS, SCHEMA_VERSION};
 pub use types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, KeyHash, LastReply,
@@ -167,6 +171,32 @@ pub trait JobStore: Send + Sync {
         seen: &Sighting,
         now: Timestamp,
     ) -> Result<RefusalMemory, StoreError>;
+
+    // ---- several nodes on one store (PgStore) ----
+
+    /// Jobs whose lease this node held and lost since the last call (another node took them
+    /// over, or they were cancelled on another node): their attempts must stop, since none
+    /// of their writes will be accepted. Never blocks. A store of one node loses none.
+    fn lost_leases(&self) -> Vec<JobId> {
+        Vec::new()
+    }
+
+    /// This node's name in a store shared by several nodes; `None` for a store of one.
+    fn node(&self) -> Option<String> {
+        None
+    }
+
+    /// How often the scheduler and the postman look at the queue again even when nothing is
+    /// due: other nodes submit and finish jobs, and leases run out, without telling this one.
+    /// `None` for a store of one node, whose every change this process makes itself.
+    fn poll_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// The node whose lease a running job is under, in a shared store.
+    fn job_node(&self, _id: JobId) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
 }
 
 /// The text of a panic payload.
