@@ -148,6 +148,8 @@ const STALE_EPOCH: &str = "BF001";
 pub struct PgOptions {
     /// `postgres://user@host:port/db` (the libpq URL or key=value form).
     pub url: String,
+    /// The password, kept out of the URL (read from a file by the daemon).
+    pub password: Option<String>,
     /// Connections this node keeps at most.
     pub pool_size: usize,
     /// This node's name, unique among the live nodes: leases are held in its name, and at
@@ -162,9 +164,25 @@ pub struct PgOptions {
 }
 
 impl PgOptions {
+    /// Whether `url` is a PostgreSQL connection string without a password in it (a password
+    /// in the URL would be shown wherever the configuration is).
+    pub fn check_url(url: &str) -> Result<(), String> {
+        let c: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| format!("not a PostgreSQL URL: {e}"))?;
+        if c.get_password().is_some() {
+            return Err("it holds a password; put it in password_file instead".into());
+        }
+        if c.get_hosts().is_empty() {
+            return Err("it names no host".into());
+        }
+        Ok(())
+    }
+
     pub fn new(url: impl Into<String>, node: impl Into<String>) -> PgOptions {
         PgOptions {
             url: url.into(),
+            password: None,
             pool_size: 8,
             node: node.into(),
             lease: Duration::from_secs(10),
@@ -339,7 +357,15 @@ impl PgStore {
     }
 
     /// The schema version the database at `url` has (0: none yet), without changing it.
-    pub fn schema_version_at(url: &str) -> Result<i32, StoreError> {
+    pub fn schema_version_at(opts: &PgOptions) -> Result<i32, StoreError> {
+        let mut config: tokio_postgres::Config =
+            opts.url.parse().map_err(|e| StoreError::Backend {
+                op: "parse the URL of",
+                source: BackendError::new(e),
+            })?;
+        if let Some(p) = &opts.password {
+            config.password(p.as_bytes());
+        }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -350,7 +376,7 @@ impl PgStore {
             })?;
         rt.block_on(async {
             let (client, conn) =
-                tokio::time::timeout(Duration::from_secs(10), tokio_postgres::connect(url, NoTls))
+                tokio::time::timeout(Duration::from_secs(10), config.connect(NoTls))
                     .await
                     .map_err(|_| StoreError::Backend {
                         op: "connect to",

@@ -242,10 +242,13 @@ fn a_due_job_is_claimed_by_one_node_and_a_due_report_by_one_node() {
 #[test]
 fn migrations_are_versioned_and_a_newer_schema_is_refused() {
     let url = pgcluster::fresh_database();
-    assert_eq!(PgStore::schema_version_at(&url).unwrap(), 0);
+    assert_eq!(
+        PgStore::schema_version_at(&PgOptions::new(&url, "x")).unwrap(),
+        0
+    );
     drop(node(&url, "a", Duration::from_secs(10)));
     assert_eq!(
-        PgStore::schema_version_at(&url).unwrap(),
+        PgStore::schema_version_at(&PgOptions::new(&url, "x")).unwrap(),
         bftp_store::PG_SCHEMA_VERSION
     );
     // A second open applies nothing again.

@@ -1,0 +1,168 @@
+//! Several bftpd nodes on one PostgreSQL store (issue 15): a node paused past its lease
+//! (SIGSTOP) while it copies loses the job to another node, which finishes it; once the
+//! paused node runs again (SIGCONT) nothing it does changes the job.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bftp_tests::daemon::Bftpd;
+use bftp_tests::postgres;
+use bftp_tests::{FtpOptions, FtpServer, ServerKind};
+use serde_json::Value;
+
+use crate::scheduler::{content, status, submit};
+
+/// A node's config: the test config with `[store]` on the shared database, a 2 s lease and
+/// a 200 ms look at the queue.
+pub(crate) fn node_config(
+    url: &str,
+    node: &str,
+    key_from: Option<&Path>,
+) -> impl FnOnce(&Path) -> String {
+    let (url, node) = (url.to_string(), node.to_string());
+    let key_from = key_from.map(Path::to_path_buf);
+    move |dir| {
+        // Every node seals and opens passwords with the same key: the first node's.
+        if let Some(key) = key_from {
+            let state = dir.join("state");
+            std::os::unix::fs::DirBuilderExt::mode(
+                std::fs::DirBuilder::new().recursive(true),
+                0o700,
+            )
+            .create(&state)
+            .unwrap();
+            std::fs::copy(key, state.join("secret.key")).unwrap();
+        }
+        format!(
+            "{}[store]\nkind = \"postgres\"\nurl = \"{url}\"\nnode = \"{node}\"\nlease = \"2s\"\npoll = \"200ms\"\npool_size = 4\n",
+            Bftpd::default_config(dir)
+        )
+    }
+}
+
+fn signal(d: &Bftpd, sig: i32) {
+    let pid = d.pid().expect("running") as i32;
+    // SAFETY: kill takes a pid and a signal number, no pointers.
+    let r = unsafe { libc::kill(pid, sig) };
+    assert_eq!(r, 0, "kill {pid} {sig}");
+}
+
+fn kinds(v: &Value) -> Vec<String> {
+    v["history"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| e["event"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_node_paused_past_its_lease_loses_the_job_and_its_late_writes_change_nothing() {
+    let url = postgres::fresh_database();
+    // 3 files of 2 MB at 1 MB/s: about 6 s of copying.
+    let src = FtpServer::start(
+        ServerKind::Vsftpd,
+        FtpOptions {
+            max_rate: Some(1_000_000),
+            ..FtpOptions::default()
+        },
+    )
+    .unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    let files: Vec<(String, Vec<u8>)> = (0..3)
+        .map(|i| {
+            let name = format!("f{i}.bin");
+            let data = content(&name, 2_000_000);
+            src.put_file(&format!("out/{name}"), &data).unwrap();
+            (name, data)
+        })
+        .collect();
+    dst.mkdir("in").unwrap();
+
+    let a = Bftpd::start_with(node_config(&url, "node-a", None)).unwrap();
+    let id = submit(&a, &src, &dst, "out/*.bin", "in/", &[]);
+    // a copies the first file.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = status(&a, id);
+        let m = &v["members"][0];
+        if m["progress"]["bytes_so_far"]
+            .as_u64()
+            .is_some_and(|b| b > 0)
+        {
+            assert_eq!(v["node"], "node-a", "{v:#}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a never copied: {v:#}\n{}",
+            a.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let key = a.state_dir().join("secret.key");
+    let b = Bftpd::start_with(node_config(&url, "node-b", Some(&key))).unwrap();
+    signal(&a, libc::SIGSTOP);
+    let stopped = Instant::now();
+
+    // b takes the job over once a's lease ran out, and finishes it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut taken_after = None;
+    let done = loop {
+        let v = status(&b, id);
+        if taken_after.is_none() && kinds(&v).iter().any(|k| k == "taken-over") {
+            taken_after = Some(stopped.elapsed());
+        }
+        if v["state"] == "finished" {
+            break v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b did not finish: {v:#}\n{}",
+            b.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let taken_after = taken_after.unwrap_or_else(|| {
+        panic!(
+            "the history shows no takeover: {done:#}\n{}\n{}",
+            a.logs(),
+            b.logs()
+        )
+    });
+    eprintln!("taken over {taken_after:?} after the pause (lease 2 s)");
+    assert!(taken_after < Duration::from_secs(10), "{taken_after:?}");
+    assert_eq!(done["outcome"], "succeeded", "{done:#}");
+
+    // a runs again: its attempt's writes are refused, and the job stays as b left it.
+    signal(&a, libc::SIGCONT);
+    let refused = Instant::now() + Duration::from_secs(20);
+    while !a.logs().contains("lease") && Instant::now() < refused {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let after = status(&b, id);
+    assert_eq!(after["history"], done["history"], "a changed the history");
+    assert_eq!(after["members"], done["members"], "a changed the members");
+    assert_eq!(after["state"], done["state"]);
+    let logs = a.logs();
+    assert!(
+        logs.contains("lease lost") || logs.contains("lease on the job has ended"),
+        "a must see its lease lost:\n{logs}"
+    );
+    for (name, data) in &files {
+        let got = dst.read_file(&format!("in/{name}")).unwrap_or_else(|e| {
+            panic!(
+                "{e:#}: the finished job's file is gone\n--- a ---\n{}",
+                a.logs()
+            )
+        });
+        assert!(
+            got == *data,
+            "{name}: {} bytes, not the source's",
+            got.len()
+        );
+    }
+}
