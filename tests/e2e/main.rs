@@ -18,6 +18,7 @@ mod service;
 mod slow;
 mod slow_engine;
 mod slow_package;
+mod slow_pg;
 mod slow_scheduler;
 mod slow_unique;
 mod unique;

@@ -19,7 +19,17 @@ pub(crate) fn node_config(
     node: &str,
     key_from: Option<&Path>,
 ) -> impl FnOnce(&Path) -> String {
-    let (url, node) = (url.to_string(), node.to_string());
+    node_config_plus(url, node, key_from, "")
+}
+
+/// [`node_config`] with `extra` TOML tables after it.
+pub(crate) fn node_config_plus(
+    url: &str,
+    node: &str,
+    key_from: Option<&Path>,
+    extra: &str,
+) -> impl FnOnce(&Path) -> String {
+    let (url, node, extra) = (url.to_string(), node.to_string(), extra.to_string());
     let key_from = key_from.map(Path::to_path_buf);
     move |dir| {
         // Every node seals and opens passwords with the same key: the first node's.
@@ -34,20 +44,20 @@ pub(crate) fn node_config(
             std::fs::copy(key, state.join("secret.key")).unwrap();
         }
         format!(
-            "{}[store]\nkind = \"postgres\"\nurl = \"{url}\"\nnode = \"{node}\"\nlease = \"2s\"\npoll = \"200ms\"\npool_size = 4\n",
+            "{}[store]\nkind = \"postgres\"\nurl = \"{url}\"\nnode = \"{node}\"\nlease = \"2s\"\npoll = \"200ms\"\npool_size = 4\n{extra}",
             Bftpd::default_config(dir)
         )
     }
 }
 
-fn signal(d: &Bftpd, sig: i32) {
+pub(crate) fn signal(d: &Bftpd, sig: i32) {
     let pid = d.pid().expect("running") as i32;
     // SAFETY: kill takes a pid and a signal number, no pointers.
     let r = unsafe { libc::kill(pid, sig) };
     assert_eq!(r, 0, "kill {pid} {sig}");
 }
 
-fn kinds(v: &Value) -> Vec<String> {
+pub(crate) fn kinds(v: &Value) -> Vec<String> {
     v["history"]
         .as_array()
         .map(|a| {

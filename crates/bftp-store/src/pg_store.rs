@@ -998,6 +998,25 @@ impl Inner {
         let old = rec.state.to_api();
         let new = transition(old, event, now)
             .map_err(|source| StoreError::InvalidTransition { job: id, source })?;
+        if matches!(event, JobEvent::Requeue { .. }) && self.epoch_of(id).is_none() {
+            // Requeued by a node that does not hold it (a restart recovering its previous
+            // life's jobs): only while no other node's lease is running.
+            let free: bool = tx
+                .query_one(
+                    "SELECT lease_node IS NULL OR lease_node = $2 OR lease_until < now()
+                     FROM jobs WHERE id = $1",
+                    &[&id_of(id), &self.node],
+                )
+                .await
+                .map_err(pg(OP))?
+                .get(0);
+            if !free {
+                return Err(StoreError::LeaseLost {
+                    op: OP,
+                    detail: format!("job {id} is under another node's lease"),
+                });
+            }
+        }
         if let JobEvent::Start { attempt } = event {
             rec.attempts = attempt;
             if self.epoch_of(id).is_none() {

@@ -157,14 +157,21 @@ impl Scheduler {
                     "bftpd restarted during attempt {}; unfinished members will be done again",
                     job.attempts
                 );
-                store.apply(
+                match store.apply(
                     *id,
                     JobEvent::Requeue {
                         next_attempt_at: at,
                     },
                     at,
                     Some(detail),
-                )?;
+                ) {
+                    Ok(_) => {}
+                    // A shared store: another node took the job over meanwhile.
+                    Err(StoreError::InvalidTransition { .. } | StoreError::LeaseLost { .. }) => {
+                        continue
+                    }
+                    Err(e) => return Err(e),
+                }
                 tracing::info!(job = id.0, "recovered an interrupted attempt");
             }
             Ok(ids.len())
