@@ -176,3 +176,120 @@ fn a_node_paused_past_its_lease_loses_the_job_and_its_late_writes_change_nothing
         );
     }
 }
+
+/// PostgreSQL restarted while two nodes take submits and copy: submits during the outage may
+/// fail (and say so), but every submit that was acknowledged becomes a job that finishes with
+/// its file right, and both nodes go on serving without a restart of their own.
+#[test]
+fn postgres_restarted_under_load_nodes_reconnect_and_nothing_acknowledged_is_lost() {
+    // A cluster of this test's own: the restart must not hit the other tests' databases.
+    let cluster = postgres::Cluster::private();
+    let url = cluster.fresh_database();
+    let src = FtpServer::start(
+        ServerKind::Vsftpd,
+        FtpOptions {
+            passive_ports: 128,
+            ..FtpOptions::default()
+        },
+    )
+    .unwrap();
+    let dst = FtpServer::start(
+        ServerKind::PureFtpd,
+        FtpOptions {
+            passive_ports: 128,
+            ..FtpOptions::default()
+        },
+    )
+    .unwrap();
+    dst.mkdir("in").unwrap();
+    let a = Bftpd::start_with(node_config(&url, "node-a", None)).unwrap();
+    let key = a.state_dir().join("secret.key");
+    let b = Bftpd::start_with(node_config(&url, "node-b", Some(&key))).unwrap();
+    let nodes = [&a, &b];
+    let retry = [
+        "--retry-first",
+        "1s",
+        "--retry-cap",
+        "2s",
+        "--max-attempts",
+        "100",
+    ];
+
+    let started = Instant::now();
+    let mut acknowledged: Vec<(u64, usize, String, Vec<u8>)> = Vec::new();
+    let mut refused = 0;
+    let mut n = 0;
+    let outage = std::thread::scope(|scope| {
+        let restart = scope.spawn(|| {
+            std::thread::sleep(Duration::from_secs(2));
+            cluster.stop("fast").unwrap();
+            let down = Instant::now();
+            std::thread::sleep(Duration::from_secs(2));
+            cluster.start().unwrap();
+            down.elapsed()
+        });
+        while started.elapsed() < Duration::from_secs(8) {
+            let name = format!("r{n:03}.bin");
+            let data = content(&name, 300_000);
+            src.put_file(&format!("out/{name}"), &data).unwrap();
+            let node = n % 2;
+            let (s, t) = (
+                src.url(&format!("out/{name}")),
+                dst.url(&format!("in/{name}")),
+            );
+            let mut args = vec!["--json", "submit", &s, &t];
+            args.extend_from_slice(&retry);
+            let o = nodes[node].bftp_env(
+                None,
+                &args,
+                &[
+                    ("BFTP_SOURCE_PASSWORD", src.password()),
+                    ("BFTP_DEST_PASSWORD", dst.password()),
+                ],
+            );
+            if o.status.success() {
+                let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+                acknowledged.push((v["job"]["id"].as_u64().unwrap(), node, name, data));
+            } else {
+                refused += 1;
+            }
+            n += 1;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        restart.join().unwrap()
+    });
+    eprintln!(
+        "{} submits acknowledged, {refused} refused during the {outage:?} outage",
+        acknowledged.len()
+    );
+    assert!(
+        refused > 0,
+        "no submit was tried while the database was down"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (id, node, name, data) in &acknowledged {
+        let v = loop {
+            let v = status(nodes[(node + 1) % 2], *id);
+            if v["state"] == "finished" {
+                break v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {id} not finished: {v:#}\n--- a ---\n{}\n--- b ---\n{}",
+                a.logs(),
+                b.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(v["outcome"], "succeeded", "job {id}: {v:#}");
+        assert!(
+            dst.read_file(&format!("in/{name}")).unwrap() == *data,
+            "{name}"
+        );
+    }
+    assert!(
+        acknowledged.len() >= 10,
+        "{} acknowledged",
+        acknowledged.len()
+    );
+}

@@ -77,6 +77,12 @@ fn free_port() -> Result<u16, String> {
 }
 
 impl Cluster {
+    /// A cluster of the caller's own (a test that stops and starts the server must not take
+    /// the process's shared cluster down under other tests). Stopped when the process ends.
+    pub fn private() -> Cluster {
+        Cluster::start_new().unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e}"))
+    }
+
     fn start_new() -> Result<Cluster, String> {
         let bin = bin_dir()?;
         let as_user = is_root().then_some("postgres");

@@ -193,6 +193,13 @@ pub trait JobStore: Send + Sync {
         None
     }
 
+    /// Gives up this node's hold on a job whose attempt could not record its end (the
+    /// database was unreachable): the lease is no longer renewed, so that the job is taken
+    /// over (by any node, this one too) once it runs out, instead of staying `running` under
+    /// a live node. The node's writes for it stay fenced. A store of one node does nothing:
+    /// its restart recovers such a job.
+    fn abandon(&self, _id: JobId) {}
+
     /// The node whose lease a running job is under, in a shared store.
     fn job_node(&self, _id: JobId) -> Result<Option<String>, StoreError> {
         Ok(None)

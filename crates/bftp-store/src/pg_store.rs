@@ -1774,6 +1774,13 @@ impl JobStore for PgStore {
         Some(self.inner.node.clone())
     }
 
+    fn abandon(&self, id: JobId) {
+        let mut held = self.inner.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = held.get_mut(&id) {
+            h.lost = true;
+        }
+    }
+
     fn poll_interval(&self) -> Option<Duration> {
         Some(self.inner.poll)
     }

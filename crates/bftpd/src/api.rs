@@ -165,14 +165,25 @@ async fn health() -> Json<Health> {
 
 async fn metrics(State(app): State<Shared>) -> Result<Response, ApiError> {
     let store = app.store.clone();
-    let (jobs, outbox) =
-        blocking(move || Ok((store.count_by_state()?, store.outbox_pending()?))).await?;
+    let (jobs, outbox, node) = blocking(move || {
+        // A shared store: which node this is, and the jobs under its lease.
+        let node = match store.node() {
+            Some(n) => Some((n, store.running_jobs()?.len())),
+            None => None,
+        };
+        Ok((store.count_by_state()?, store.outbox_pending()?, node))
+    })
+    .await?;
+    let mut text = app.metrics.render(jobs, outbox);
+    if let Some((name, running)) = node {
+        text.push_str(&crate::metrics::node_series(&name, running));
+    }
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,
             crate::metrics::CONTENT_TYPE,
         )],
-        app.metrics.render(jobs, outbox),
+        text,
     )
         .into_response())
 }

@@ -357,7 +357,8 @@ impl Scheduler {
                     tracing::warn!(job = id.0, error = %e, "this node's lease ended during the attempt; the node that holds the job now finishes it");
                 }
                 Err(e) => {
-                    tracing::error!(job = id.0, error = %e, "cannot record the end of an attempt; the job stays running until restart recovery");
+                    tracing::error!(job = id.0, error = %e, "cannot record the end of an attempt; the job stays running until restart recovery (or, on a shared store, until its lease runs out)");
+                    me.store.abandon(id);
                 }
             }
             me.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
