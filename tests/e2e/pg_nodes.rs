@@ -293,3 +293,97 @@ fn postgres_restarted_under_load_nodes_reconnect_and_nothing_acknowledged_is_los
         acknowledged.len()
     );
 }
+
+/// One request key sent 16 times at once, spread over three nodes: one job.
+#[test]
+fn sixteen_concurrent_submits_of_one_request_key_over_three_nodes_make_one_job() {
+    let url = postgres::fresh_database();
+    let a = Bftpd::start_with(node_config(&url, "n0", None)).unwrap();
+    let key = a.state_dir().join("secret.key");
+    let b = Bftpd::start_with(node_config(&url, "n1", Some(&key))).unwrap();
+    let c = Bftpd::start_with(node_config(&url, "n2", Some(&key))).unwrap();
+    let nodes = [&a, &b, &c];
+    let barrier = std::sync::Barrier::new(16);
+    let ids: Vec<u64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16)
+            .map(|i| {
+                let (node, barrier) = (nodes[i % 3], &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    let o = node.bftp_env(
+                        None,
+                        &[
+                            "--json",
+                            "submit",
+                            "ftp://u@127.0.0.1:2121/out/a.bin",
+                            "ftp://u@127.0.0.1:2122/in/a.bin",
+                            "--start",
+                            "in 1h",
+                            "--request-key",
+                            "one-logical-request",
+                        ],
+                        &[("BFTP_SOURCE_PASSWORD", "pw"), ("BFTP_DEST_PASSWORD", "pw")],
+                    );
+                    assert_eq!(o.status.code(), Some(0), "{}", bftp_tests::daemon::text(&o));
+                    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+                    v["job"]["id"].as_u64().unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(ids.iter().all(|&i| i == ids[0]), "{ids:?}");
+    let db = postgres::Cluster::db_of(&url);
+    assert_eq!(
+        postgres::cluster()
+            .psql(db, "SELECT count(*) FROM jobs")
+            .unwrap(),
+        "1"
+    );
+}
+
+/// `bftpd check-config` on a postgres store: connects and reads the schema version; an
+/// empty database is fine (created at start), a newer schema or a password in the URL is not.
+#[test]
+fn check_config_reads_the_schema_version_of_the_database() {
+    let url = postgres::fresh_database();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bftpd.toml");
+    let check = |url: &str| {
+        std::fs::write(&config, node_config(url, "n0", None)(dir.path())).unwrap();
+        std::process::Command::new(bftp_tests::daemon::bin("bftpd"))
+            .arg("check-config")
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
+    let o = check(&url);
+    assert_eq!(o.status.code(), Some(0), "{}", bftp_tests::daemon::text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("migrates it to"),
+        "{}",
+        bftp_tests::daemon::text(&o)
+    );
+    let db = postgres::Cluster::db_of(&url);
+    postgres::cluster()
+        .psql(
+            db,
+            "CREATE TABLE bftp_schema (version integer PRIMARY KEY, applied_at timestamptz DEFAULT now()); \
+             INSERT INTO bftp_schema (version) VALUES (999)",
+        )
+        .unwrap();
+    let o = check(&url);
+    assert_eq!(o.status.code(), Some(1), "{}", bftp_tests::daemon::text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("version 999, newer"),
+        "{}",
+        bftp_tests::daemon::text(&o)
+    );
+    let o = check(&url.replace("postgres@", "postgres:hunter2@"));
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("password_file"), "{err}");
+    assert!(!err.contains("hunter2"), "the password is shown: {err}");
+    let o = check("postgres://postgres@127.0.0.1:1/nothing");
+    assert_eq!(o.status.code(), Some(1), "{}", bftp_tests::daemon::text(&o));
+}
