@@ -95,6 +95,7 @@ fn report() -> Report {
             detail: None,
         }],
         report: None,
+        node: None,
     };
     render(&ReportInput {
         job: &job,

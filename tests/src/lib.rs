@@ -8,6 +8,7 @@
 pub mod daemon;
 pub mod ftpserver;
 pub mod hostile;
+pub mod postgres;
 pub mod procstat;
 pub mod rawftp;
 pub mod scenario;

@@ -249,6 +249,9 @@ pub struct JobView {
     /// The mailed report, once the job is final (RULES.md §4.6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<ReportView>,
+    /// With several nodes on one store: the node running the job (whose lease it is under).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// Where a final job's report stands.

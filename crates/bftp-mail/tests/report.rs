@@ -97,6 +97,7 @@ fn job(outcome: &str, members: Vec<MemberView>) -> JobView {
             event("2025-11-30T10:00:06Z", "finished", None),
         ],
         report: None,
+        node: None,
     }
 }
 

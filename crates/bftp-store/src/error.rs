@@ -92,6 +92,9 @@ pub enum StoreError {
     #[error("storage backend panicked during {op}: {message}; the store refuses further writes")]
     Panicked { op: &'static str, message: String },
 
+    #[error("{op} refused: this node's lease on the job has ended ({detail}); another node carries it now")]
+    LeaseLost { op: &'static str, detail: String },
+
     #[error("{op} could not be made durable: {reason}; the store refuses further writes")]
     NotDurable { op: &'static str, reason: String },
 

@@ -20,6 +20,8 @@ mod durable;
 mod error;
 mod files;
 mod keys;
+#[cfg(feature = "postgres")]
+mod pg_store;
 mod record;
 mod sled_store;
 mod types;
@@ -28,6 +30,8 @@ pub use error::{BackendError, StoreError};
 pub use sled_store::{
     BackupReport, SledStore, StoreOptions, VerifyReport, MAX_MEMBERS, SCHEMA_VERSION,
 };
+#[cfg(feature = "postgres")]
+pub use pg_store::{PgOptions, PgStore, PG_SCHEMA_VERSION};
 pub use types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, KeyHash, LastReply,
     Member, MemberUpdate, NewJob, NewMember, OutboxEntry, OutboxState, RequestKey, Sealed,
@@ -222,6 +226,39 @@ pub trait JobStore: Send + Sync {
     /// (the key file is the caller's to copy). Durable before it returns.
     fn backup(&self, _dir: &std::path::Path) -> Result<BackupReport, StoreError> {
         Err(StoreError::Unsupported { op: "backup" })
+    }
+
+    // ---- several nodes on one store (PgStore) ----
+
+    /// Jobs whose lease this node held and lost since the last call (another node took them
+    /// over, or they were cancelled on another node): their attempts must stop, since none
+    /// of their writes will be accepted. Never blocks. A store of one node loses none.
+    fn lost_leases(&self) -> Vec<JobId> {
+        Vec::new()
+    }
+
+    /// This node's name in a store shared by several nodes; `None` for a store of one.
+    fn node(&self) -> Option<String> {
+        None
+    }
+
+    /// How often the scheduler and the postman look at the queue again even when nothing is
+    /// due: other nodes submit and finish jobs, and leases run out, without telling this one.
+    /// `None` for a store of one node, whose every change this process makes itself.
+    fn poll_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Gives up this node's hold on a job whose attempt could not record its end (the
+    /// database was unreachable): the lease is no longer renewed, so that the job is taken
+    /// over (by any node, this one too) once it runs out, instead of staying `running` under
+    /// a live node. The node's writes for it stay fenced. A store of one node does nothing:
+    /// its restart recovers such a job.
+    fn abandon(&self, _id: JobId) {}
+
+    /// The node whose lease a running job is under, in a shared store.
+    fn job_node(&self, _id: JobId) -> Result<Option<String>, StoreError> {
+        Ok(None)
     }
 }
 

@@ -348,6 +348,12 @@ pub fn job_detail_at(job: &JobView, now: Option<SystemTime>) -> String {
         ("start", when(&job.start_at, now)),
         ("next attempt", opt(&job.next_attempt_at)),
         ("attempts", job.attempts.to_string()),
+    ]);
+    if let Some(node) = &job.node {
+        // Several nodes on one store: which one runs it.
+        fields.push(("node", sanitize(node)));
+    }
+    fields.extend([
         (
             "retry",
             sanitize(&format!(
@@ -518,6 +524,7 @@ pub(crate) mod tests {
                 detail: None,
             }],
             report: None,
+            node: None,
         }
     }
 

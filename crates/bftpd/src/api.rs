@@ -173,23 +173,33 @@ async fn health() -> Json<Health> {
 
 async fn metrics(State(app): State<Shared>) -> Result<Response, ApiError> {
     let store = app.store.clone();
-    let (jobs, outbox, disk) = blocking(move || {
+    let (jobs, outbox, disk, node) = blocking(move || {
+        // A shared store: which node this is, and the jobs under its lease.
+        let node = match store.node() {
+            Some(n) => Some((n, store.running_jobs()?.len())),
+            None => None,
+        };
         Ok((
             store.count_by_state()?,
             store.outbox_pending()?,
             store.disk_size()?,
+            node,
         ))
     })
     .await?;
     if let Some(bytes) = disk {
         app.metrics.set_disk_size(bytes);
     }
+    let mut text = app.metrics.render(jobs, outbox);
+    if let Some((name, running)) = node {
+        text.push_str(&crate::metrics::node_series(&name, running));
+    }
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,
             crate::metrics::CONTENT_TYPE,
         )],
-        app.metrics.render(jobs, outbox),
+        text,
     )
         .into_response())
 }

@@ -202,6 +202,51 @@ pub struct StoreConfig {
     /// attempts start no new file; below half of it every store write is refused. 0: off.
     #[serde(default = "default_min_free_mib")]
     pub min_free_mib: u64,
+    /// `sled` (embedded, one daemon) or `postgres` (one database that several nodes share).
+    #[serde(default)]
+    pub kind: StoreKind,
+    /// For `postgres`: the database, `postgres://user@host:port/db`. No password in it: the
+    /// password, if any, goes in `password_file`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// For `postgres`: a file holding the database password (its first line).
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// For `postgres`: connections this node keeps to the database at most.
+    #[serde(default = "d_pool_size")]
+    pub pool_size: usize,
+    /// For `postgres`: this node's name, unique among the nodes on the database. Unset: the
+    /// host name.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// For `postgres`: how long a node's claim of a job lasts without a renewal (it renews
+    /// every third of it); another node takes the job over once it ran out.
+    #[serde(default = "d_lease", with = "humantime_duration")]
+    pub lease: Duration,
+    /// For `postgres`: how often a node looks at the queue when nothing is due, for jobs
+    /// submitted on other nodes and leases that ran out.
+    #[serde(default = "d_poll", with = "humantime_duration")]
+    pub poll: Duration,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    #[default]
+    Sled,
+    Postgres,
+}
+
+fn d_pool_size() -> usize {
+    8
+}
+
+fn d_lease() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn d_poll() -> Duration {
+    Duration::from_secs(1)
 }
 
 fn default_min_free_mib() -> u64 {
@@ -222,7 +267,54 @@ impl Default for StoreConfig {
             cache_mib: default_cache_mib(),
             keep_finished: default_keep_finished(),
             min_free_mib: default_min_free_mib(),
+            kind: StoreKind::default(),
+            url: None,
+            password_file: None,
+            pool_size: d_pool_size(),
+            node: None,
+            lease: d_lease(),
+            poll: d_poll(),
         }
+    }
+}
+
+impl StoreConfig {
+    fn check(&self) -> anyhow::Result<()> {
+        if self.kind == StoreKind::Sled {
+            return Ok(());
+        }
+        let Some(url) = &self.url else {
+            bail!(
+                "[store]: kind = \"postgres\" needs url = \"postgres://user@host:port/database\""
+            );
+        };
+        bftp_store::PgOptions::check_url(url).map_err(|e| anyhow::anyhow!("[store]: url: {e}"))?;
+        if self.pool_size == 0 {
+            bail!("[store]: pool_size must be at least 1");
+        }
+        if self.lease < Duration::from_secs(1) {
+            bail!("[store]: lease must be at least 1s");
+        }
+        if self.poll.is_zero() || self.poll > Duration::from_secs(60) {
+            bail!("[store]: poll must be between 1ms and 60s");
+        }
+        if let Some(n) = &self.node {
+            if n.is_empty() || n.len() > 64 || n.chars().any(|c| c.is_control()) {
+                bail!("[store]: node must be 1 to 64 printable characters");
+            }
+        }
+        Ok(())
+    }
+
+    /// This node's name: `node`, or the host name.
+    pub fn node_name(&self) -> String {
+        self.node.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "bftpd".into())
+        })
     }
 }
 
@@ -499,6 +591,7 @@ impl Config {
         if self.store.cache_mib == 0 {
             bail!("[store]: cache_mib must be at least 1");
         }
+        self.store.check()?;
         Ok(())
     }
 }

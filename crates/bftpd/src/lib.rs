@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use bftp_store::{JobStore, SledStore, StoreOptions};
+use bftp_store::{JobStore, PgOptions, PgStore, SledStore, StoreOptions};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
@@ -81,6 +81,56 @@ fn api_bounds(config: &Config) -> anyhow::Result<(Arc<server::Admission>, server
     ))
 }
 
+/// The PostgreSQL store's options from `[store]`, the password read from its file.
+pub fn pg_options(config: &Config) -> anyhow::Result<PgOptions> {
+    let s = &config.store;
+    let url = s
+        .url
+        .clone()
+        .context("[store]: kind = \"postgres\" needs url")?;
+    let mut o = PgOptions::new(url, s.node_name());
+    o.pool_size = s.pool_size;
+    o.lease = s.lease;
+    o.poll = s.poll;
+    if let Some(path) = &s.password_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("[store]: cannot read password_file {}", path.display()))?;
+        o.password = Some(text.lines().next().unwrap_or_default().to_string());
+    }
+    Ok(o)
+}
+
+/// Opens the store `[store] kind` names: sled in the state directory, or PostgreSQL.
+async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn JobStore>> {
+    match config.store.kind {
+        config::StoreKind::Sled => {
+            let store_dir = config.state_dir.join("store");
+            let opts = StoreOptions {
+                cache_capacity_bytes: config.store.cache_mib * 1024 * 1024,
+                min_free_bytes: config.store.min_free_mib * 1024 * 1024,
+                ..StoreOptions::default()
+            };
+            let shown = store_dir.clone();
+            Ok(Arc::new(
+                tokio::task::spawn_blocking(move || SledStore::open(&store_dir, opts))
+                    .await
+                    .context("store opening task failed")?
+                    .with_context(|| format!("cannot open the job store in {}", shown.display()))?,
+            ))
+        }
+        config::StoreKind::Postgres => {
+            let opts = pg_options(config)?;
+            let (node, url) = (opts.node.clone(), opts.url.clone());
+            let store = tokio::task::spawn_blocking(move || PgStore::open(opts))
+                .await
+                .context("store opening task failed")?
+                .with_context(|| format!("cannot open the PostgreSQL job store at {url}"))?;
+            tracing::info!(node = %node, "job store: PostgreSQL, shared with the other nodes");
+            Ok(Arc::new(store))
+        }
+    }
+}
+
 /// Runs the daemon until `shutdown` completes.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     std::fs::DirBuilder::new()
@@ -93,23 +143,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 config.state_dir.display()
             )
         })?;
-    let store_dir = config.state_dir.join("store");
-    let opts = StoreOptions {
-        cache_capacity_bytes: config.store.cache_mib * 1024 * 1024,
-        min_free_bytes: config.store.min_free_mib * 1024 * 1024,
-        ..StoreOptions::default()
-    };
-    let store: Arc<dyn JobStore> = Arc::new(
-        tokio::task::spawn_blocking(move || SledStore::open(&store_dir, opts))
-            .await
-            .context("store opening task failed")?
-            .with_context(|| {
-                format!(
-                    "cannot open the job store in {}",
-                    config.state_dir.join("store").display()
-                )
-            })?,
-    );
+    let store = open_store(&config).await?;
     let secrets = {
         let (store, path) = (store.clone(), config.state_dir.join("secret.key"));
         Arc::new(

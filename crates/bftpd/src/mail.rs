@@ -136,6 +136,11 @@ impl Postman {
                 Some(self.clock.now().saturating_add(STORE_RETRY))
             });
             let next = next.unwrap_or_else(|| self.clock.now().saturating_add(IDLE_LOOK));
+            // A shared store: reports finished on other nodes are seen by looking again.
+            let next = match self.store.poll_interval() {
+                Some(p) => next.min(self.clock.now().saturating_add(p)),
+                None => next,
+            };
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = self.wake.notified() => {}

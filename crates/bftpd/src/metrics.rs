@@ -200,9 +200,45 @@ impl Metrics {
     }
 }
 
+/// With several nodes on one store: this node's name (`bftp_node`, always 1) and the jobs
+/// running under its lease, so that a dashboard over all nodes sees which runs what. (The
+/// store's job counts above are the whole cluster's, the same on every node.)
+pub fn node_series(node: &str, running: usize) -> String {
+    let label: String = node
+        .chars()
+        .flat_map(|c| match c {
+            '\\' => vec!['\\', '\\'],
+            '"' => vec!['\\', '"'],
+            '\n' => vec!['\\', 'n'],
+            c => vec![c],
+        })
+        .collect();
+    format!(
+        "# HELP bftp_node This bftpd's node name on the shared store (always 1).\n\
+         # TYPE bftp_node gauge\n\
+         bftp_node{{node=\"{label}\"}} 1\n\
+         # HELP bftp_node_running_jobs Jobs running under this node's lease.\n\
+         # TYPE bftp_node_running_jobs gauge\n\
+         bftp_node_running_jobs{{node=\"{label}\"}} {running}\n"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_node_series_name_the_node_with_its_label_escaped() {
+        let t = node_series("ctl-1", 3);
+        assert_eq!(sample(&t, r#"bftp_node{node="ctl-1"}"#), Some(1.0), "{t}");
+        assert_eq!(
+            sample(&t, r#"bftp_node_running_jobs{node="ctl-1"}"#),
+            Some(3.0),
+            "{t}"
+        );
+        let t = node_series(r#"a"b\c"#, 0);
+        assert!(t.contains(r#"bftp_node{node="a\"b\\c"} 1"#), "{t}");
+    }
 
     /// The value of the sample line that starts with `series ` (name and labels).
     fn sample(text: &str, series: &str) -> Option<f64> {

@@ -59,6 +59,11 @@ impl Retention {
                     after = None;
                     interval
                 }
+                Err(bftp_store::StoreError::Unsupported { op }) => {
+                    // A store without retention (the shared PostgreSQL store): say so once.
+                    tracing::warn!(op, "retention: this store keeps finished jobs; [store] keep_finished has no effect");
+                    return;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "retention: cannot remove old jobs now; trying again later");
                     interval

@@ -71,6 +71,10 @@ pub struct Scheduler {
     limits: SchedulerLimits,
     wake: Notify,
     running: Mutex<HashMap<JobId, CancellationToken>>,
+    /// Each running attempt's own drain signal (a child of the shutdown's): a lost lease
+    /// stops the attempt as a shutdown would, leaving the destination to the node that holds
+    /// the job now, never as a cancel, which would clean up the destination.
+    drains: Mutex<HashMap<JobId, CancellationToken>>,
     tracker: TaskTracker,
     /// Notified whenever a job may have become final (its report is due): the postman's bell.
     finals: Arc<Notify>,
@@ -95,6 +99,7 @@ impl Scheduler {
             limits,
             wake: Notify::new(),
             running: Mutex::new(HashMap::new()),
+            drains: Mutex::new(HashMap::new()),
             tracker: TaskTracker::new(),
             finals: Arc::new(Notify::new()),
             metrics,
@@ -152,14 +157,21 @@ impl Scheduler {
                     "bftpd restarted during attempt {}; unfinished members will be done again",
                     job.attempts
                 );
-                store.apply(
+                match store.apply(
                     *id,
                     JobEvent::Requeue {
                         next_attempt_at: at,
                     },
                     at,
                     Some(detail),
-                )?;
+                ) {
+                    Ok(_) => {}
+                    // A shared store: another node took the job over meanwhile.
+                    Err(StoreError::InvalidTransition { .. } | StoreError::LeaseLost { .. }) => {
+                        continue
+                    }
+                    Err(e) => return Err(e),
+                }
                 tracing::info!(job = id.0, "recovered an interrupted attempt");
             }
             Ok(ids.len())
@@ -171,6 +183,9 @@ impl Scheduler {
     /// Runs until `shutdown` fires, then gives running attempts `grace` before aborting them.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let attempts_token = CancellationToken::new();
+        if self.store.node().is_some() {
+            tokio::spawn(Arc::clone(&self).stop_lost_attempts(shutdown.clone()));
+        }
         loop {
             if shutdown.is_cancelled() {
                 break;
@@ -183,6 +198,12 @@ impl Scheduler {
                 }
             };
             let next = next.unwrap_or_else(|| self.clock.now().saturating_add(IDLE_LOOK));
+            // A shared store: other nodes' submits and leases that ran out are seen by looking
+            // again.
+            let next = match self.store.poll_interval() {
+                Some(p) => next.min(self.clock.now().saturating_add(p)),
+                None => next,
+            };
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = self.wake.notified() => {}
@@ -203,6 +224,30 @@ impl Scheduler {
         }
     }
 
+    /// A shared store: the attempt of a job whose lease this node lost (another node took it
+    /// over, or it was cancelled elsewhere) stops at once; the store refuses its writes anyway.
+    async fn stop_lost_attempts(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            for id in self.store.lost_leases() {
+                tracing::warn!(job = id.0, "lease lost: stopping this node's attempt");
+                if let Some(d) = self
+                    .drains
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&id)
+                {
+                    d.cancel();
+                }
+                self.cancel(id);
+            }
+        }
+    }
+
     /// Starts what is due and fits; returns when to look again (the next due time, if any).
     async fn start_due(
         self: &Arc<Self>,
@@ -213,13 +258,9 @@ impl Scheduler {
             .limits
             .max_running_jobs
             .saturating_sub(self.running_count());
-        let store = self.store.clone();
-        let t = self.clock.now();
-        let due = tokio::task::spawn_blocking(move || store.due(t, free.max(1)))
-            .await
-            .expect("queue read panicked")?;
         if free == 0 {
-            // Full: a finishing attempt wakes us.
+            // Full: a finishing attempt wakes us. (Not even a look at the queue: a shared
+            // store's `due` claims what it returns.)
             return Ok(None);
         }
         if !crate::space::room_for_attempts(&*self.store) {
@@ -227,6 +268,11 @@ impl Scheduler {
                 self.clock.now().saturating_add(Duration::from_secs(5)),
             ));
         }
+        let store = self.store.clone();
+        let t = self.clock.now();
+        let due = tokio::task::spawn_blocking(move || store.due(t, free))
+            .await
+            .expect("queue read panicked")?;
         // Started together: their durable start records share a group commit, instead of
         // one flush after another while free slots wait.
         let starts = due
@@ -294,7 +340,11 @@ impl Scheduler {
             return Ok(());
         };
         let token = parent.child_token();
-        let drain = drain.clone();
+        let drain = drain.child_token();
+        self.drains
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, drain.clone());
         self.running
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -306,10 +356,18 @@ impl Scheduler {
         let me = Arc::clone(self);
         self.tracker.spawn(async move {
             let end = me.executor.attempt(job.clone(), attempt, AttemptSignals { abort: token.clone(), drain }).await;
-            if let Err(e) = me.conclude(&job, attempt, end).await {
-                tracing::error!(job = id.0, error = %e, "cannot record the end of an attempt; the job stays running until restart recovery");
+            match me.conclude(&job, attempt, end).await {
+                Ok(()) => {}
+                Err(e @ StoreError::LeaseLost { .. }) => {
+                    tracing::warn!(job = id.0, error = %e, "this node's lease ended during the attempt; the node that holds the job now finishes it");
+                }
+                Err(e) => {
+                    tracing::error!(job = id.0, error = %e, "cannot record the end of an attempt; the job stays running until restart recovery (or, on a shared store, until its lease runs out)");
+                    me.store.abandon(id);
+                }
             }
             me.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            me.drains.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             me.notify();
             me.finals.notify_one();
         }.instrument(span));

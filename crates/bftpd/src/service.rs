@@ -40,5 +40,30 @@ pub fn check(config: &Config) -> anyhow::Result<()> {
     if config.mail.enabled {
         bftp_mail::Mailer::new(&config.mail).context("[mail]")?;
     }
+    if config.store.kind == crate::config::StoreKind::Postgres {
+        check_postgres(config)?;
+    }
+    Ok(())
+}
+
+/// A shared store: the database must answer, and its schema must be one this program can
+/// use (older ones are migrated at start; a newer one is refused).
+fn check_postgres(config: &Config) -> anyhow::Result<()> {
+    let opts = crate::pg_options(config)?;
+    let found = bftp_store::PgStore::schema_version_at(&opts)
+        .with_context(|| format!("[store]: cannot read the schema of {}", opts.url))?;
+    let supported = bftp_store::PG_SCHEMA_VERSION;
+    if found > supported {
+        anyhow::bail!(
+            "[store]: the database's schema is version {found}, newer than this bftpd \
+             supports ({supported}); run a newer bftpd"
+        );
+    }
+    if found < supported {
+        eprintln!(
+            "bftpd: note: the database's schema is version {found}; bftpd migrates it to \
+             {supported} at start"
+        );
+    }
     Ok(())
 }

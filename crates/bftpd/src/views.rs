@@ -13,6 +13,9 @@ pub fn load_view(
     job: &Job,
 ) -> Result<JobView, StoreError> {
     let mut view = job_view(job, &store.members(job.id)?, &store.history(job.id)?);
+    if matches!(job.state, JobState::Running { .. }) {
+        view.node = store.job_node(job.id)?;
+    }
     if job.state.is_final() {
         view.report = store
             .outbox_entry(job.id)?
@@ -141,5 +144,6 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
             })
             .collect(),
         report: None,
+        node: None,
     }
 }

@@ -1,0 +1,1801 @@
+//! [`PgStore`]: the [`JobStore`] that several daemons (nodes) share, on PostgreSQL.
+//!
+//! The records are the same versioned JSON records as sled's (`record.rs`), one per row, with
+//! the columns the queries need beside them (state, due time, owner, keyword hash).
+//!
+//! Claims and fencing:
+//! - a node claims due jobs in `due` (`FOR UPDATE SKIP LOCKED`, so two nodes never wait on or
+//!   take the same rows): each claimed job gets a new `epoch` and a lease (`lease_node`,
+//!   `lease_until`, on the database's clock); the node keeps the epoch of each job it holds;
+//! - every write of a job the node holds sets `bftp.epoch` for its transaction, and a trigger
+//!   on `jobs`, `members`, `history`, `outbox` and `transcripts` refuses the write when the
+//!   job's epoch is another one (SQLSTATE `BF001`, [`StoreError::LeaseLost`]): the database,
+//!   not the node, decides whether a late write lands;
+//! - the epoch changes whenever the holder changes: a claim, a release (the job leaves
+//!   `running`), a takeover, a cancel;
+//! - a heartbeat renews the leases of the node's running jobs every third of the lease; a
+//!   renewal that finds another epoch marks the job lost ([`JobStore::lost_leases`]);
+//! - `due` first takes over `running` jobs whose lease expired: they go back to the queue,
+//!   due now, and the attempt that runs them resolves their intents from evidence, as after a
+//!   crash.
+//!
+//! Synchronous like the trait: each call runs on the store's own small tokio runtime and the
+//! caller's thread waits on a channel, so a call from any thread (the daemon's blocking pool,
+//! a test) neither needs nor disturbs the caller's runtime.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Timeouts, Transaction};
+use tokio_postgres::{NoTls, Row};
+
+use bftp_core::refusal::{observe, RefusalKey, RefusalMemory, Sighting};
+use bftp_core::{transition, JobEvent, JobOutcome, JobState, MemberState, Timestamp};
+
+use crate::error::{BackendError, StoreError};
+use crate::keys;
+use crate::record::{
+    decode, encode, job_to_api, HistoryV1, IntentV1, JobV1, MemberStateV1, MemberV1, OutboxStateV1,
+    OutboxV1, RefusalV1, ReplyV1, StateV1, TranscriptV1, RECORD_VERSION,
+};
+use crate::types::{
+    AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
+    NewJob, NewMember, OutboxEntry, StateCounts, StateFilter, Submitted,
+};
+use crate::{JobStore, MAX_MEMBERS};
+
+/// The schema migrations, in order; the database records the highest one applied in
+/// `bftp_schema`. Never edit one that shipped: add the next.
+const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        r#"
+CREATE TABLE bftp_meta (key text PRIMARY KEY, value bytea NOT NULL);
+CREATE TABLE jobs (
+    id bigserial PRIMARY KEY,
+    owner bigint NOT NULL,
+    keyword bytea,
+    state smallint NOT NULL,
+    due_at bigint,
+    rec bytea NOT NULL,
+    epoch bigint NOT NULL DEFAULT 0,
+    lease_node text,
+    lease_until timestamptz
+);
+CREATE INDEX jobs_due ON jobs (due_at, id) WHERE state = 1;
+CREATE INDEX jobs_owner ON jobs (owner, id);
+CREATE INDEX jobs_keyword ON jobs (keyword, id) WHERE keyword IS NOT NULL;
+CREATE INDEX jobs_state ON jobs (state, id);
+CREATE TABLE members (
+    job bigint NOT NULL REFERENCES jobs (id),
+    idx integer NOT NULL,
+    rec bytea NOT NULL,
+    PRIMARY KEY (job, idx)
+);
+CREATE TABLE history (
+    job bigint NOT NULL REFERENCES jobs (id),
+    seq integer NOT NULL,
+    rec bytea NOT NULL,
+    PRIMARY KEY (job, seq)
+);
+CREATE TABLE requests (
+    key_hash bytea PRIMARY KEY,
+    job bigint REFERENCES jobs (id),
+    fingerprint bytea NOT NULL
+);
+CREATE TABLE outbox (
+    job bigint PRIMARY KEY REFERENCES jobs (id),
+    state smallint NOT NULL,
+    next_at bigint,
+    rec bytea NOT NULL,
+    claim_node text,
+    claim_until timestamptz
+);
+CREATE INDEX outbox_due ON outbox (next_at, job) WHERE state = 0;
+CREATE TABLE transcripts (job bigint PRIMARY KEY REFERENCES jobs (id), rec bytea NOT NULL);
+CREATE TABLE refusals (key bytea PRIMARY KEY, rec bytea NOT NULL);
+"#,
+    ),
+    (
+        2,
+        r#"
+CREATE FUNCTION bftp_fence() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    want text := current_setting('bftp.epoch', true);
+    cur bigint;
+    jid bigint;
+BEGIN
+    IF want IS NULL OR want = '' THEN
+        RETURN COALESCE(NEW, OLD);
+    END IF;
+    IF TG_TABLE_NAME = 'jobs' THEN
+        cur := OLD.epoch;
+        jid := OLD.id;
+    ELSE
+        IF TG_OP = 'DELETE' THEN jid := OLD.job; ELSE jid := NEW.job; END IF;
+        SELECT epoch INTO cur FROM jobs WHERE id = jid FOR SHARE;
+    END IF;
+    IF cur IS DISTINCT FROM want::bigint THEN
+        RAISE EXCEPTION 'stale lease epoch % for job % (its epoch is %)', want, jid, cur
+            USING ERRCODE = 'BF001';
+    END IF;
+    RETURN COALESCE(NEW, OLD);
+END $$;
+CREATE TRIGGER jobs_fence BEFORE UPDATE OR DELETE ON jobs
+    FOR EACH ROW EXECUTE FUNCTION bftp_fence();
+CREATE TRIGGER members_fence BEFORE INSERT OR UPDATE OR DELETE ON members
+    FOR EACH ROW EXECUTE FUNCTION bftp_fence();
+CREATE TRIGGER history_fence BEFORE INSERT OR UPDATE OR DELETE ON history
+    FOR EACH ROW EXECUTE FUNCTION bftp_fence();
+CREATE TRIGGER outbox_fence BEFORE INSERT OR UPDATE OR DELETE ON outbox
+    FOR EACH ROW EXECUTE FUNCTION bftp_fence();
+CREATE TRIGGER transcripts_fence BEFORE INSERT OR UPDATE OR DELETE ON transcripts
+    FOR EACH ROW EXECUTE FUNCTION bftp_fence();
+"#,
+    ),
+];
+
+/// The schema version this code writes: the last migration.
+pub const PG_SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
+
+/// The SQLSTATE the fence trigger raises for a write with a stale epoch.
+const STALE_EPOCH: &str = "BF001";
+
+/// Where the store is and how this node uses it.
+#[derive(Clone, Debug)]
+pub struct PgOptions {
+    /// `postgres://user@host:port/db` (the libpq URL or key=value form).
+    pub url: String,
+    /// The password, kept out of the URL (read from a file by the daemon).
+    pub password: Option<String>,
+    /// Connections this node keeps at most.
+    pub pool_size: usize,
+    /// This node's name, unique among the live nodes: leases are held in its name, and at
+    /// start it takes back the running jobs a previous life of the same name left.
+    pub node: String,
+    /// How long a claim lasts without a renewal; another node takes a job over once its
+    /// lease has run out.
+    pub lease: Duration,
+    /// With nothing due, how often the node looks at the queue again (for jobs submitted on
+    /// other nodes and leases that ran out).
+    pub poll: Duration,
+}
+
+impl PgOptions {
+    /// Whether `url` is a PostgreSQL connection string without a password in it (a password
+    /// in the URL would be shown wherever the configuration is).
+    pub fn check_url(url: &str) -> Result<(), String> {
+        let c: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| format!("not a PostgreSQL URL: {e}"))?;
+        if c.get_password().is_some() {
+            return Err("it holds a password; put it in password_file instead".into());
+        }
+        if c.get_hosts().is_empty() {
+            return Err("it names no host".into());
+        }
+        Ok(())
+    }
+
+    pub fn new(url: impl Into<String>, node: impl Into<String>) -> PgOptions {
+        PgOptions {
+            url: url.into(),
+            password: None,
+            pool_size: 8,
+            node: node.into(),
+            lease: Duration::from_secs(10),
+            poll: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    epoch: i64,
+    lost: bool,
+}
+
+struct Inner {
+    pool: Pool,
+    node: String,
+    lease: Duration,
+    poll: Duration,
+    /// The epoch of each job this node claimed and has not released. A lost lease stays
+    /// here, with its old epoch, so that every later write for it is refused.
+    held: Mutex<HashMap<JobId, Held>>,
+    /// Leases found lost by the heartbeat, not yet handed to the scheduler.
+    lost: Mutex<Vec<JobId>>,
+}
+
+/// The store several bftpd nodes share, on PostgreSQL. See the module documentation.
+pub struct PgStore {
+    inner: Arc<Inner>,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("node", &self.inner.node)
+            .finish_non_exhaustive()
+    }
+}
+
+fn pg(op: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
+    move |e| {
+        if let Some(db) = e.as_db_error() {
+            if db.code().code() == STALE_EPOCH {
+                return StoreError::LeaseLost {
+                    op,
+                    detail: db.message().to_string(),
+                };
+            }
+        }
+        StoreError::Backend {
+            op,
+            source: BackendError::new(e),
+        }
+    }
+}
+
+fn pool_err(op: &'static str) -> impl Fn(deadpool_postgres::PoolError) -> StoreError {
+    move |e| StoreError::Backend {
+        op,
+        source: BackendError::new(e),
+    }
+}
+
+fn ms(t: Timestamp) -> i64 {
+    i64::try_from(t.0).unwrap_or(i64::MAX)
+}
+
+fn id_of(id: JobId) -> i64 {
+    i64::try_from(id.0).unwrap_or(i64::MAX)
+}
+
+fn job_id(row: &Row, col: usize) -> JobId {
+    JobId(row.get::<_, i64>(col).max(0) as u64)
+}
+
+fn state_code(s: &JobState) -> i16 {
+    i16::from(keys::state_code(StateFilter::of(s)))
+}
+
+fn due_at(s: &JobState) -> Option<i64> {
+    match s {
+        JobState::Queued { next_attempt_at } => Some(ms(*next_attempt_at)),
+        _ => None,
+    }
+}
+
+fn outbox_code(s: OutboxStateV1) -> i16 {
+    match s {
+        OutboxStateV1::Pending => 0,
+        OutboxStateV1::Delivered => 1,
+        OutboxStateV1::GaveUp => 2,
+    }
+}
+
+fn check_member_count(n: usize) -> Result<u32, StoreError> {
+    if n > MAX_MEMBERS {
+        return Err(StoreError::TooManyMembers {
+            count: n,
+            max: MAX_MEMBERS,
+        });
+    }
+    Ok(n as u32)
+}
+
+fn lease_interval(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+impl PgStore {
+    /// Connects, applies the migrations this database lacks (one node at a time, under an
+    /// advisory lock) and starts the heartbeat. A database with a newer schema than this
+    /// program knows is `SchemaTooNew`.
+    pub fn open(opts: PgOptions) -> Result<PgStore, StoreError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("bftp-pg")
+            .enable_all()
+            .build()
+            .map_err(|source| StoreError::Io {
+                op: "start the runtime of",
+                path: "the PostgreSQL store".into(),
+                source,
+            })?;
+        let config: tokio_postgres::Config = opts.url.parse().map_err(|e| StoreError::Backend {
+            op: "parse the URL of",
+            source: BackendError::new(e),
+        })?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = rt
+            .block_on(async {
+                Pool::builder(manager)
+                    .max_size(opts.pool_size.max(1))
+                    .runtime(deadpool_postgres::Runtime::Tokio1)
+                    .timeouts(Timeouts {
+                        wait: Some(Duration::from_secs(30)),
+                        create: Some(Duration::from_secs(10)),
+                        recycle: Some(Duration::from_secs(5)),
+                    })
+                    .build()
+            })
+            .map_err(|e| StoreError::Backend {
+                op: "open",
+                source: BackendError::new(e),
+            })?;
+        let inner = Arc::new(Inner {
+            pool,
+            node: opts.node,
+            lease: opts.lease,
+            poll: opts.poll,
+            held: Mutex::new(HashMap::new()),
+            lost: Mutex::new(Vec::new()),
+        });
+        let store = PgStore {
+            inner: inner.clone(),
+            rt: Some(rt),
+        };
+        store.run({
+            let inner = inner.clone();
+            async move { inner.migrate().await }
+        })?;
+        if let Some(rt) = &store.rt {
+            rt.spawn(heartbeat(inner));
+        }
+        Ok(store)
+    }
+
+    /// The schema version the database at `url` has (0: none yet), without changing it.
+    pub fn schema_version_at(opts: &PgOptions) -> Result<i32, StoreError> {
+        let mut config: tokio_postgres::Config =
+            opts.url.parse().map_err(|e| StoreError::Backend {
+                op: "parse the URL of",
+                source: BackendError::new(e),
+            })?;
+        if let Some(p) = &opts.password {
+            config.password(p.as_bytes());
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|source| StoreError::Io {
+                op: "start the runtime of",
+                path: "the PostgreSQL store".into(),
+                source,
+            })?;
+        rt.block_on(async {
+            let (client, conn) =
+                tokio::time::timeout(Duration::from_secs(10), config.connect(NoTls))
+                    .await
+                    .map_err(|_| StoreError::Backend {
+                        op: "connect to",
+                        source: BackendError::new(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "no answer within 10 s",
+                        )),
+                    })?
+                    .map_err(pg("connect to"))?;
+            tokio::spawn(conn);
+            let exists: bool = client
+                .query_one("SELECT to_regclass('bftp_schema') IS NOT NULL", &[])
+                .await
+                .map_err(pg("read the schema version of"))?
+                .get(0);
+            if !exists {
+                return Ok(0);
+            }
+            let v: Option<i32> = client
+                .query_one("SELECT max(version) FROM bftp_schema", &[])
+                .await
+                .map_err(pg("read the schema version of"))?
+                .get(0);
+            Ok(v.unwrap_or(0))
+        })
+    }
+
+    /// This node's name.
+    pub fn node(&self) -> &str {
+        &self.inner.node
+    }
+
+    /// Runs `f` on the store's runtime and waits for it on this thread.
+    fn run<T: Send + 'static>(
+        &self,
+        f: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let Some(rt) = &self.rt else {
+            return Err(StoreError::NotDurable {
+                op: "call",
+                reason: "the store is closed".into(),
+            });
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        rt.spawn(async move {
+            let _ = tx.send(f.await);
+        });
+        rx.recv().unwrap_or_else(|_| {
+            Err(StoreError::Panicked {
+                op: "call",
+                message: "the store's task ended without an answer".into(),
+            })
+        })
+    }
+
+    fn with<T: Send + 'static, F>(&self, f: impl FnOnce(Arc<Inner>) -> F) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        self.run(f(self.inner.clone()))
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Renews the leases of this node's running jobs every third of the lease.
+async fn heartbeat(inner: Arc<Inner>) {
+    let every = (inner.lease / 3).max(Duration::from_millis(100));
+    loop {
+        tokio::time::sleep(every).await;
+        let held: Vec<(JobId, i64)> = inner
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, h)| !h.lost)
+            .map(|(id, h)| (*id, h.epoch))
+            .collect();
+        if held.is_empty() {
+            continue;
+        }
+        let Ok(client) = inner.pool.get().await else {
+            tracing::warn!("cannot renew leases: the database is unreachable");
+            continue;
+        };
+        for (id, epoch) in held {
+            // A queued job claimed by `due` and not started yet is not renewed: its claim
+            // runs out by itself if the node does not start it. A lease that already ran out
+            // is not renewed either: another node may be taking the job over right now.
+            let r = client
+                .query_opt(
+                    "UPDATE jobs SET lease_until = now() + make_interval(secs => $4)
+                     WHERE id = $1 AND epoch = $2 AND lease_node = $3 AND state = 2
+                       AND lease_until > now()
+                     RETURNING id",
+                    &[
+                        &id_of(id),
+                        &epoch,
+                        &inner.node,
+                        &lease_interval(inner.lease),
+                    ],
+                )
+                .await;
+            match r {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    let still: Result<Option<Row>, _> = client
+                        .query_opt(
+                            "SELECT 1 FROM jobs WHERE id = $1 AND epoch = $2 AND state = 1",
+                            &[&id_of(id), &epoch],
+                        )
+                        .await;
+                    if matches!(still, Ok(None)) {
+                        inner.mark_lost(id, epoch);
+                    }
+                }
+                Err(e) => tracing::warn!(job = id.0, error = %e, "cannot renew a lease"),
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn mark_lost(&self, id: JobId, epoch: i64) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = held.get_mut(&id) {
+            if h.epoch == epoch && !h.lost {
+                h.lost = true;
+                tracing::warn!(
+                    job = id.0,
+                    epoch,
+                    "lease lost: another node took the job over or it was cancelled elsewhere"
+                );
+                self.lost.lock().unwrap_or_else(|p| p.into_inner()).push(id);
+            }
+        }
+    }
+
+    fn epoch_of(&self, id: JobId) -> Option<i64> {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .map(|h| h.epoch)
+    }
+
+    fn release(&self, id: JobId) {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+
+    async fn client(&self, op: &'static str) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(pool_err(op))
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut c = self.client("migrate").await?;
+        let tx = c.transaction().await.map_err(pg("migrate"))?;
+        // One node migrates at a time; the others wait here and find the work done.
+        tx.execute("SELECT pg_advisory_xact_lock(4242020215)", &[])
+            .await
+            .map_err(pg("migrate"))?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS bftp_schema (
+                version integer PRIMARY KEY,
+                applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await
+        .map_err(pg("migrate"))?;
+        let have: i32 = tx
+            .query_one("SELECT coalesce(max(version), 0) FROM bftp_schema", &[])
+            .await
+            .map_err(pg("migrate"))?
+            .get(0);
+        if have > PG_SCHEMA_VERSION {
+            return Err(StoreError::SchemaTooNew {
+                found: have.max(0) as u32,
+                supported: PG_SCHEMA_VERSION as u32,
+            });
+        }
+        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > have) {
+            tx.batch_execute(sql).await.map_err(pg("migrate"))?;
+            tx.execute("INSERT INTO bftp_schema (version) VALUES ($1)", &[version])
+                .await
+                .map_err(pg("migrate"))?;
+            tracing::info!(
+                version,
+                "applied a schema migration of the PostgreSQL store"
+            );
+        }
+        tx.commit().await.map_err(pg("migrate"))
+    }
+
+    /// Begins a write of job `id`: carries this node's epoch when it holds the job.
+    async fn begin<'a>(
+        &self,
+        c: &'a mut deadpool_postgres::Object,
+        op: &'static str,
+        id: Option<JobId>,
+    ) -> Result<Transaction<'a>, StoreError> {
+        let tx = c.transaction().await.map_err(pg(op))?;
+        if let Some(epoch) = id.and_then(|id| self.epoch_of(id)) {
+            tx.execute(
+                "SELECT set_config('bftp.epoch', $1, true)",
+                &[&epoch.to_string()],
+            )
+            .await
+            .map_err(pg(op))?;
+        }
+        Ok(tx)
+    }
+}
+
+async fn tx_job(tx: &Transaction<'_>, op: &'static str, id: JobId) -> Result<JobV1, StoreError> {
+    let row = tx
+        .query_opt(
+            "SELECT rec FROM jobs WHERE id = $1 FOR UPDATE",
+            &[&id_of(id)],
+        )
+        .await
+        .map_err(pg(op))?;
+    match row {
+        Some(r) => decode("job", &keys::job(id), r.get::<_, &[u8]>(0)),
+        None => Err(StoreError::NotFound(id)),
+    }
+}
+
+/// Writes the job row; the write of a job that leaves `running` (or `queued` with a claim)
+/// also ends its lease and moves its epoch on. Must be the transaction's last write of the
+/// job: a later one would carry the old epoch.
+async fn tx_put_job(
+    tx: &Transaction<'_>,
+    op: &'static str,
+    id: JobId,
+    rec: &JobV1,
+    release: bool,
+) -> Result<(), StoreError> {
+    let state = rec.state.to_api();
+    let sql = if release {
+        "UPDATE jobs SET rec = $2, state = $3, due_at = $4,
+             epoch = epoch + 1, lease_node = NULL, lease_until = NULL WHERE id = $1"
+    } else {
+        "UPDATE jobs SET rec = $2, state = $3, due_at = $4 WHERE id = $1"
+    };
+    tx.execute(
+        sql,
+        &[
+            &id_of(id),
+            &encode(rec),
+            &state_code(&state),
+            &due_at(&state),
+        ],
+    )
+    .await
+    .map_err(pg(op))?;
+    Ok(())
+}
+
+async fn tx_history(
+    tx: &Transaction<'_>,
+    op: &'static str,
+    id: JobId,
+    rec: &mut JobV1,
+    at: Timestamp,
+    kind: &str,
+    detail: Option<&str>,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO history (job, seq, rec) VALUES ($1, $2, $3)",
+        &[
+            &id_of(id),
+            &(rec.hist as i32),
+            &encode(&HistoryV1::new(at, kind, detail)),
+        ],
+    )
+    .await
+    .map_err(pg(op))?;
+    rec.hist += 1;
+    Ok(())
+}
+
+async fn tx_member(
+    tx: &Transaction<'_>,
+    op: &'static str,
+    id: JobId,
+    index: u32,
+) -> Result<Option<MemberV1>, StoreError> {
+    let row = tx
+        .query_opt(
+            "SELECT rec FROM members WHERE job = $1 AND idx = $2",
+            &[&id_of(id), &(index as i32)],
+        )
+        .await
+        .map_err(pg(op))?;
+    match row {
+        Some(r) => decode("member", &keys::member(id, index), r.get::<_, &[u8]>(0)).map(Some),
+        None => Ok(None),
+    }
+}
+
+async fn tx_put_member(
+    tx: &Transaction<'_>,
+    op: &'static str,
+    id: JobId,
+    index: u32,
+    m: &MemberV1,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE members SET rec = $3 WHERE job = $1 AND idx = $2",
+        &[&id_of(id), &(index as i32), &encode(m)],
+    )
+    .await
+    .map_err(pg(op))?;
+    Ok(())
+}
+
+async fn tx_insert_members(
+    tx: &Transaction<'_>,
+    op: &'static str,
+    id: JobId,
+    members: &[NewMember],
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    for chunk in (0..members.len()).collect::<Vec<_>>().chunks(10_000) {
+        let idx: Vec<i32> = chunk.iter().map(|i| *i as i32).collect();
+        let recs: Vec<Vec<u8>> = chunk
+            .iter()
+            .map(|i| encode(&MemberV1::new(&members[*i], now)))
+            .collect();
+        tx.execute(
+            "INSERT INTO members (job, idx, rec) SELECT $1, i, r FROM unnest($2::int4[], $3::bytea[]) AS u(i, r)",
+            &[&id_of(id), &idx, &recs],
+        )
+        .await
+        .map_err(pg(op))?;
+    }
+    Ok(())
+}
+
+/// Every pending member of the job becomes `to`; returns the states of all members after.
+async fn tx_settle_pending(
+    tx: &Transaction<'_>,
+    op: &'static str,
+    id: JobId,
+    count: u32,
+    to: MemberState,
+    detail: Option<&str>,
+    now: Timestamp,
+) -> Result<Vec<MemberState>, StoreError> {
+    let rows = tx
+        .query(
+            "SELECT idx, rec FROM members WHERE job = $1 ORDER BY idx",
+            &[&id_of(id)],
+        )
+        .await
+        .map_err(pg(op))?;
+    if rows.len() != count as usize {
+        return Err(keys::corrupt_key(
+            "member",
+            &keys::job(id),
+            format!("{} members found: the job has {count}", rows.len()),
+        ));
+    }
+    let mut all = Vec::with_capacity(rows.len());
+    for r in rows {
+        let index = r.get::<_, i32>(0) as u32;
+        let mut m: MemberV1 = decode("member", &keys::member(id, index), r.get::<_, &[u8]>(1))?;
+        if m.state == MemberStateV1::Pending && to != MemberState::Pending {
+            m.state = MemberStateV1::from_api(to);
+            m.updated = now.0;
+            if let Some(d) = detail {
+                m.detail = Some(d.to_string());
+            }
+            tx_put_member(tx, op, id, index, &m).await?;
+        }
+        all.push(m.state.to_api());
+    }
+    Ok(all)
+}
+
+async fn tx_outbox_new(
+    tx: &Transaction<'_>,
+    op: &'static str,
+    id: JobId,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let rec = OutboxV1::new(now);
+    tx.execute(
+        "INSERT INTO outbox (job, state, next_at, rec) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (job) DO UPDATE SET state = $2, next_at = $3, rec = $4,
+             claim_node = NULL, claim_until = NULL",
+        &[
+            &id_of(id),
+            &outbox_code(rec.state),
+            &rec.next.map(|n| n as i64),
+            &encode(&rec),
+        ],
+    )
+    .await
+    .map_err(pg(op))?;
+    Ok(())
+}
+
+fn decode_job_row(row: &Row) -> Result<Job, StoreError> {
+    let id = job_id(row, 0);
+    job_to_api(id, &decode("job", &keys::job(id), row.get::<_, &[u8]>(1))?)
+}
+
+fn decode_outbox_row(row: &Row) -> Result<OutboxEntry, StoreError> {
+    let id = job_id(row, 0);
+    decode::<OutboxV1>("outbox", &keys::job(id), row.get::<_, &[u8]>(1))?.to_api(id)
+}
+
+impl Inner {
+    async fn submit(&self, job: NewJob) -> Result<Submitted, StoreError> {
+        const OP: &str = "submit";
+        let count = check_member_count(job.members.len())?;
+        let mut c = self.client(OP).await?;
+        let tx = self.begin(&mut c, OP, None).await?;
+        if let Some(rk) = &job.request {
+            // The key's row first: a second submit of the key, on any node, waits here for
+            // the first one's transaction and then finds its job.
+            let inserted = tx
+                .execute(
+                    "INSERT INTO requests (key_hash, job, fingerprint) VALUES ($1, NULL, $2)
+                     ON CONFLICT (key_hash) DO NOTHING",
+                    &[&&rk.key_hash.0[..], &&rk.fingerprint.0[..]],
+                )
+                .await
+                .map_err(pg(OP))?;
+            if inserted == 0 {
+                let row = tx
+                    .query_one(
+                        "SELECT r.job, r.fingerprint, j.rec FROM requests r
+                         LEFT JOIN jobs j ON j.id = r.job WHERE r.key_hash = $1",
+                        &[&&rk.key_hash.0[..]],
+                    )
+                    .await
+                    .map_err(pg(OP))?;
+                let existing = row.get::<_, Option<i64>>(0).map(|j| JobId(j.max(0) as u64));
+                let fp: &[u8] = row.get(1);
+                let Some(existing) = existing else {
+                    return Err(keys::corrupt_key("request", &rk.key_hash.0, "names no job"));
+                };
+                if fp != rk.fingerprint.0 {
+                    return Err(StoreError::RequestKeyConflict { job: existing });
+                }
+                let rec: Option<&[u8]> = row.get(2);
+                let Some(rec) = rec else {
+                    return Err(keys::corrupt_key(
+                        "request",
+                        &rk.key_hash.0,
+                        format!("names job {existing}, which does not exist"),
+                    ));
+                };
+                let rec: JobV1 = decode("job", &keys::job(existing), rec)?;
+                return Ok(Submitted::Existing(job_to_api(existing, &rec)?));
+            }
+        }
+        let state = JobState::Queued {
+            next_attempt_at: job.spec.start_at,
+        };
+        let mut rec = JobV1::new(
+            job.owner_uid,
+            &job.spec,
+            job.keyword_hash.as_ref(),
+            &state,
+            job.created_at,
+            count,
+        );
+        let id = tx
+            .query_one(
+                "INSERT INTO jobs (owner, keyword, state, due_at, rec) VALUES ($1, $2, $3, $4, $5)
+                 RETURNING id",
+                &[
+                    &i64::from(job.owner_uid),
+                    &job.keyword_hash.as_ref().map(|h| h.0.to_vec()),
+                    &state_code(&state),
+                    &due_at(&state),
+                    &encode(&rec),
+                ],
+            )
+            .await
+            .map_err(pg(OP))?;
+        let id = job_id(&id, 0);
+        tx_insert_members(&tx, OP, id, &job.members, job.created_at).await?;
+        if let Some(rk) = &job.request {
+            tx.execute(
+                "UPDATE requests SET job = $2 WHERE key_hash = $1",
+                &[&&rk.key_hash.0[..], &id_of(id)],
+            )
+            .await
+            .map_err(pg(OP))?;
+        }
+        tx_history(&tx, OP, id, &mut rec, job.created_at, "submitted", None).await?;
+        tx_put_job(&tx, OP, id, &rec, false).await?;
+        tx.commit().await.map_err(pg(OP))?;
+        Ok(Submitted::Created(job_to_api(id, &rec)?))
+    }
+
+    async fn get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        let c = self.client("get").await?;
+        let row = c
+            .query_opt("SELECT id, rec FROM jobs WHERE id = $1", &[&id_of(id)])
+            .await
+            .map_err(pg("get"))?;
+        row.as_ref().map(decode_job_row).transpose()
+    }
+
+    async fn list_after(
+        &self,
+        filter: JobFilter,
+        after: Option<JobId>,
+    ) -> Result<Vec<Job>, StoreError> {
+        let limit = filter.limit.map_or(i64::MAX, |l| l as i64);
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let c = self.client("list").await?;
+        let state = filter.state.map(|s| i16::from(keys::state_code(s)));
+        let rows = c
+            .query(
+                "SELECT id, rec FROM jobs
+                 WHERE id > $1
+                   AND ($2::bigint IS NULL OR owner = $2)
+                   AND ($3::bytea IS NULL OR keyword = $3)
+                   AND ($4::smallint IS NULL OR state = $4)
+                 ORDER BY id LIMIT $5",
+                &[
+                    &after.map_or(0, id_of),
+                    &filter.owner.map(i64::from),
+                    &filter.keyword_hash.map(|h| h.0.to_vec()),
+                    &state,
+                    &limit,
+                ],
+            )
+            .await
+            .map_err(pg("list"))?;
+        rows.iter().map(decode_job_row).collect()
+    }
+
+    async fn require_job(
+        &self,
+        c: &deadpool_postgres::Object,
+        op: &'static str,
+        id: JobId,
+    ) -> Result<(), StoreError> {
+        let row = c
+            .query_opt("SELECT 1 FROM jobs WHERE id = $1", &[&id_of(id)])
+            .await
+            .map_err(pg(op))?;
+        if row.is_none() {
+            return Err(StoreError::NotFound(id));
+        }
+        Ok(())
+    }
+
+    async fn history(&self, id: JobId) -> Result<Vec<HistoryEvent>, StoreError> {
+        let c = self.client("history").await?;
+        self.require_job(&c, "history", id).await?;
+        let rows = c
+            .query(
+                "SELECT seq, rec FROM history WHERE job = $1 ORDER BY seq",
+                &[&id_of(id)],
+            )
+            .await
+            .map_err(pg("history"))?;
+        rows.iter()
+            .map(|r| {
+                let seq = r.get::<_, i32>(0) as u32;
+                Ok(
+                    decode::<HistoryV1>("history", &keys::history(id, seq), r.get::<_, &[u8]>(1))?
+                        .to_api(),
+                )
+            })
+            .collect()
+    }
+
+    async fn members(&self, id: JobId) -> Result<Vec<Member>, StoreError> {
+        let c = self.client("members").await?;
+        self.require_job(&c, "members", id).await?;
+        let rows = c
+            .query(
+                "SELECT idx, rec FROM members WHERE job = $1 ORDER BY idx",
+                &[&id_of(id)],
+            )
+            .await
+            .map_err(pg("members"))?;
+        rows.iter()
+            .map(|r| {
+                let index = r.get::<_, i32>(0) as u32;
+                Ok(
+                    decode::<MemberV1>("member", &keys::member(id, index), r.get::<_, &[u8]>(1))?
+                        .to_api(index),
+                )
+            })
+            .collect()
+    }
+
+    async fn apply(
+        &self,
+        id: JobId,
+        event: JobEvent,
+        now: Timestamp,
+        detail: Option<String>,
+    ) -> Result<Job, StoreError> {
+        const OP: &str = "apply";
+        let mut c = self.client(OP).await?;
+        let tx = self.begin(&mut c, OP, Some(id)).await?;
+        let mut rec = tx_job(&tx, OP, id).await?;
+        let old = rec.state.to_api();
+        let new = transition(old, event, now)
+            .map_err(|source| StoreError::InvalidTransition { job: id, source })?;
+        if matches!(event, JobEvent::Requeue { .. }) && self.epoch_of(id).is_none() {
+            // Requeued by a node that does not hold it (a restart recovering its previous
+            // life's jobs): only while no other node's lease is running.
+            let free: bool = tx
+                .query_one(
+                    "SELECT lease_node IS NULL OR lease_node = $2 OR lease_until < now()
+                     FROM jobs WHERE id = $1",
+                    &[&id_of(id), &self.node],
+                )
+                .await
+                .map_err(pg(OP))?
+                .get(0);
+            if !free {
+                return Err(StoreError::LeaseLost {
+                    op: OP,
+                    detail: format!("job {id} is under another node's lease"),
+                });
+            }
+        }
+        if let JobEvent::Start { attempt } = event {
+            rec.attempts = attempt;
+            if self.epoch_of(id).is_none() {
+                // Started without a claim (a single node that never called `due`): claim now.
+                let epoch: i64 = tx
+                    .query_one(
+                        "UPDATE jobs SET epoch = epoch + 1, lease_node = $2,
+                             lease_until = now() + make_interval(secs => $3)
+                         WHERE id = $1 RETURNING epoch",
+                        &[&id_of(id), &self.node, &lease_interval(self.lease)],
+                    )
+                    .await
+                    .map_err(pg(OP))?
+                    .get(0);
+                tx.execute(
+                    "SELECT set_config('bftp.epoch', $1, true)",
+                    &[&epoch.to_string()],
+                )
+                .await
+                .map_err(pg(OP))?;
+                self.held
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id, Held { epoch, lost: false });
+            } else {
+                tx.execute(
+                    "UPDATE jobs SET lease_until = now() + make_interval(secs => $2) WHERE id = $1",
+                    &[&id_of(id), &lease_interval(self.lease)],
+                )
+                .await
+                .map_err(pg(OP))?;
+            }
+        }
+        if event == JobEvent::Cancel {
+            tx_settle_pending(&tx, OP, id, rec.members, MemberState::Cancelled, None, now).await?;
+        }
+        if new.is_final() {
+            tx_outbox_new(&tx, OP, id, now).await?;
+        }
+        rec.state = StateV1::from_api(&new);
+        rec.updated = now.0;
+        tx_history(&tx, OP, id, &mut rec, now, event.name(), detail.as_deref()).await?;
+        let release = !matches!(new, JobState::Running { .. });
+        tx_put_job(&tx, OP, id, &rec, release).await?;
+        tx.commit().await.map_err(pg(OP))?;
+        if release {
+            self.release(id);
+        }
+        job_to_api(id, &rec)
+    }
+
+    async fn settle_and_finish(
+        &self,
+        id: JobId,
+        pending_become: MemberState,
+        now: Timestamp,
+        detail: Option<String>,
+    ) -> Result<Job, StoreError> {
+        const OP: &str = "settle_and_finish";
+        let mut c = self.client(OP).await?;
+        let tx = self.begin(&mut c, OP, Some(id)).await?;
+        let mut rec = tx_job(&tx, OP, id).await?;
+        let old = rec.state.to_api();
+        let states = tx_settle_pending(
+            &tx,
+            OP,
+            id,
+            rec.members,
+            pending_become,
+            detail.as_deref(),
+            now,
+        )
+        .await?;
+        let event = JobEvent::Finish {
+            outcome: JobOutcome::from_members(&states),
+        };
+        let new = transition(old, event, now)
+            .map_err(|source| StoreError::InvalidTransition { job: id, source })?;
+        rec.state = StateV1::from_api(&new);
+        rec.updated = now.0;
+        tx_history(&tx, OP, id, &mut rec, now, event.name(), detail.as_deref()).await?;
+        tx_outbox_new(&tx, OP, id, now).await?;
+        tx_put_job(&tx, OP, id, &rec, true).await?;
+        tx.commit().await.map_err(pg(OP))?;
+        self.release(id);
+        job_to_api(id, &rec)
+    }
+
+    async fn freeze_members(
+        &self,
+        id: JobId,
+        members: Vec<NewMember>,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        const OP: &str = "freeze_members";
+        let count = check_member_count(members.len())?;
+        let mut c = self.client(OP).await?;
+        let tx = self.begin(&mut c, OP, Some(id)).await?;
+        let mut rec = tx_job(&tx, OP, id).await?;
+        if rec.frozen {
+            return Err(StoreError::MembersAlreadyFrozen { job: id });
+        }
+        let state = rec.state.to_api();
+        if state.is_final() {
+            return Err(StoreError::JobIsFinal {
+                job: id,
+                state: state.name(),
+            });
+        }
+        tx_insert_members(&tx, OP, id, &members, now).await?;
+        rec.members = count;
+        rec.frozen = true;
+        let detail = format!("{count} member{} frozen", if count == 1 { "" } else { "s" });
+        tx_history(&tx, OP, id, &mut rec, now, "members", Some(&detail)).await?;
+        tx_put_job(&tx, OP, id, &rec, false).await?;
+        tx.commit().await.map_err(pg(OP))
+    }
+
+    async fn update_member(
+        &self,
+        id: JobId,
+        index: u32,
+        update: MemberUpdate,
+        now: Timestamp,
+    ) -> Result<Member, StoreError> {
+        const OP: &str = "update_member";
+        let mut c = self.client(OP).await?;
+        let tx = self.begin(&mut c, OP, Some(id)).await?;
+        // The job row first, locked: the same order as every other write of the job.
+        let job = tx
+            .query_opt("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", &[&id_of(id)])
+            .await
+            .map_err(pg(OP))?;
+        if job.is_none() {
+            return Err(StoreError::NotFound(id));
+        }
+        let Some(mut m) = tx_member(&tx, OP, id, index).await? else {
+            return Err(StoreError::MemberNotFound { job: id, index });
+        };
+        if let Some(s) = update.state {
+            let cur = m.state.to_api();
+            if cur.is_terminal() && s != cur {
+                return Err(StoreError::MemberIsTerminal {
+                    job: id,
+                    index,
+                    state: cur.as_str(),
+                });
+            }
+            m.state = MemberStateV1::from_api(s);
+        }
+        let u = &update;
+        if let Some(a) = u.attempts {
+            m.attempts = a;
+        }
+        if let Some(b) = u.bytes {
+            m.bytes = Some(b);
+        }
+        if let Some(s) = u.size {
+            m.size = Some(s);
+        }
+        if let Some(r) = &u.source_reply {
+            m.src_reply = Some(ReplyV1::from_api(r));
+        }
+        if let Some(r) = &u.dest_reply {
+            m.dst_reply = Some(ReplyV1::from_api(r));
+        }
+        if let Some(d) = &u.detail {
+            m.detail = Some(d.clone());
+        }
+        if let Some(i) = &u.intent {
+            m.intent = i.as_ref().map(IntentV1::from_api);
+        }
+        if let Some(n) = &u.stored_as {
+            m.stored = Some(n.clone());
+        }
+        m.updated = now.0;
+        tx_put_member(&tx, OP, id, index, &m).await?;
+        tx.commit().await.map_err(pg(OP))?;
+        Ok(m.to_api(index))
+    }
+
+    async fn append_history(&self, id: JobId, event: HistoryEvent) -> Result<(), StoreError> {
+        const OP: &str = "append_history";
+        let mut c = self.client(OP).await?;
+        let tx = self.begin(&mut c, OP, Some(id)).await?;
+        let mut rec = tx_job(&tx, OP, id).await?;
+        tx_history(
+            &tx,
+            OP,
+            id,
+            &mut rec,
+            event.at,
+            &event.kind,
+            event.detail.as_deref(),
+        )
+        .await?;
+        tx_put_job(&tx, OP, id, &rec, false).await?;
+        tx.commit().await.map_err(pg(OP))
+    }
+
+    /// Running jobs whose lease ran out go back to the queue, due at `now`: their node died,
+    /// hung or lost the database. The history says whose lease it was.
+    async fn take_over(&self, now: Timestamp) -> Result<(), StoreError> {
+        const OP: &str = "take over";
+        let mut c = self.client(OP).await?;
+        let tx = self.begin(&mut c, OP, None).await?;
+        let rows = tx
+            .query(
+                "SELECT id, rec, lease_node FROM jobs
+                 WHERE state = 2 AND (lease_until IS NULL OR lease_until < now())
+                 ORDER BY id LIMIT 64 FOR UPDATE SKIP LOCKED",
+                &[],
+            )
+            .await
+            .map_err(pg(OP))?;
+        for row in &rows {
+            let id = job_id(row, 0);
+            let mut rec: JobV1 = decode("job", &keys::job(id), row.get::<_, &[u8]>(1))?;
+            let node: Option<String> = row.get(2);
+            let old = rec.state.to_api();
+            let event = JobEvent::Requeue {
+                next_attempt_at: now,
+            };
+            let new = transition(old, event, now)
+                .map_err(|source| StoreError::InvalidTransition { job: id, source })?;
+            rec.state = StateV1::from_api(&new);
+            rec.updated = now.0;
+            let detail = format!(
+                "taken over by node {}: the lease of node {} ran out during attempt {}; \
+                 unfinished members will be done again",
+                self.node,
+                node.as_deref().unwrap_or("(none)"),
+                rec.attempts
+            );
+            tx_history(&tx, OP, id, &mut rec, now, "taken-over", Some(&detail)).await?;
+            tx_put_job(&tx, OP, id, &rec, true).await?;
+            tracing::info!(
+                job = id.0,
+                from = node.as_deref().unwrap_or(""),
+                "took over a job whose lease ran out"
+            );
+        }
+        tx.commit().await.map_err(pg(OP))
+    }
+
+    async fn due(
+        &self,
+        until: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<(Timestamp, JobId)>, StoreError> {
+        const OP: &str = "due";
+        self.take_over(until).await?;
+        let c = self.client(OP).await?;
+        let rows = c
+            .query(
+                "UPDATE jobs j SET epoch = j.epoch + 1, lease_node = $3,
+                     lease_until = now() + make_interval(secs => $4)
+                 FROM (SELECT id FROM jobs
+                       WHERE state = 1 AND due_at <= $1
+                         AND (lease_node IS NULL OR lease_until < now() OR lease_node = $3)
+                       ORDER BY due_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) c
+                 WHERE j.id = c.id
+                 RETURNING j.id, j.due_at, j.epoch",
+                &[
+                    &ms(until),
+                    &(limit as i64),
+                    &self.node,
+                    &lease_interval(self.lease),
+                ],
+            )
+            .await
+            .map_err(pg(OP))?;
+        let mut out: Vec<(Timestamp, JobId)> = Vec::with_capacity(rows.len());
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        for r in rows {
+            let id = job_id(&r, 0);
+            let at = Timestamp(r.get::<_, Option<i64>>(1).unwrap_or(0).max(0) as u64);
+            held.insert(
+                id,
+                Held {
+                    epoch: r.get(2),
+                    lost: false,
+                },
+            );
+            out.push((at, id));
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        let c = self.client("next_due").await?;
+        let row = c
+            .query_one(
+                "SELECT min(due_at) FROM jobs WHERE state = 1
+                   AND (lease_node IS NULL OR lease_until < now() OR lease_node = $1)",
+                &[&self.node],
+            )
+            .await
+            .map_err(pg("next_due"))?;
+        Ok(row
+            .get::<_, Option<i64>>(0)
+            .map(|t| Timestamp(t.max(0) as u64)))
+    }
+
+    async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        let c = self.client("count_by_state").await?;
+        let rows = c
+            .query("SELECT state, count(*) FROM jobs GROUP BY state", &[])
+            .await
+            .map_err(pg("count_by_state"))?;
+        let mut counts = StateCounts::default();
+        for r in rows {
+            let n = r.get::<_, i64>(1).max(0) as u64;
+            match r.get::<_, i16>(0) {
+                1 => counts.queued = n,
+                2 => counts.running = n,
+                3 => counts.finished = n,
+                4 => counts.cancelled = n,
+                _ => {}
+            }
+        }
+        Ok(counts)
+    }
+
+    async fn running_jobs(&self) -> Result<Vec<JobId>, StoreError> {
+        let c = self.client("running_jobs").await?;
+        let rows = c
+            .query(
+                "SELECT id FROM jobs WHERE state = 2 AND lease_node = $1 ORDER BY id",
+                &[&self.node],
+            )
+            .await
+            .map_err(pg("running_jobs"))?;
+        Ok(rows.iter().map(|r| job_id(r, 0)).collect())
+    }
+
+    async fn outbox_entry(&self, id: JobId) -> Result<Option<OutboxEntry>, StoreError> {
+        let c = self.client("outbox_entry").await?;
+        let row = c
+            .query_opt("SELECT job, rec FROM outbox WHERE job = $1", &[&id_of(id)])
+            .await
+            .map_err(pg("outbox_entry"))?;
+        row.as_ref().map(decode_outbox_row).transpose()
+    }
+
+    /// Claims the due reports for this node for one lease: another node does not deliver
+    /// them meanwhile.
+    async fn outbox_due(
+        &self,
+        until: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<OutboxEntry>, StoreError> {
+        let c = self.client("outbox_due").await?;
+        let rows = c
+            .query(
+                "UPDATE outbox o SET claim_node = $3,
+                     claim_until = now() + make_interval(secs => $4)
+                 FROM (SELECT job FROM outbox
+                       WHERE state = 0 AND next_at <= $1
+                         AND (claim_node IS NULL OR claim_until < now() OR claim_node = $3)
+                       ORDER BY next_at, job LIMIT $2 FOR UPDATE SKIP LOCKED) c
+                 WHERE o.job = c.job
+                 RETURNING o.job, o.rec, o.next_at",
+                &[
+                    &ms(until),
+                    &(limit as i64),
+                    &self.node,
+                    &lease_interval(self.lease),
+                ],
+            )
+            .await
+            .map_err(pg("outbox_due"))?;
+        let mut out = rows
+            .iter()
+            .map(|r| Ok((r.get::<_, Option<i64>>(2), decode_outbox_row(r)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        out.sort_by_key(|(next, e)| (*next, e.job));
+        Ok(out.into_iter().map(|(_, e)| e).collect())
+    }
+
+    async fn outbox_next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        let c = self.client("outbox_next_due").await?;
+        let row = c
+            .query_one(
+                "SELECT min(next_at) FROM outbox WHERE state = 0
+                   AND (claim_node IS NULL OR claim_until < now() OR claim_node = $1)",
+                &[&self.node],
+            )
+            .await
+            .map_err(pg("outbox_next_due"))?;
+        Ok(row
+            .get::<_, Option<i64>>(0)
+            .map(|t| Timestamp(t.max(0) as u64)))
+    }
+
+    async fn outbox_pending(&self) -> Result<u64, StoreError> {
+        let c = self.client("outbox_pending").await?;
+        let n: i64 = c
+            .query_one("SELECT count(*) FROM outbox WHERE state = 0", &[])
+            .await
+            .map_err(pg("outbox_pending"))?
+            .get(0);
+        Ok(n.max(0) as u64)
+    }
+
+    async fn record_delivery(
+        &self,
+        id: JobId,
+        result: DeliveryTry,
+        now: Timestamp,
+    ) -> Result<OutboxEntry, StoreError> {
+        const OP: &str = "record_delivery";
+        let mut c = self.client(OP).await?;
+        let tx = self.begin(&mut c, OP, None).await?;
+        let row = tx
+            .query_opt(
+                "SELECT rec FROM outbox WHERE job = $1 FOR UPDATE",
+                &[&id_of(id)],
+            )
+            .await
+            .map_err(pg(OP))?;
+        let Some(row) = row else {
+            return Err(StoreError::NoReport(id));
+        };
+        let mut rec: OutboxV1 = decode("outbox", &keys::job(id), row.get::<_, &[u8]>(0))?;
+        if rec.state != OutboxStateV1::Pending {
+            return rec.to_api(id);
+        }
+        match &result {
+            DeliveryTry::Delivered => {
+                rec.tries += 1;
+                rec.state = OutboxStateV1::Delivered;
+                rec.done = Some(now.0);
+                rec.next = None;
+            }
+            DeliveryTry::Failed { error, next_try_at } => {
+                rec.tries += 1;
+                rec.err = Some(error.clone());
+                rec.next = Some(next_try_at.0);
+            }
+            DeliveryTry::GaveUp { error } => {
+                rec.tries += 1;
+                rec.err = Some(error.clone());
+                rec.state = OutboxStateV1::GaveUp;
+                rec.done = Some(now.0);
+                rec.next = None;
+            }
+            DeliveryTry::Postponed { next_try_at } => rec.next = Some(next_try_at.0),
+        }
+        rec.updated = now.0;
+        tx.execute(
+            "UPDATE outbox SET rec = $2, state = $3, next_at = $4,
+                 claim_node = NULL, claim_until = NULL WHERE job = $1",
+            &[
+                &id_of(id),
+                &encode(&rec),
+                &outbox_code(rec.state),
+                &rec.next.map(|n| n as i64),
+            ],
+        )
+        .await
+        .map_err(pg(OP))?;
+        tx.commit().await.map_err(pg(OP))?;
+        rec.to_api(id)
+    }
+
+    async fn set_transcript(&self, id: JobId, t: AttemptTranscript) -> Result<(), StoreError> {
+        const OP: &str = "set_transcript";
+        let value = encode(&TranscriptV1 {
+            v: RECORD_VERSION,
+            attempt: t.attempt,
+            lines: t.lines,
+        });
+        let mut c = self.client(OP).await?;
+        let tx = self.begin(&mut c, OP, Some(id)).await?;
+        let job = tx
+            .query_opt("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", &[&id_of(id)])
+            .await
+            .map_err(pg(OP))?;
+        if job.is_none() {
+            return Err(StoreError::NotFound(id));
+        }
+        tx.execute(
+            "INSERT INTO transcripts (job, rec) VALUES ($1, $2)
+             ON CONFLICT (job) DO UPDATE SET rec = $2",
+            &[&id_of(id), &value],
+        )
+        .await
+        .map_err(pg(OP))?;
+        tx.commit().await.map_err(pg(OP))
+    }
+
+    async fn transcript(&self, id: JobId) -> Result<Option<AttemptTranscript>, StoreError> {
+        let c = self.client("transcript").await?;
+        let row = c
+            .query_opt("SELECT rec FROM transcripts WHERE job = $1", &[&id_of(id)])
+            .await
+            .map_err(pg("transcript"))?;
+        match row {
+            Some(r) => Ok(Some(
+                decode::<TranscriptV1>("transcript", &keys::job(id), r.get::<_, &[u8]>(0))?
+                    .to_api(),
+            )),
+            None => Ok(None),
+        }
+    }
+
+    async fn is_empty(&self) -> Result<bool, StoreError> {
+        let c = self.client("is_empty").await?;
+        let any: bool = c
+            .query_one("SELECT EXISTS (SELECT 1 FROM jobs)", &[])
+            .await
+            .map_err(pg("is_empty"))?
+            .get(0);
+        Ok(!any)
+    }
+
+    async fn key_fingerprint(&self) -> Result<Option<[u8; 32]>, StoreError> {
+        let c = self.client("key_fingerprint").await?;
+        let row = c
+            .query_opt(
+                "SELECT value FROM bftp_meta WHERE key = 'key_fingerprint'",
+                &[],
+            )
+            .await
+            .map_err(pg("key_fingerprint"))?;
+        match row {
+            Some(r) => {
+                let v: &[u8] = r.get(0);
+                <[u8; 32]>::try_from(v).map(Some).map_err(|_| {
+                    keys::corrupt_key(
+                        "meta",
+                        keys::META_KEY_FINGERPRINT,
+                        format!("{} bytes, not 32", v.len()),
+                    )
+                })
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn set_key_fingerprint(&self, fp: [u8; 32]) -> Result<(), StoreError> {
+        let c = self.client("set_key_fingerprint").await?;
+        c.execute(
+            "INSERT INTO bftp_meta (key, value) VALUES ('key_fingerprint', $1)
+             ON CONFLICT (key) DO UPDATE SET value = $1",
+            &[&&fp[..]],
+        )
+        .await
+        .map_err(pg("set_key_fingerprint"))?;
+        Ok(())
+    }
+
+    async fn refusal(&self, key: RefusalKey) -> Result<Option<RefusalMemory>, StoreError> {
+        let k = keys::refusal(&key);
+        let c = self.client("refusal").await?;
+        let row = c
+            .query_opt("SELECT rec FROM refusals WHERE key = $1", &[&k])
+            .await
+            .map_err(pg("refusal"))?;
+        match row {
+            Some(r) => Ok(Some(
+                decode::<RefusalV1>("refusal", &k, r.get::<_, &[u8]>(0))?.to_core(&k)?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    async fn record_refusal(
+        &self,
+        key: RefusalKey,
+        seen: Sighting,
+        now: Timestamp,
+    ) -> Result<RefusalMemory, StoreError> {
+        const OP: &str = "record_refusal";
+        let k = keys::refusal(&key);
+        let mut c = self.client(OP).await?;
+        let tx = self.begin(&mut c, OP, None).await?;
+        // A row to lock, so two nodes' sightings of one refusal are merged one after the other.
+        tx.execute(
+            "INSERT INTO refusals (key, rec) VALUES ($1, '') ON CONFLICT (key) DO NOTHING",
+            &[&k],
+        )
+        .await
+        .map_err(pg(OP))?;
+        let row = tx
+            .query_one("SELECT rec FROM refusals WHERE key = $1 FOR UPDATE", &[&k])
+            .await
+            .map_err(pg(OP))?;
+        let bytes: &[u8] = row.get(0);
+        let previous = if bytes.is_empty() {
+            None
+        } else {
+            Some(decode::<RefusalV1>("refusal", &k, bytes)?.to_core(&k)?)
+        };
+        let memory = observe(previous.as_ref(), &seen, now);
+        tx.execute(
+            "UPDATE refusals SET rec = $2 WHERE key = $1",
+            &[&k, &encode(&RefusalV1::from_core(&memory))],
+        )
+        .await
+        .map_err(pg(OP))?;
+        tx.commit().await.map_err(pg(OP))?;
+        Ok(memory)
+    }
+}
+
+impl JobStore for PgStore {
+    fn submit(&self, job: NewJob) -> Result<Submitted, StoreError> {
+        self.with(|i| async move { i.submit(job).await })
+    }
+
+    fn get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        self.with(|i| async move { i.get(id).await })
+    }
+
+    fn list_after(&self, filter: &JobFilter, after: Option<JobId>) -> Result<Vec<Job>, StoreError> {
+        let filter = filter.clone();
+        self.with(|i| async move { i.list_after(filter, after).await })
+    }
+
+    fn history(&self, id: JobId) -> Result<Vec<HistoryEvent>, StoreError> {
+        self.with(|i| async move { i.history(id).await })
+    }
+
+    fn members(&self, id: JobId) -> Result<Vec<Member>, StoreError> {
+        self.with(|i| async move { i.members(id).await })
+    }
+
+    fn apply(
+        &self,
+        id: JobId,
+        event: JobEvent,
+        now: Timestamp,
+        detail: Option<String>,
+    ) -> Result<Job, StoreError> {
+        self.with(|i| async move { i.apply(id, event, now, detail).await })
+    }
+
+    fn settle_and_finish(
+        &self,
+        id: JobId,
+        pending_become: MemberState,
+        now: Timestamp,
+        detail: Option<String>,
+    ) -> Result<Job, StoreError> {
+        self.with(|i| async move { i.settle_and_finish(id, pending_become, now, detail).await })
+    }
+
+    fn freeze_members(
+        &self,
+        id: JobId,
+        members: Vec<NewMember>,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        self.with(|i| async move { i.freeze_members(id, members, now).await })
+    }
+
+    fn update_member(
+        &self,
+        id: JobId,
+        index: u32,
+        update: MemberUpdate,
+        now: Timestamp,
+    ) -> Result<Member, StoreError> {
+        self.with(|i| async move { i.update_member(id, index, update, now).await })
+    }
+
+    fn append_history(&self, id: JobId, event: HistoryEvent) -> Result<(), StoreError> {
+        self.with(|i| async move { i.append_history(id, event).await })
+    }
+
+    fn due(&self, until: Timestamp, limit: usize) -> Result<Vec<(Timestamp, JobId)>, StoreError> {
+        self.with(|i| async move { i.due(until, limit).await })
+    }
+
+    fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.with(|i| async move { i.next_due().await })
+    }
+
+    fn count_by_state(&self) -> Result<StateCounts, StoreError> {
+        self.with(|i| async move { i.count_by_state().await })
+    }
+
+    fn running_jobs(&self) -> Result<Vec<JobId>, StoreError> {
+        self.with(|i| async move { i.running_jobs().await })
+    }
+
+    fn outbox_entry(&self, id: JobId) -> Result<Option<OutboxEntry>, StoreError> {
+        self.with(|i| async move { i.outbox_entry(id).await })
+    }
+
+    fn outbox_due(&self, until: Timestamp, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
+        self.with(|i| async move { i.outbox_due(until, limit).await })
+    }
+
+    fn outbox_next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.with(|i| async move { i.outbox_next_due().await })
+    }
+
+    fn outbox_pending(&self) -> Result<u64, StoreError> {
+        self.with(|i| async move { i.outbox_pending().await })
+    }
+
+    fn record_delivery(
+        &self,
+        id: JobId,
+        result: DeliveryTry,
+        now: Timestamp,
+    ) -> Result<OutboxEntry, StoreError> {
+        self.with(|i| async move { i.record_delivery(id, result, now).await })
+    }
+
+    fn set_transcript(&self, id: JobId, transcript: AttemptTranscript) -> Result<(), StoreError> {
+        self.with(|i| async move { i.set_transcript(id, transcript).await })
+    }
+
+    fn transcript(&self, id: JobId) -> Result<Option<AttemptTranscript>, StoreError> {
+        self.with(|i| async move { i.transcript(id).await })
+    }
+
+    fn is_empty(&self) -> Result<bool, StoreError> {
+        self.with(|i| async move { i.is_empty().await })
+    }
+
+    fn key_fingerprint(&self) -> Result<Option<[u8; 32]>, StoreError> {
+        self.with(|i| async move { i.key_fingerprint().await })
+    }
+
+    fn set_key_fingerprint(&self, fingerprint: [u8; 32]) -> Result<(), StoreError> {
+        self.with(|i| async move { i.set_key_fingerprint(fingerprint).await })
+    }
+
+    fn refusal(&self, key: &RefusalKey) -> Result<Option<RefusalMemory>, StoreError> {
+        let key = key.clone();
+        self.with(|i| async move { i.refusal(key).await })
+    }
+
+    fn record_refusal(
+        &self,
+        key: &RefusalKey,
+        seen: &Sighting,
+        now: Timestamp,
+    ) -> Result<RefusalMemory, StoreError> {
+        let (key, seen) = (key.clone(), seen.clone());
+        self.with(|i| async move { i.record_refusal(key, seen, now).await })
+    }
+
+    fn lost_leases(&self) -> Vec<JobId> {
+        std::mem::take(&mut *self.inner.lost.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn node(&self) -> Option<String> {
+        Some(self.inner.node.clone())
+    }
+
+    fn abandon(&self, id: JobId) {
+        let mut held = self.inner.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = held.get_mut(&id) {
+            h.lost = true;
+        }
+    }
+
+    fn poll_interval(&self) -> Option<Duration> {
+        Some(self.inner.poll)
+    }
+
+    fn job_node(&self, id: JobId) -> Result<Option<String>, StoreError> {
+        self.with(|i| async move {
+            let c = i.client("job_node").await?;
+            let row = c
+                .query_opt(
+                    "SELECT lease_node FROM jobs WHERE id = $1 AND state = 2",
+                    &[&id_of(id)],
+                )
+                .await
+                .map_err(pg("job_node"))?;
+            Ok(row.and_then(|r| r.get::<_, Option<String>>(0)))
+        })
+    }
+}

@@ -1,0 +1,269 @@
+//! Several nodes on one PostgreSQL store: claims, leases, takeover and the fence the
+//! database keeps against a node whose lease ran out.
+
+mod common;
+
+use std::time::Duration;
+
+use bftp_core::{JobEvent, JobOutcome, MemberState};
+use bftp_store::{
+    AttemptTranscript, JobId, JobStore, MemberUpdate, PgOptions, PgStore, StoreError, Submitted,
+};
+use common::*;
+
+fn node(url: &str, name: &str, lease: Duration) -> PgStore {
+    let mut o = PgOptions::new(url, name);
+    o.pool_size = 2;
+    o.lease = lease;
+    PgStore::open(o).unwrap()
+}
+
+fn succeeded() -> MemberUpdate {
+    MemberUpdate {
+        state: Some(MemberState::Succeeded),
+        ..MemberUpdate::default()
+    }
+}
+
+fn epoch(url: &str, id: JobId) -> String {
+    let c = pgcluster::cluster();
+    c.psql(
+        pgcluster::Cluster::db_of(url),
+        &format!("SELECT epoch FROM jobs WHERE id = {}", id.0),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_node_whose_lease_ran_out_cannot_write_and_another_takes_the_job_over() {
+    let url = pgcluster::fresh_database();
+    let c = pgcluster::cluster();
+    let db = pgcluster::Cluster::db_of(&url).to_string();
+    let a = node(&url, "node-a", Duration::from_secs(3));
+    let b = node(&url, "node-b", Duration::from_secs(30));
+    let id = a
+        .submit(with_members(job(1), &["x", "y"]))
+        .unwrap()
+        .job()
+        .id;
+
+    // a claims it; b finds nothing while a holds it.
+    assert_eq!(a.due(at(60), 10).unwrap(), [(at(60), id)]);
+    assert_eq!(b.due(at(60), 10).unwrap(), []);
+    a.apply(id, JobEvent::Start { attempt: 1 }, at(61), None)
+        .unwrap();
+    a.update_member(id, 0, succeeded(), at(62)).unwrap();
+    assert_eq!(b.due(at(63), 10).unwrap(), []);
+    assert_eq!(a.job_node(id).unwrap().as_deref(), Some("node-a"));
+    let held = epoch(&url, id);
+
+    // a stops renewing (as a paused node does): its lease runs out.
+    c.psql(
+        &db,
+        &format!(
+            "UPDATE jobs SET lease_until = now() - interval '1 second' WHERE id = {}",
+            id.0
+        ),
+    )
+    .unwrap();
+    assert!(
+        pgcluster::wait_for(Duration::from_secs(5), || a.lost_leases() == [id]),
+        "a's heartbeat must notice its lease ran out"
+    );
+
+    // b takes it over: back to the queue, due now, then claimed by b.
+    assert_eq!(b.due(at(70), 10).unwrap(), [(at(70), id)]);
+    let history: Vec<String> = b.history(id).unwrap().into_iter().map(|h| h.kind).collect();
+    assert_eq!(history, ["submitted", "start", "taken-over"]);
+    b.apply(id, JobEvent::Start { attempt: 2 }, at(71), None)
+        .unwrap();
+    assert_eq!(b.job_node(id).unwrap().as_deref(), Some("node-b"));
+
+    // Every late write of a is refused, and changes nothing.
+    let before = (
+        b.get(id).unwrap(),
+        b.members(id).unwrap(),
+        b.history(id).unwrap(),
+    );
+    let refused = |r: Result<(), StoreError>| {
+        assert!(
+            matches!(r, Err(StoreError::LeaseLost { .. })),
+            "a stale write must be refused: {r:?}"
+        )
+    };
+    refused(a.update_member(id, 1, succeeded(), at(72)).map(|_| ()));
+    refused(
+        a.apply(
+            id,
+            JobEvent::Finish {
+                outcome: JobOutcome::Succeeded,
+            },
+            at(72),
+            None,
+        )
+        .map(|_| ()),
+    );
+    refused(
+        a.settle_and_finish(id, MemberState::FailedPermanent, at(72), None)
+            .map(|_| ()),
+    );
+    refused(a.set_transcript(
+        id,
+        AttemptTranscript {
+            attempt: 1,
+            lines: vec!["late".into()],
+        },
+    ));
+    refused(a.append_history(
+        id,
+        bftp_store::HistoryEvent {
+            at: at(72),
+            kind: "late".into(),
+            detail: None,
+        },
+    ));
+    assert_eq!(
+        (
+            b.get(id).unwrap(),
+            b.members(id).unwrap(),
+            b.history(id).unwrap()
+        ),
+        before
+    );
+    assert_eq!(
+        b.outbox_entry(id).unwrap(),
+        None,
+        "no report from a stale finish"
+    );
+
+    // The database itself refuses a write that carries the old epoch, whoever sends it.
+    let raw = c.psql(
+        &db,
+        &format!(
+            "BEGIN; SELECT set_config('bftp.epoch', '{held}', true); \
+             UPDATE members SET rec = rec WHERE job = {}; COMMIT;",
+            id.0
+        ),
+    );
+    let e = raw.expect_err("the trigger must refuse a stale epoch");
+    assert!(e.contains("stale lease epoch"), "{e}");
+
+    // b, the holder, finishes the job normally.
+    b.update_member(id, 1, succeeded(), at(73)).unwrap();
+    let done = b
+        .apply(
+            id,
+            JobEvent::Finish {
+                outcome: JobOutcome::Succeeded,
+            },
+            at(74),
+            None,
+        )
+        .unwrap();
+    assert!(done.state.is_final());
+    assert!(b.outbox_entry(id).unwrap().is_some());
+}
+
+#[test]
+fn sixteen_submits_of_one_key_on_three_nodes_make_one_job() {
+    let url = pgcluster::fresh_database();
+    let nodes: Vec<std::sync::Arc<PgStore>> = (0..3)
+        .map(|i| std::sync::Arc::new(node(&url, &format!("n{i}"), Duration::from_secs(10))))
+        .collect();
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(16));
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let (s, barrier) = (nodes[i % 3].clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                s.submit(with_request(job(7), 42, 43)).unwrap()
+            })
+        })
+        .collect();
+    let results: Vec<Submitted> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let created = results
+        .iter()
+        .filter(|r| matches!(r, Submitted::Created(_)))
+        .count();
+    assert_eq!(created, 1);
+    let id = results[0].job().id;
+    assert!(results.iter().all(|r| r.job().id == id));
+    assert_eq!(nodes[2].count_by_state().unwrap().queued, 1);
+}
+
+#[test]
+fn a_due_job_is_claimed_by_one_node_and_a_due_report_by_one_node() {
+    let url = pgcluster::fresh_database();
+    let a = node(&url, "a", Duration::from_secs(10));
+    let b = node(&url, "b", Duration::from_secs(10));
+    let ids: Vec<JobId> = (0..6)
+        .map(|_| a.submit(with_members(job(1), &["f"])).unwrap().job().id)
+        .collect();
+    let mut got_a: Vec<JobId> = a
+        .due(at(60), 3)
+        .unwrap()
+        .into_iter()
+        .map(|(_, i)| i)
+        .collect();
+    let got_b: Vec<JobId> = b
+        .due(at(60), 10)
+        .unwrap()
+        .into_iter()
+        .map(|(_, i)| i)
+        .collect();
+    assert_eq!(got_a.len(), 3);
+    assert_eq!(got_b.len(), 3);
+    got_a.extend(&got_b);
+    got_a.sort();
+    assert_eq!(got_a, ids, "each job claimed by exactly one node");
+    // b cannot start a job that a claimed, a can.
+    let mine = ids.iter().find(|i| !got_b.contains(i)).copied().unwrap();
+    a.apply(mine, JobEvent::Start { attempt: 1 }, at(61), None)
+        .unwrap();
+    a.update_member(mine, 0, succeeded(), at(62)).unwrap();
+    a.apply(
+        mine,
+        JobEvent::Finish {
+            outcome: JobOutcome::Succeeded,
+        },
+        at(63),
+        None,
+    )
+    .unwrap();
+    // Its report: claimed by the first node to look, not by the other meanwhile.
+    assert_eq!(b.outbox_due(at(100), 10).unwrap().len(), 1);
+    assert_eq!(a.outbox_due(at(100), 10).unwrap(), []);
+    assert_eq!(a.outbox_next_due().unwrap(), None);
+    b.record_delivery(mine, bftp_store::DeliveryTry::Delivered, at(101))
+        .unwrap();
+    assert_eq!(b.outbox_pending().unwrap(), 0);
+}
+
+#[test]
+fn migrations_are_versioned_and_a_newer_schema_is_refused() {
+    let url = pgcluster::fresh_database();
+    assert_eq!(
+        PgStore::schema_version_at(&PgOptions::new(&url, "x")).unwrap(),
+        0
+    );
+    drop(node(&url, "a", Duration::from_secs(10)));
+    assert_eq!(
+        PgStore::schema_version_at(&PgOptions::new(&url, "x")).unwrap(),
+        bftp_store::PG_SCHEMA_VERSION
+    );
+    // A second open applies nothing again.
+    drop(node(&url, "b", Duration::from_secs(10)));
+    let c = pgcluster::cluster();
+    let db = pgcluster::Cluster::db_of(&url);
+    assert_eq!(
+        c.psql(db, "SELECT count(*) FROM bftp_schema").unwrap(),
+        bftp_store::PG_SCHEMA_VERSION.to_string()
+    );
+    c.psql(db, "INSERT INTO bftp_schema (version) VALUES (999)")
+        .unwrap();
+    let e = PgStore::open(PgOptions::new(&url, "c")).unwrap_err();
+    assert!(
+        matches!(e, StoreError::SchemaTooNew { found: 999, .. }),
+        "{e:?}"
+    );
+}
