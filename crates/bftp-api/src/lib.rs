@@ -44,6 +44,16 @@ pub struct EndpointSpec {
     pub acct: Option<String>,
     /// Relative to the login directory unless it starts with `/`.
     pub path: String,
+    /// TLS on the control connection: `required`, `preferred` or `off`; absent means the
+    /// daemon's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
+    /// TLS on data connections with this server (PROT P), same words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_tls: Option<String>,
+    /// Implicit FTPS (an `ftps://` URL): TLS from the first byte.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub implicit_tls: bool,
 }
 
 impl std::fmt::Debug for EndpointSpec {
@@ -56,6 +66,9 @@ impl std::fmt::Debug for EndpointSpec {
             .field("password", &mask(&self.password))
             .field("acct", &mask(&self.acct))
             .field("path", &self.path)
+            .field("tls", &self.tls)
+            .field("data_tls", &self.data_tls)
+            .field("implicit_tls", &self.implicit_tls)
             .finish()
     }
 }

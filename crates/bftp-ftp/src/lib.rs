@@ -7,6 +7,7 @@ pub mod engine;
 pub mod limits;
 pub mod parse;
 pub mod session;
+pub mod tls;
 pub mod transcript;
 
 pub use engine::{

@@ -70,6 +70,53 @@ pub(crate) struct EndpointV1 {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acct: Option<String>,
     pub path: String,
+    /// TLS policies; absent in every record written before TLS (then all off).
+    #[serde(default, skip_serializing_if = "TlsV1::is_off")]
+    pub tls: TlsV1,
+}
+
+/// A side's TLS policies as words (`required`, `preferred`, `off`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct TlsV1 {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub control: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub data: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub implicit: bool,
+}
+
+impl TlsV1 {
+    fn is_off(&self) -> bool {
+        *self == TlsV1::default()
+    }
+
+    fn from_api(t: &bftp_core::EndpointTls) -> TlsV1 {
+        let word = |p: bftp_core::TlsPolicy| match p {
+            bftp_core::TlsPolicy::Off => String::new(),
+            other => other.as_str().to_owned(),
+        };
+        TlsV1 {
+            control: word(t.control),
+            data: word(t.data),
+            implicit: t.implicit,
+        }
+    }
+
+    fn to_api(&self) -> Result<bftp_core::EndpointTls, String> {
+        let policy = |w: &str| -> Result<bftp_core::TlsPolicy, String> {
+            if w.is_empty() {
+                return Ok(bftp_core::TlsPolicy::Off);
+            }
+            w.parse()
+                .map_err(|e: bftp_core::tls::UnknownTlsPolicy| e.to_string())
+        };
+        Ok(bftp_core::EndpointTls {
+            control: policy(&self.control)?,
+            data: policy(&self.data)?,
+            implicit: self.implicit,
+        })
+    }
 }
 
 /// Durations in milliseconds.
@@ -519,6 +566,7 @@ impl EndpointV1 {
             pass: e.password.as_ref().map(|s| hex(&s.0)),
             acct: e.acct.as_ref().map(|s| hex(&s.0)),
             path: e.path.clone(),
+            tls: TlsV1::from_api(&e.tls),
         }
     }
 }
@@ -799,6 +847,10 @@ pub(crate) fn job_to_api(id: JobId, r: &JobV1) -> Result<Job, StoreError> {
             password: seal(&e.pass, "password")?,
             acct: seal(&e.acct, "ACCT")?,
             path: e.path.clone(),
+            tls: e
+                .tls
+                .to_api()
+                .map_err(|m| bad(format!("{side} TLS: {m}")))?,
         })
     };
     let keyword_hash = match &r.kw {

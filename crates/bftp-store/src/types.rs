@@ -55,6 +55,8 @@ pub struct SealedEndpoint {
     pub password: Option<Sealed>,
     pub acct: Option<Sealed>,
     pub path: String,
+    /// The side's TLS policies (every job stored before TLS: all off).
+    pub tls: bftp_core::EndpointTls,
 }
 
 /// `bftp_core::JobSpec` with sealed secrets and without the keyword (only its hash is kept,

@@ -176,7 +176,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         tracing::warn!("[mail] enabled = false: reports stay in the outbox, undelivered");
         None
     };
+    let tls_defaults = config.ftp.tls.defaults()?;
     let state = Arc::new(api::AppState {
+        tls_defaults,
         store: store.clone(),
         mail,
         secrets,

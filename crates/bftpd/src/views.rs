@@ -30,6 +30,7 @@ fn endpoint_view(e: &SealedEndpoint) -> EndpointView {
         password: None,
         acct: None,
         path: e.path.clone(),
+        tls: e.tls,
     };
     EndpointView {
         host: e.host.clone(),
