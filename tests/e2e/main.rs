@@ -19,4 +19,5 @@ mod slow_engine;
 mod slow_package;
 mod slow_scheduler;
 mod slow_unique;
+mod tls;
 mod unique;

@@ -178,6 +178,10 @@ pub struct MemberView {
     /// daemon's memory only, absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressView>,
+    /// The TLS of this file's last copy: each side's control connection (version, how the
+    /// certificate was checked), and whether the data moved encrypted, with the TLS client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
 }
 
 /// A file being copied right now.
@@ -352,6 +356,9 @@ pub struct FileResult {
     pub fallbacks: Vec<String>,
     pub detail: Option<String>,
     pub seconds: f64,
+    /// The copy's TLS, as [`MemberView::tls`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -12,8 +12,9 @@ pub mod transcript;
 
 pub use engine::{
     verify, ActionError, Announce, Announced, AttemptReport, Check, CopyOutcome, CopyRequest,
-    Failure, Fallback, JobFailure, LastReply, ListError, ListMethod, Listed, Listing, Pair,
-    PairError, Progress, RejectedName, SizeCheck, SizeWatch, Skipped, VerifyReport, VerifyRequest,
+    DataTls, Failure, Fallback, JobFailure, LastReply, ListError, ListMethod, Listed, Listing,
+    Pair, PairError, Progress, RejectedName, SizeCheck, SizeWatch, Skipped, VerifyReport,
+    VerifyRequest,
 };
 pub use limits::{AddressCheck, AllowAll, Limits, ServerLogin};
 pub use parse::{AddressError, FactError, MlsdError, NameError, ReplyError};

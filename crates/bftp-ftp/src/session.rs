@@ -174,6 +174,8 @@ pub struct Session {
     prot_private: bool,
     /// SSCN ON in force (this server is the TLS client of its data connections).
     sscn_on: bool,
+    /// The server refused SSCN once: not asked again on this connection.
+    sscn_refused: bool,
 }
 
 /// The TLS of a control connection: its version, and what a data connection needs to
@@ -293,6 +295,7 @@ impl Session {
             tls_note: None,
             prot_private: false,
             sscn_on: false,
+            sscn_refused: false,
         };
         let login_state = LoginState {
             host: session.host.clone(),
@@ -437,6 +440,9 @@ impl Session {
         if on == self.sscn_on {
             return Ok(true);
         }
+        if on && !self.sscn_possible() {
+            return Ok(false);
+        }
         let reply = self
             .command(if on { "SSCN ON" } else { "SSCN OFF" })
             .await?;
@@ -444,8 +450,14 @@ impl Session {
             self.sscn_on = on;
             Ok(true)
         } else {
+            self.sscn_refused = true;
             Ok(false)
         }
+    }
+
+    /// Whether SSCN ON may work: a TLS connection whose server has not refused it.
+    pub fn sscn_possible(&self) -> bool {
+        self.tls.is_some() && !self.sscn_refused
     }
 
     /// A data connection bftpd opened to this server, made TLS when PROT P is in force

@@ -176,6 +176,9 @@ pub(crate) struct MemberV1 {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stored: Option<String>,
     pub updated: u64,
+    /// What TLS the last copy of this file had (absent before TLS existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
 }
 
 /// A member's intent, with its own version `v`.
@@ -680,6 +683,7 @@ impl MemberV1 {
             intent: None,
             stored: None,
             updated: now.0,
+            tls: None,
         }
     }
 
@@ -698,6 +702,7 @@ impl MemberV1 {
             intent: self.intent.as_ref().map(IntentV1::to_api),
             stored_as: self.stored.clone(),
             updated_at: Timestamp(self.updated),
+            tls: self.tls.clone(),
         }
     }
 }

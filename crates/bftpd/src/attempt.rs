@@ -915,6 +915,7 @@ impl Run {
             detail: Some(change.detail.clone()),
             intent,
             stored_as: change.stored_as,
+            tls: pair.tls_summary(),
             ..replies
         };
         match change.next {

@@ -130,6 +130,7 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
                 detail: m.detail.clone(),
                 updated_at: ts(m.updated_at),
                 progress: None,
+                tls: m.tls.clone(),
             })
             .collect(),
         counts: counts(members),
