@@ -51,6 +51,7 @@ fn member(index: u32, name: &str, state: &str, code: u16, text: &str) -> MemberV
         detail: None,
         updated_at: "2025-11-30T10:00:05Z".into(),
         progress: None,
+        tls: None,
     }
 }
 

@@ -22,4 +22,5 @@ mod slow_package;
 mod slow_pg;
 mod slow_scheduler;
 mod slow_unique;
+mod tls;
 mod unique;

@@ -111,6 +111,23 @@ pub struct FtpOptions {
     /// Bytes per second a session may move (vsftpd `local_max_rate`), so that a copy lasts
     /// long enough to be watched. vsftpd only: another kind refuses to start with it.
     pub max_rate: Option<u64>,
+    /// Explicit FTPS (AUTH TLS) with these certificates; `None`: no TLS at all.
+    pub tls: Option<ServerTls>,
+}
+
+/// A test server's TLS setup: its certificate and key (PEM files), the CA it trusts when it
+/// is the TLS client of a data connection (proFTPD after SSCN ON), and whether it demands
+/// TLS before USER and on every data connection.
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+    /// TLS demanded before USER (data connections stay optional): vsftpd
+    /// `force_local_logins_ssl`, proFTPD `TLSRequired ctrl`, Pure-FTPd `--tls=2`.
+    pub required: bool,
+    /// Implicit FTPS (proFTPD `TLSOptions UseImplicitSSL`): TLS from the first byte.
+    pub implicit: bool,
 }
 
 impl Default for FtpOptions {
@@ -121,6 +138,7 @@ impl Default for FtpOptions {
             passive_ports: PASSIVE_PORTS,
             parent: None,
             max_rate: None,
+            tls: None,
         }
     }
 }
@@ -489,7 +507,7 @@ local_enable=YES
 pam_service_name={VSFTPD_PAM_SERVICE}
 userlist_enable=NO
 tcp_wrappers=NO
-ssl_enable=NO
+{ssl}
 write_enable=YES
 local_umask=022
 chroot_local_user=YES
@@ -520,6 +538,7 @@ syslog_enable=NO
 local_max_rate={rate}
 ",
                         rate = self.opts.max_rate.unwrap_or(0),
+                        ssl = self.vsftpd_tls(),
                         host = self.opts.host,
                         port = self.port,
                         root = self.root.display(),
@@ -582,7 +601,9 @@ AuthGroupFile {group}
 RequireValidShell off
 DefaultRoot ~
 AllowOverwrite on
+{tls}
 ",
+                        tls = self.proftpd_tls(),
                         host = self.opts.host,
                         port = self.port,
                         d = d.display(),
@@ -641,9 +662,81 @@ AllowOverwrite on
                 if self.opts.fxp {
                     cmd.arg("-w");
                 }
+                if let Some(tls) = &self.opts.tls {
+                    // One PEM file with the key and the certificate; 1: TLS allowed, 2:
+                    // required for the login.
+                    let pem = d.join("pure-ftpd.pem");
+                    let mut both = fs::read(&tls.key)?;
+                    both.extend(fs::read(&tls.cert)?);
+                    fs::write(&pem, both)?;
+                    fs::set_permissions(&pem, fs::Permissions::from_mode(0o600))?;
+                    cmd.arg(format!("--tls={}", if tls.required { 2 } else { 1 }))
+                        .arg(format!("--certfile={}", pem.display()));
+                }
                 Ok(cmd)
             }
         }
+    }
+}
+
+impl FtpServer {
+    fn vsftpd_tls(&self) -> String {
+        let Some(tls) = &self.opts.tls else {
+            return "ssl_enable=NO".into();
+        };
+        let force = if tls.required { "YES" } else { "NO" };
+        format!(
+            "\
+ssl_enable=YES
+rsa_cert_file={cert}
+rsa_private_key_file={key}
+ssl_tlsv1=YES
+ssl_sslv2=NO
+ssl_sslv3=NO
+# Without this vsftpd refuses a data connection whose TLS session is not the control's.
+require_ssl_reuse=NO
+# proFTPD as TLS client of an upload ends it with a TCP close, no TLS close_notify; vsftpd
+# then answers 426 unless a plain end of the socket may end a TLS upload.
+strict_ssl_read_eof=NO
+ssl_ciphers=HIGH
+force_local_logins_ssl={force}
+force_local_data_ssl=NO",
+            cert = tls.cert.display(),
+            key = tls.key.display(),
+        )
+    }
+
+    fn proftpd_tls(&self) -> String {
+        let Some(tls) = &self.opts.tls else {
+            return String::new();
+        };
+        let modules = crate::testdeps_prefix().join("proftpd/usr/lib/proftpd");
+        let implicit = if tls.implicit { " UseImplicitSSL" } else { "" };
+        format!(
+            "\
+ModulePath {modules}
+LoadModule mod_tls.c
+TLSEngine on
+TLSLog {log}
+# TLS 1.2 only: measured on Debian 12, vsftpd 3.0.3 answers 426 (Failure reading network
+# stream) to an upload whose TLS client is proFTPD (SSCN ON) speaking TLS 1.3; with 1.2 it
+# works. (The other direction, and every other pair, work with 1.3.)
+TLSProtocol TLSv1.2
+TLSRSACertificateFile {cert}
+TLSRSACertificateKeyFile {key}
+TLSCACertificateFile {ca}
+TLSVerifyClient off
+TLSRequired {required}
+# As TLS server of a data connection from another server (FXP), whose TLS session is not
+# the control connection's.
+TLSOptions NoSessionReuseRequired{implicit}",
+            modules = modules.display(),
+            log = self.dir.path().join("tls.log").display(),
+            cert = tls.cert.display(),
+            key = tls.key.display(),
+            ca = tls.ca.display(),
+            required = if tls.required { "ctrl" } else { "off" },
+        )
     }
 }
 

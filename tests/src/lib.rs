@@ -14,7 +14,7 @@ pub mod rawftp;
 pub mod scenario;
 pub mod smtp;
 
-pub use ftpserver::{Direction, FtpOptions, FtpServer, ServerKind, XferEntry};
+pub use ftpserver::{Direction, FtpOptions, FtpServer, ServerKind, ServerTls, XferEntry};
 pub use rawftp::{RawFtp, Reply};
 pub use smtp::{Mail, SmtpSink};
 

@@ -170,6 +170,7 @@ fn login(host: Ipv4Addr, port: u16, user: &str, password: &str) -> ServerLogin {
         user: user.to_owned(),
         password: Some(Secret::new(password)),
         acct: None,
+        tls: Default::default(),
     }
 }
 

@@ -44,6 +44,16 @@ pub struct EndpointSpec {
     pub acct: Option<String>,
     /// Relative to the login directory unless it starts with `/`.
     pub path: String,
+    /// TLS on the control connection: `required`, `preferred` or `off`; absent means the
+    /// daemon's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
+    /// TLS on data connections with this server (PROT P), same words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_tls: Option<String>,
+    /// Implicit FTPS (an `ftps://` URL): TLS from the first byte.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub implicit_tls: bool,
 }
 
 impl std::fmt::Debug for EndpointSpec {
@@ -56,6 +66,9 @@ impl std::fmt::Debug for EndpointSpec {
             .field("password", &mask(&self.password))
             .field("acct", &mask(&self.acct))
             .field("path", &self.path)
+            .field("tls", &self.tls)
+            .field("data_tls", &self.data_tls)
+            .field("implicit_tls", &self.implicit_tls)
             .finish()
     }
 }
@@ -165,6 +178,10 @@ pub struct MemberView {
     /// daemon's memory only, absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressView>,
+    /// The TLS of this file's last copy: each side's control connection (version, how the
+    /// certificate was checked), and whether the data moved encrypted, with the TLS client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
 }
 
 /// A file being copied right now.
@@ -342,6 +359,9 @@ pub struct FileResult {
     pub fallbacks: Vec<String>,
     pub detail: Option<String>,
     pub seconds: f64,
+    /// The copy's TLS, as [`MemberView::tls`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -14,7 +14,7 @@ pub enum UrlError {
         input: String,
         reason: String,
     },
-    #[error("{side}: scheme {scheme:?} is not supported; use ftp://")]
+    #[error("{side}: scheme {scheme:?} is not supported; use ftp:// or ftps://")]
     Scheme { side: &'static str, scheme: String },
     #[error("{side}: {input:?} names no host")]
     NoHost { side: &'static str, input: String },
@@ -72,6 +72,18 @@ pub fn parse_ftp_url(side: &'static str, input: &str) -> Result<ParsedUrl, UrlEr
             reason: "it contains a control character".into(),
         });
     }
+    // `ftps://` is implicit FTPS (TLS from the first byte, port 990 by default); parsed as
+    // the `ftp` URL it otherwise is, so both read names and paths the same way.
+    let implicit_tls = input
+        .get(..7)
+        .is_some_and(|s| s.eq_ignore_ascii_case("ftps://"));
+    let as_ftp;
+    let input = if implicit_tls {
+        as_ftp = format!("ftp://{}", input.get(7..).unwrap_or(""));
+        as_ftp.as_str()
+    } else {
+        input
+    };
     let u = url::Url::parse(input).map_err(|e| UrlError::Unparsable {
         side,
         input: input_for_errors.to_string(),
@@ -120,11 +132,17 @@ pub fn parse_ftp_url(side: &'static str, input: &str) -> Result<ParsedUrl, UrlEr
         password_in_url: password.is_some(),
         endpoint: Endpoint {
             host,
-            port: u.port().unwrap_or(DEFAULT_FTP_PORT),
+            port: u
+                .port()
+                .unwrap_or(if implicit_tls { 990 } else { DEFAULT_FTP_PORT }),
             user,
             password: password.map(Secret::new),
             acct: None,
             path,
+            tls: crate::tls::EndpointTls {
+                implicit: implicit_tls,
+                ..Default::default()
+            },
         },
     })
 }

@@ -15,9 +15,11 @@ pub mod retry;
 pub mod scrub;
 pub mod state;
 pub mod time;
+pub mod tls;
 
 pub use intent::{Decision, Evidence, Intent, Probe};
 pub use model::*;
 pub use retry::{RetryBounds, RetryDecision, RetryPolicy};
 pub use state::{transition, InvalidTransition, JobEvent, JobOutcome, JobState, MemberState};
 pub use time::Timestamp;
+pub use tls::{EndpointTls, TlsPolicy};

@@ -45,6 +45,8 @@ pub struct Endpoint {
     pub acct: Option<Secret>,
     /// Relative to the login directory unless it starts with `/`.
     pub path: String,
+    /// TLS for this side's control connection and data path.
+    pub tls: crate::tls::EndpointTls,
 }
 
 impl Endpoint {
@@ -527,6 +529,7 @@ mod tests {
             password: Some(Secret::new("pw")),
             acct: None,
             path: path.into(),
+            tls: Default::default(),
         }
     }
 

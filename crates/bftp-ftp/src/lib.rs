@@ -7,12 +7,14 @@ pub mod engine;
 pub mod limits;
 pub mod parse;
 pub mod session;
+pub mod tls;
 pub mod transcript;
 
 pub use engine::{
     verify, ActionError, Announce, Announced, AttemptReport, Check, CopyOutcome, CopyRequest,
-    Failure, Fallback, JobFailure, LastReply, ListError, ListMethod, Listed, Listing, Pair,
-    PairError, Progress, RejectedName, SizeCheck, SizeWatch, Skipped, VerifyReport, VerifyRequest,
+    DataTls, Failure, Fallback, JobFailure, LastReply, ListError, ListMethod, Listed, Listing,
+    Pair, PairError, Progress, RejectedName, SizeCheck, SizeWatch, Skipped, VerifyReport,
+    VerifyRequest,
 };
 pub use limits::{AddressCheck, AllowAll, Limits, ServerLogin};
 pub use parse::{AddressError, FactError, MlsdError, NameError, ReplyError};

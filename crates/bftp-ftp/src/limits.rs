@@ -20,6 +20,8 @@ pub struct ServerLogin {
     pub user: String,
     pub password: Option<Secret>,
     pub acct: Option<Secret>,
+    /// TLS policy of this side (control, data, implicit).
+    pub tls: bftp_core::EndpointTls,
 }
 
 impl ServerLogin {
@@ -30,6 +32,7 @@ impl ServerLogin {
             user: endpoint.user.clone(),
             password: endpoint.password.clone(),
             acct: endpoint.acct.clone(),
+            tls: endpoint.tls,
         }
     }
 
@@ -58,6 +61,7 @@ impl fmt::Debug for ServerLogin {
             .field("user", &self.user)
             .field("password", &self.password)
             .field("acct", &self.acct)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -106,6 +110,8 @@ pub struct Limits {
     /// Per-host reply overrides from the configuration, applied by `classify_for_host`
     /// before the table of RULES.md §5.
     pub overrides: Vec<ReplyOverride>,
+    /// How each host's TLS certificate is checked.
+    pub tls: crate::tls::TlsTrust,
 }
 
 impl Default for Limits {
@@ -118,6 +124,7 @@ impl Default for Limits {
             max_listing_bytes: 16 * 1024 * 1024,
             transcript: TranscriptLimits::default(),
             overrides: Vec::new(),
+            tls: crate::tls::TlsTrust::default(),
         }
     }
 }
@@ -134,6 +141,7 @@ mod tests {
             user: "alice".into(),
             password: password.map(Secret::new),
             acct: acct.map(Secret::new),
+            tls: Default::default(),
         };
         let src = login(Some("src-secret-1"), Some("acct-src-77"));
         let dst = login(Some("dst-secret-2"), None);

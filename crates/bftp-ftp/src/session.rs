@@ -26,10 +26,14 @@ use std::time::Duration;
 use bftp_core::reply::{
     classify_for_host, CommandKind, Disposition, Needs, Outcome, TransientKind, TransportFailure,
 };
+use std::sync::Arc;
+
+use bftp_core::tls::{auth_decision, AuthDecision, TlsPolicy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+
+use crate::tls::{HandshakeError, Stream, Trust};
 
 use crate::limits::{AddressCheck, Limits, ServerLogin};
 use crate::parse::{check_argument, Reply, ReplyError, ReplyParser};
@@ -110,14 +114,38 @@ pub enum ConnectError {
         what: &'static str,
         reply: Reply,
     },
+    /// TLS is required and the server did not accept AUTH TLS: nothing else was sent.
+    #[error("{host}: TLS is required and the server does not offer it: AUTH TLS answered {reply}; no USER or PASS was sent")]
+    TlsNotOffered { host: String, reply: Reply },
+    /// The server's certificate was refused: nothing else was sent.
+    #[error("{host}: TLS certificate refused: {reason} (checked against {trust}); no USER or PASS was sent")]
+    Certificate {
+        host: String,
+        reason: String,
+        trust: String,
+    },
+    /// The TLS handshake failed for another reason. After AUTH TLS was accepted the
+    /// connection is never used in clear.
+    #[error("{host}: {detail}; not retried in clear, no USER or PASS was sent")]
+    Handshake { host: String, detail: String },
+    /// The daemon's TLS settings for this host cannot be used (no system roots).
+    #[error("{host}: TLS settings: {detail}")]
+    TlsSetup { host: String, detail: String },
 }
 
 impl ConnectError {
     /// The retry decision for this failure (RULES.md §5).
     pub fn disposition(&self, host: &str, limits: &Limits) -> Disposition {
         match self {
-            ConnectError::AddressRefused { .. } | ConnectError::MissingCredential { .. } => {
+            ConnectError::AddressRefused { .. }
+            | ConnectError::MissingCredential { .. }
+            | ConnectError::TlsNotOffered { .. }
+            | ConnectError::Certificate { .. }
+            | ConnectError::TlsSetup { .. } => {
                 Disposition::Permanent(bftp_core::reply::PermanentKind::Login)
+            }
+            ConnectError::Handshake { .. } => {
+                Disposition::Transient(TransientKind::Transport(TransportFailure::Reset))
             }
             ConnectError::Session(e) => {
                 classify_for_host(host, &limits.overrides, CommandKind::Other, e.outcome())
@@ -133,10 +161,32 @@ pub struct Session {
     side: Side,
     host: String,
     peer: SocketAddr,
-    conn: Option<(OwnedReadHalf, OwnedWriteHalf)>,
+    conn: Option<Stream>,
     parser: ReplyParser,
     reply_timeout: Duration,
     recorder: Recorder,
+    /// The TLS in force on this control connection, if any.
+    tls: Option<SessionTls>,
+    /// Why this connection is in clear although TLS was asked for (`preferred` and not
+    /// offered), for the report.
+    tls_note: Option<String>,
+    /// PROT P in force (data connections with this server are TLS).
+    prot_private: bool,
+    /// SSCN ON in force (this server is the TLS client of its data connections).
+    sscn_on: bool,
+    /// The server refused SSCN once: not asked again on this connection.
+    sscn_refused: bool,
+}
+
+/// The TLS of a control connection: its version, and what a data connection needs to
+/// speak TLS to the same server (the same configuration, so the TLS session resumes).
+#[derive(Debug, Clone)]
+pub struct SessionTls {
+    /// `TLS 1.3`, `TLS 1.2`.
+    pub version: String,
+    /// How the certificate was checked (`INSECURE` named when it was not).
+    pub trust: Trust,
+    pub(crate) config: Arc<rustls::ClientConfig>,
 }
 
 impl Session {
@@ -233,23 +283,204 @@ impl Session {
         };
         let _ = stream.set_nodelay(true);
 
-        let (read, write) = stream.into_split();
         let mut session = Session {
             side,
             host,
             peer,
-            conn: Some((read, write)),
+            conn: Some(Stream::Plain(stream)),
             parser: ReplyParser::new(limits.reply),
             reply_timeout: limits.reply_timeout,
             recorder,
+            tls: None,
+            tls_note: None,
+            prot_private: false,
+            sscn_on: false,
+            sscn_refused: false,
         };
         let login_state = LoginState {
             host: session.host.clone(),
             limits,
         };
+        if login.tls.implicit {
+            session.start_tls(limits).await?;
+        }
         login_state.greeting(&mut session).await?;
+        if !login.tls.implicit && login.tls.control_policy() != TlsPolicy::Off {
+            session.auth_tls(login.tls.control_policy(), limits).await?;
+        }
         login_state.login(&mut session, login).await?;
+        if session.tls.is_some() {
+            session.protect(login.tls.data).await?;
+        }
         Ok(session)
+    }
+
+    /// AUTH TLS after the greeting: on 234 the handshake (a failure ends the connection:
+    /// once a server offered TLS, this connection never goes on in clear); otherwise, under
+    /// `required`, a refusal before any USER; under `preferred`, clear, noted for the report.
+    async fn auth_tls(&mut self, policy: TlsPolicy, limits: &Limits) -> Result<(), ConnectError> {
+        let reply = self.command("AUTH TLS").await?;
+        match auth_decision(policy, reply.code().get()) {
+            AuthDecision::Handshake => self.start_tls(limits).await,
+            AuthDecision::Refuse => {
+                self.close("TLS required and not offered");
+                Err(ConnectError::TlsNotOffered {
+                    host: self.host.clone(),
+                    reply,
+                })
+            }
+            AuthDecision::Clear => {
+                let note = format!(
+                    "{}: no TLS (AUTH TLS answered {}): logged in in clear under policy preferred",
+                    self.host,
+                    reply.code()
+                );
+                self.recorder.note(self.side, &note);
+                self.tls_note = Some(note);
+                Ok(())
+            }
+        }
+    }
+
+    /// The TLS handshake on the control connection, now.
+    async fn start_tls(&mut self, limits: &Limits) -> Result<(), ConnectError> {
+        let (config, trust) = limits.tls.for_host(&self.host).map_err(|e| {
+            self.close("no TLS settings");
+            ConnectError::TlsSetup {
+                host: self.host.clone(),
+                detail: e.to_string(),
+            }
+        })?;
+        let Some(Stream::Plain(tcp)) = self.conn.take() else {
+            return Err(self.closed().into());
+        };
+        let timeout = limits.connect_timeout.max(self.reply_timeout);
+        match crate::tls::handshake(config.clone(), &trust, &self.host, tcp, timeout).await {
+            Ok(stream) => {
+                let version = crate::tls::version_name(&stream);
+                self.recorder
+                    .note(self.side, &format!("TLS: {version}, certificate: {trust}"));
+                self.conn = Some(Stream::Tls(Box::new(stream)));
+                self.tls = Some(SessionTls {
+                    version,
+                    trust,
+                    config,
+                });
+                Ok(())
+            }
+            Err(HandshakeError::Certificate { reason }) => {
+                self.recorder
+                    .note(self.side, &format!("TLS certificate refused: {reason}"));
+                Err(ConnectError::Certificate {
+                    host: self.host.clone(),
+                    reason,
+                    trust: trust.to_string(),
+                })
+            }
+            Err(HandshakeError::Failed { detail }) => {
+                self.recorder.note(self.side, &detail);
+                Err(ConnectError::Handshake {
+                    host: self.host.clone(),
+                    detail,
+                })
+            }
+        }
+    }
+
+    /// PBSZ 0 and, when the data policy asks for it, PROT P, once logged in over TLS. A
+    /// refused PROT P leaves the data path in clear; whether that is allowed is decided per
+    /// copy and per listing, by the data policy.
+    async fn protect(&mut self, data: TlsPolicy) -> Result<(), ConnectError> {
+        let pbsz = self.command("PBSZ 0").await?;
+        if pbsz.code().get() / 100 != 2 || data == TlsPolicy::Off {
+            return Ok(());
+        }
+        self.set_prot(true).await?;
+        Ok(())
+    }
+
+    /// The TLS of this control connection, if any.
+    pub fn tls(&self) -> Option<&SessionTls> {
+        self.tls.as_ref()
+    }
+
+    /// Why this connection is in clear although its policy asked for TLS.
+    pub fn tls_note(&self) -> Option<&str> {
+        self.tls_note.as_deref()
+    }
+
+    /// Whether PROT P is in force.
+    pub fn prot_private(&self) -> bool {
+        self.prot_private
+    }
+
+    /// PROT P (`true`) or PROT C, sent only when it changes. `Ok(false)` when the server
+    /// refused it (the state stays as it was).
+    pub async fn set_prot(&mut self, private: bool) -> Result<bool, SessionError> {
+        if private == self.prot_private {
+            return Ok(true);
+        }
+        if private && self.tls.is_none() {
+            return Ok(false);
+        }
+        let reply = self
+            .command(if private { "PROT P" } else { "PROT C" })
+            .await?;
+        if reply.code().get() / 100 == 2 {
+            self.prot_private = private;
+            Ok(true)
+        } else {
+            Ok(false)
+        }
+    }
+
+    /// SSCN ON (`true`: this server is the TLS client of its next data connections) or
+    /// SSCN OFF, sent only when it changes. `Ok(false)` when the server refused it.
+    pub async fn set_sscn(&mut self, on: bool) -> Result<bool, SessionError> {
+        if on == self.sscn_on {
+            return Ok(true);
+        }
+        if on && !self.sscn_possible() {
+            return Ok(false);
+        }
+        let reply = self
+            .command(if on { "SSCN ON" } else { "SSCN OFF" })
+            .await?;
+        if reply.code().get() / 100 == 2 {
+            self.sscn_on = on;
+            Ok(true)
+        } else {
+            self.sscn_refused = true;
+            Ok(false)
+        }
+    }
+
+    /// Whether SSCN ON may work: a TLS connection whose server has not refused it.
+    pub fn sscn_possible(&self) -> bool {
+        self.tls.is_some() && !self.sscn_refused
+    }
+
+    /// A data connection bftpd opened to this server, made TLS when PROT P is in force
+    /// (the control connection's configuration, so the server sees its TLS session resumed).
+    pub(crate) async fn data_stream(
+        &self,
+        tcp: TcpStream,
+        timeout: Duration,
+    ) -> Result<Stream, String> {
+        match (&self.tls, self.prot_private) {
+            (Some(tls), true) => {
+                crate::tls::handshake(tls.config.clone(), &tls.trust, &self.host, tcp, timeout)
+                    .await
+                    .map(|s| Stream::Tls(Box::new(s)))
+                    .map_err(|e| match e {
+                        HandshakeError::Certificate { reason } => {
+                            format!("data connection TLS certificate refused: {reason}")
+                        }
+                        HandshakeError::Failed { detail } => format!("data connection: {detail}"),
+                    })
+            }
+            _ => Ok(Stream::Plain(tcp)),
+        }
     }
 
     pub fn side(&self) -> Side {
@@ -281,13 +512,17 @@ impl Session {
             });
         }
         self.recorder.sent(self.side, line);
-        let Some((_, write)) = self.conn.as_mut() else {
+        let Some(write) = self.conn.as_mut() else {
             return Err(self.closed());
         };
         let mut bytes = Vec::with_capacity(line.len() + 2);
         bytes.extend_from_slice(line.as_bytes());
         bytes.extend_from_slice(b"\r\n");
-        let result = tokio::time::timeout(self.reply_timeout, write.write_all(&bytes)).await;
+        let result = tokio::time::timeout(self.reply_timeout, async {
+            write.write_all(&bytes).await?;
+            write.flush().await
+        })
+        .await;
         match result {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(self.fail(SessionError::Io {
@@ -333,7 +568,7 @@ impl Session {
                     }))
                 }
             }
-            let Some((read, _)) = self.conn.as_mut() else {
+            let Some(read) = self.conn.as_mut() else {
                 return Err(self.closed());
             };
             match tokio::time::timeout_at(deadline, read.read(&mut buf)).await {

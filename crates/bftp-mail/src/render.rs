@@ -161,6 +161,7 @@ fn safe_view(v: &JobView, safe: &dyn Fn(&str) -> String) -> JobView {
             updated_at: safe(&m.updated_at),
             // A report is of a final job: nothing is in flight.
             progress: None,
+            tls: opt(&m.tls),
         })
         .collect();
     // The report does not describe its own delivery.

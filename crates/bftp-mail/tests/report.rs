@@ -48,6 +48,7 @@ fn member(index: u32, name: &str, state: &str, bytes: Option<u64>) -> MemberView
         detail: None,
         updated_at: "2025-11-30T10:00:05Z".into(),
         progress: None,
+        tls: None,
     }
 }
 

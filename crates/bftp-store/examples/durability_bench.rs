@@ -30,6 +30,7 @@ fn job(i: u64) -> NewJob {
         password: Some(Sealed(vec![0x5a; 12 + 16 + 20])),
         acct: None,
         path,
+        tls: Default::default(),
     };
     let mut key = [0u8; 32];
     key[..8].copy_from_slice(&i.to_be_bytes());

@@ -74,6 +74,53 @@ pub(crate) struct EndpointV1 {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acct: Option<String>,
     pub path: String,
+    /// TLS policies; absent in every record written before TLS (then all off).
+    #[serde(default, skip_serializing_if = "TlsV1::is_off")]
+    pub tls: TlsV1,
+}
+
+/// A side's TLS policies as words (`required`, `preferred`, `off`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct TlsV1 {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub control: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub data: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub implicit: bool,
+}
+
+impl TlsV1 {
+    fn is_off(&self) -> bool {
+        *self == TlsV1::default()
+    }
+
+    fn from_api(t: &bftp_core::EndpointTls) -> TlsV1 {
+        let word = |p: bftp_core::TlsPolicy| match p {
+            bftp_core::TlsPolicy::Off => String::new(),
+            other => other.as_str().to_owned(),
+        };
+        TlsV1 {
+            control: word(t.control),
+            data: word(t.data),
+            implicit: t.implicit,
+        }
+    }
+
+    fn to_api(&self) -> Result<bftp_core::EndpointTls, String> {
+        let policy = |w: &str| -> Result<bftp_core::TlsPolicy, String> {
+            if w.is_empty() {
+                return Ok(bftp_core::TlsPolicy::Off);
+            }
+            w.parse()
+                .map_err(|e: bftp_core::tls::UnknownTlsPolicy| e.to_string())
+        };
+        Ok(bftp_core::EndpointTls {
+            control: policy(&self.control)?,
+            data: policy(&self.data)?,
+            implicit: self.implicit,
+        })
+    }
 }
 
 /// Durations in milliseconds.
@@ -133,6 +180,9 @@ pub(crate) struct MemberV1 {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stored: Option<String>,
     pub updated: u64,
+    /// What TLS the last copy of this file had (absent before TLS existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
 }
 
 /// A member's intent, with its own version `v`.
@@ -524,6 +574,7 @@ impl EndpointV1 {
             pass: e.password.as_ref().map(|s| hex(&s.0)),
             acct: e.acct.as_ref().map(|s| hex(&s.0)),
             path: e.path.clone(),
+            tls: TlsV1::from_api(&e.tls),
         }
     }
 }
@@ -637,6 +688,7 @@ impl MemberV1 {
             intent: None,
             stored: None,
             updated: now.0,
+            tls: None,
         }
     }
 
@@ -655,6 +707,7 @@ impl MemberV1 {
             intent: self.intent.as_ref().map(IntentV1::to_api),
             stored_as: self.stored.clone(),
             updated_at: Timestamp(self.updated),
+            tls: self.tls.clone(),
         }
     }
 }
@@ -804,6 +857,10 @@ pub(crate) fn job_to_api(id: JobId, r: &JobV1) -> Result<Job, StoreError> {
             password: seal(&e.pass, "password")?,
             acct: seal(&e.acct, "ACCT")?,
             path: e.path.clone(),
+            tls: e
+                .tls
+                .to_api()
+                .map_err(|m| bad(format!("{side} TLS: {m}")))?,
         })
     };
     let keyword_hash = match &r.kw {

@@ -1199,6 +1199,9 @@ impl JobStore for SledStore {
             if let Some(n) = &u.stored_as {
                 m.stored = Some(n.clone());
             }
+            if let Some(t) = &u.tls {
+                m.tls = Some(t.clone());
+            }
             m.updated = now.0;
             tx.members
                 .insert(&keys::member(id, index)[..], encode(&m))?;

@@ -55,6 +55,8 @@ pub struct SealedEndpoint {
     pub password: Option<Sealed>,
     pub acct: Option<Sealed>,
     pub path: String,
+    /// The side's TLS policies (every job stored before TLS: all off).
+    pub tls: bftp_core::EndpointTls,
 }
 
 /// `bftp_core::JobSpec` with sealed secrets and without the keyword (only its hash is kept,
@@ -152,6 +154,9 @@ pub struct Member {
     /// on that destination file, which no other member may make.
     pub stored_as: Option<String>,
     pub updated_at: Timestamp,
+    /// The TLS of the copy that last touched this file: each side's control connection,
+    /// whether the data moved encrypted and which server was the TLS client.
+    pub tls: Option<String>,
 }
 
 /// The fields of a member to change; `None` leaves a field as it is.
@@ -168,6 +173,7 @@ pub struct MemberUpdate {
     /// `Some(None)` clears the intent once it is resolved.
     pub intent: Option<Option<Intent>>,
     pub stored_as: Option<String>,
+    pub tls: Option<String>,
 }
 
 /// One line of a job's history.

@@ -516,6 +516,7 @@ pub(crate) mod tests {
                 detail: None,
                 updated_at: "2026-12-01T07:10:00Z".into(),
                 progress: None,
+                tls: None,
             }],
             counts: Default::default(),
             history: vec![EventView {

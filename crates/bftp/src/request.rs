@@ -74,6 +74,41 @@ pub struct RequestArgs {
     /// Read the destination password from the first line of this file
     #[arg(long, value_name = "FILE")]
     pub dest_password_file: Option<PathBuf>,
+
+    /// TLS on the control connections: required, preferred or off (SRC,DST for one per
+    /// side); without it, the daemon's default. `required` never sends USER/PASS in clear.
+    #[arg(long, value_name = "POLICY")]
+    pub tls: Option<String>,
+
+    /// TLS on the data path (PROT P; server to server, SSCN): required, preferred or off
+    /// (SRC,DST for one per side); without it, the daemon's default
+    #[arg(long, value_name = "POLICY")]
+    pub data_tls: Option<String>,
+}
+
+/// `POLICY` or `SRC,DST`: the words for the source and the destination, each checked.
+fn tls_pair(flag: &str, value: &Option<String>) -> Result<[Option<String>; 2], Failure> {
+    let Some(value) = value else {
+        return Ok([None, None]);
+    };
+    let words: Vec<&str> = value.split(',').map(str::trim).collect();
+    let [src, dst] = match words.as_slice() {
+        [one] => [*one, *one],
+        [src, dst] => [*src, *dst],
+        _ => {
+            return Err(Failure::invalid(format!(
+                "{flag} {value:?}: expected POLICY or SRC,DST"
+            )))
+        }
+    };
+    for w in [src, dst] {
+        w.parse::<bftp_core::TlsPolicy>()
+            .map_err(|e| Failure::invalid(format!("{flag}: {e}")))?;
+    }
+    Ok([
+        Some(src.to_ascii_lowercase()),
+        Some(dst.to_ascii_lowercase()),
+    ])
 }
 
 fn parse_with<T: std::str::FromStr>(s: &str) -> Result<T, String>
@@ -194,6 +229,8 @@ fn endpoint_spec(e: &Endpoint) -> EndpointSpec {
         password: e.password.as_ref().map(|p| p.expose().to_string()),
         acct: e.acct.as_ref().map(|a| a.expose().to_string()),
         path: e.path.clone(),
+        implicit_tls: e.tls.implicit,
+        ..Default::default()
     }
 }
 
@@ -210,6 +247,8 @@ pub fn prepare(
 ) -> anyhow::Result<Prepared> {
     let mut warnings = Vec::new();
     let disposition = args.disposition_given();
+    let tls = tls_pair("--tls", &args.tls)?;
+    let data_tls = tls_pair("--data-tls", &args.data_tls)?;
     let mut source = parse_side(Side::Source, &args.source)?;
     let mut destination = args
         .destination
@@ -281,9 +320,14 @@ pub fn prepare(
     spec.destination = destination.as_ref().map(|d| d.endpoint.clone());
     validation_failure(&spec)?;
 
+    let with_tls = |e: &Endpoint, i: usize| EndpointSpec {
+        tls: tls[i].clone(),
+        data_tls: data_tls[i].clone(),
+        ..endpoint_spec(e)
+    };
     let request = SubmitRequest {
-        source: endpoint_spec(&spec.source),
-        destination: spec.destination.as_ref().map(endpoint_spec),
+        source: with_tls(&spec.source, 0),
+        destination: spec.destination.as_ref().map(|d| with_tls(d, 1)),
         disposition: disposition.map(|d| d.as_str().to_string()),
         dest_command: args.dest_command.map(|d| d.as_str().to_string()),
         transfer_type: args.transfer_type.map(|t| t.ftp_arg()),

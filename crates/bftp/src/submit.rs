@@ -296,6 +296,7 @@ mod tests {
                 password: None,
                 acct: Some("sa".into()),
                 path: "/pub/*.csv".into(),
+                ..Default::default()
             },
             destination: Some(EndpointSpec {
                 host: "dst.example.org".into(),
@@ -304,6 +305,7 @@ mod tests {
                 password: None,
                 acct: Some("da".into()),
                 path: "incoming".into(),
+                ..Default::default()
             }),
             disposition: Some("move".into()),
             dest_command: Some("unique".into()),

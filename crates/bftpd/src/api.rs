@@ -47,6 +47,8 @@ pub struct AppState {
     pub clock: crate::clock::Clock,
     /// The secret key file, which a backup copies beside the store.
     pub key_file: std::path::PathBuf,
+    /// `[ftp.tls]` defaults: the policies of a side a request says nothing about.
+    pub tls_defaults: crate::ftp::tls::TlsDefaults,
 }
 
 pub type Shared = Arc<AppState>;
@@ -215,6 +217,7 @@ fn seal_endpoint(secrets: &Secrets, e: &bftp_core::Endpoint) -> SealedEndpoint {
             .map(|p| Sealed(secrets.seal(p.expose()))),
         acct: e.acct.as_ref().map(|p| Sealed(secrets.seal(p.expose()))),
         path: e.path.clone(),
+        tls: e.tls,
     }
 }
 
@@ -256,8 +259,9 @@ async fn check_hosts(policy: &HostPolicy, spec: &JobSpec) -> Result<(), ApiError
 async fn checked_spec(app: &Shared, body: &[u8]) -> Result<(SubmitRequest, JobSpec), ApiError> {
     let req: SubmitRequest = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("request body: {e}")))?;
-    let spec = build_spec(&req, app.retry_defaults, &app.retry_bounds, app.clock.now())
+    let mut spec = build_spec(&req, app.retry_defaults, &app.retry_bounds, app.clock.now())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    crate::ftp::tls::apply(&req, &mut spec, &app.tls_defaults).map_err(ApiError::bad_request)?;
     check_hosts(&app.policy, &spec).await?;
     Ok((req, spec))
 }

@@ -201,6 +201,7 @@ fn unseal_endpoint(secrets: &Secrets, e: &SealedEndpoint) -> Result<Endpoint, St
         password: e.password.as_ref().map(open).transpose()?,
         acct: e.acct.as_ref().map(open).transpose()?,
         path: e.path.clone(),
+        tls: e.tls,
     })
 }
 
@@ -914,6 +915,7 @@ impl Run {
             detail: Some(change.detail.clone()),
             intent,
             stored_as: change.stored_as,
+            tls: pair.tls_summary(),
             ..replies
         };
         match change.next {

@@ -215,7 +215,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         None
     };
     let retention_metrics = metrics.clone();
+    let tls_defaults = config.ftp.tls.defaults()?;
     let state = Arc::new(api::AppState {
+        tls_defaults,
         store: store.clone(),
         mail,
         secrets,

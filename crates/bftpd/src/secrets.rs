@@ -260,6 +260,7 @@ mod tests {
             password: Some(bftp_store::Sealed(b.seal("pw"))),
             acct: None,
             path: "a.dat".into(),
+            tls: Default::default(),
         };
         store
             .submit(bftp_store::NewJob {

@@ -18,6 +18,7 @@ fn endpoint(spec: &EndpointSpec) -> Endpoint {
         password: spec.password.clone().map(Secret::new),
         acct: spec.acct.clone().map(Secret::new),
         path: spec.path.clone(),
+        tls: Default::default(),
     }
 }
 

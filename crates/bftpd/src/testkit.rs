@@ -26,6 +26,7 @@ pub fn submit_one_file_job(store: &dyn JobStore, retry: RetryPolicy) -> JobId {
         password: None,
         acct: None,
         path: path.into(),
+        tls: Default::default(),
     };
     let spec = SealedSpec {
         source: endpoint("a.bin"),

@@ -33,6 +33,7 @@ fn endpoint_view(e: &SealedEndpoint) -> EndpointView {
         password: None,
         acct: None,
         path: e.path.clone(),
+        tls: e.tls,
     };
     EndpointView {
         host: e.host.clone(),
@@ -132,6 +133,7 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
                 detail: m.detail.clone(),
                 updated_at: ts(m.updated_at),
                 progress: None,
+                tls: m.tls.clone(),
             })
             .collect(),
         counts: counts(members),

@@ -13,6 +13,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use bftp_core::reply::{CommandKind, Disposition, PermanentKind, TransientKind};
+use bftp_core::tls::TlsPolicy;
 use bftp_core::TransferType;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -24,6 +25,7 @@ use crate::parse::{
     AddressError, EntryKind, ModifyTime, NameError, NlstListing, Reply,
 };
 use crate::session::{io_failure, SessionError};
+use crate::tls::Stream;
 use crate::transcript::{Side, Transcript};
 
 /// SIZE commands sent at once while sorting NLST names (see `nlst_members`): replies of
@@ -133,6 +135,10 @@ pub enum ListError {
     },
     #[error("the connection pair was closed ({reason}); open a new one")]
     Closed { reason: String },
+    /// The source's data policy requires TLS and the listing's data connection cannot
+    /// have it.
+    #[error("source server {host}: {detail}")]
+    DataTls { host: String, detail: String },
 }
 
 impl ListError {
@@ -156,9 +162,8 @@ impl ListError {
             ListError::TooLarge { .. }
             | ListError::BadArgument { .. }
             | ListError::PrivilegedPort { .. }
-            | ListError::NoPassiveMode { .. } => {
-                Disposition::Permanent(PermanentKind::CommandRejected)
-            }
+            | ListError::NoPassiveMode { .. }
+            | ListError::DataTls { .. } => Disposition::Permanent(PermanentKind::CommandRejected),
             ListError::Closed { .. } => super::outcome::connection_gone(),
         }
     }
@@ -615,9 +620,10 @@ impl Pair {
     /// Open a passive data connection from here to the source, send `verb dir`, read
     /// the data to the end and the final reply.
     async fn data_command(&mut self, verb: &str, dir: &str) -> Result<DataReply, ListError> {
+        self.listing_protection().await?;
         let addr = self.source_data_address().await?;
         let connect = tokio::time::timeout(self.limits.connect_timeout, TcpStream::connect(addr));
-        let mut stream = match connect.await {
+        let tcp = match connect.await {
             Ok(Ok(stream)) => stream,
             Ok(Err(e)) => {
                 return Err(ListError::DataConnection {
@@ -643,6 +649,7 @@ impl Pair {
             (Disposition::Preliminary, Ok(_)) => {}
             (Disposition::Done, Ok(_)) => {
                 // Done without a 1yz: nothing more to read on the control connection.
+                let mut stream = self.listing_stream(tcp, addr).await?;
                 return Ok(DataReply::Data(self.read_data(&mut stream, addr).await?));
             }
             (disposition, Ok(reply)) => {
@@ -656,6 +663,8 @@ impl Pair {
                 return Err(self.list_failure(verb, Err(error), disposition))
             }
         }
+        // Under PROT P the server starts its TLS handshake after the 1yz, not before.
+        let mut stream = self.listing_stream(tcp, addr).await?;
         let data = self.read_data(&mut stream, addr).await;
         // proFTPD holds its final reply until the receiver closes.
         drop(stream);
@@ -673,11 +682,43 @@ impl Pair {
         }
     }
 
-    async fn read_data(
-        &self,
-        stream: &mut TcpStream,
-        addr: SocketAddr,
-    ) -> Result<Vec<u8>, ListError> {
+    /// PROT P before a listing when the source's data policy asks for TLS (a copy in clear
+    /// may have set PROT C); under `required`, a listing that cannot be TLS is refused.
+    async fn listing_protection(&mut self) -> Result<(), ListError> {
+        let policy = self.logins[0].tls.data;
+        if policy == TlsPolicy::Off {
+            return Ok(());
+        }
+        let protected = match self.src.set_prot(true).await {
+            Ok(done) => done,
+            Err(error) => {
+                return Err(ListError::Session {
+                    host: self.logins[0].host.clone(),
+                    command: "PROT".into(),
+                    error,
+                })
+            }
+        };
+        if !protected && policy == TlsPolicy::Required {
+            return Err(ListError::DataTls {
+                host: self.logins[0].host.clone(),
+                detail: "the data policy requires TLS and PROT P is not in force (no TLS on the control connection, or PROT P refused)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn listing_stream(&self, tcp: TcpStream, addr: SocketAddr) -> Result<Stream, ListError> {
+        self.src
+            .data_stream(
+                tcp,
+                self.limits.connect_timeout.max(self.limits.reply_timeout),
+            )
+            .await
+            .map_err(|detail| ListError::DataConnection { addr, detail })
+    }
+
+    async fn read_data(&self, stream: &mut Stream, addr: SocketAddr) -> Result<Vec<u8>, ListError> {
         let limit = self.limits.max_listing_bytes;
         let mut data = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
@@ -690,6 +731,11 @@ impl Pair {
                         return Err(ListError::TooLarge { limit });
                     }
                     data.extend_from_slice(&buf[..n]);
+                }
+                // A TLS server that closes without close_notify: the end of the data, as
+                // in clear; the final reply still decides whether the listing is whole.
+                Ok(Err(e)) if stream.is_tls() && e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    return Ok(data)
                 }
                 Ok(Err(e)) => {
                     return Err(ListError::DataConnection {

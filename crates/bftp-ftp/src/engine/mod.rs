@@ -15,6 +15,7 @@
 mod listing;
 mod outcome;
 mod size_watch;
+mod tls_data;
 mod transfer;
 mod verify;
 
@@ -32,6 +33,7 @@ pub use outcome::{
     SizeCheck,
 };
 pub use size_watch::SizeWatch;
+pub use tls_data::DataTls;
 pub use verify::{verify, Check, VerifyReport, VerifyRequest};
 
 use crate::limits::{AddressCheck, Limits, ServerLogin};
@@ -118,6 +120,8 @@ pub struct Pair {
     deadline: Option<Instant>,
     progress: watch::Sender<Progress>,
     dead: Option<String>,
+    /// What the last copy's data connection got (TLS or clear, and the TLS client).
+    data_tls: Option<DataTls>,
 }
 
 impl std::fmt::Debug for Pair {
@@ -227,6 +231,7 @@ impl Pair {
             deadline: None,
             progress,
             dead: None,
+            data_tls: None,
         }
     }
 
@@ -275,6 +280,7 @@ impl Pair {
                 transcript: self.recorder.take(),
             });
         }
+        self.protect_data().await?;
         transfer::run(self, request).await
     }
 

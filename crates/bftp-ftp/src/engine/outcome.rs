@@ -322,6 +322,9 @@ pub enum JobFailure {
     /// ABOR was sent on both connections, which were then closed.
     #[error("the copy was aborted ({reason}): ABOR sent to both servers, connections closed")]
     Aborted { reason: String },
+    /// The data policy requires TLS between the servers and no role order allows it.
+    #[error("{explanation}")]
+    DataTls { explanation: String },
 }
 
 /// A [`JobFailure`] with the retry decision and the transcript of what led to it.

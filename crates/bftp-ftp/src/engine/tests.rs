@@ -68,6 +68,7 @@ fn fake_login(port: u16) -> ServerLogin {
         user: "u".into(),
         password: Some(Secret::new("secret-pw")),
         acct: None,
+        tls: Default::default(),
     }
 }
 

@@ -169,6 +169,7 @@ pub fn spec() -> SealedSpec {
             password: Some(Sealed((0..=255).collect())),
             acct: Some(Sealed(vec![0, 0, 7])),
             path: "/pub/data/*.csv".into(),
+            tls: Default::default(),
         },
         destination: Some(SealedEndpoint {
             host: "2001:db8::1".into(),
@@ -177,6 +178,7 @@ pub fn spec() -> SealedSpec {
             password: None,
             acct: None,
             path: "incoming/".into(),
+            tls: Default::default(),
         }),
         disposition: Disposition::Move,
         dest_command: DestCommand::Unique,

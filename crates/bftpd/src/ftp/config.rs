@@ -36,6 +36,9 @@ pub struct FtpConfig {
     /// connection: `{ host = "ftp.example.org", code = 550, treat_as = "transient" }`.
     #[serde(default)]
     pub overrides: Vec<OverrideConfig>,
+    /// `[ftp.tls]`: default TLS policies and per-host certificate checks.
+    #[serde(default)]
+    pub tls: super::tls::TlsConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -77,6 +80,7 @@ impl Default for FtpConfig {
             max_connections_per_host: d_per_host(),
             watch_progress: d_watch(),
             overrides: Vec::new(),
+            tls: Default::default(),
         }
     }
 }
@@ -107,6 +111,7 @@ impl FtpConfig {
             reply_timeout: self.reply_timeout,
             transfer_timeout: self.transfer_timeout,
             overrides,
+            tls: self.tls.trust()?,
             ..Limits::default()
         })
     }

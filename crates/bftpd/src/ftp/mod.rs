@@ -7,6 +7,7 @@ mod check;
 mod config;
 mod hosts;
 mod paths;
+pub mod tls;
 mod transfer;
 mod verify;
 mod views;

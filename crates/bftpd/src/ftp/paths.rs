@@ -59,6 +59,7 @@ mod tests {
             password: None,
             acct: None,
             path: p.into(),
+            tls: Default::default(),
         };
         JobSpec {
             source: ep(src),

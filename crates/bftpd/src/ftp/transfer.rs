@@ -382,7 +382,10 @@ impl lanes::Work for Transfer<'_> {
                 return Step::End(());
             }
         };
-        let result = file_result(&name, &outcome, t.elapsed().as_secs_f64());
+        let result = FileResult {
+            tls: pair.tls_summary(),
+            ..file_result(&name, &outcome, t.elapsed().as_secs_f64())
+        };
         // A repeat is safe unless a partial append or unique file may be left behind.
         if data_connection_failed(&outcome)
             && (self.spec.dest_command == DestCommand::Replace

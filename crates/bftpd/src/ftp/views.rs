@@ -88,6 +88,7 @@ pub fn file_result(name: &str, outcome: &CopyOutcome, seconds: f64) -> FileResul
             .or(report.destination_reply.as_ref())
             .map(reply_view),
         fallbacks: report.fallbacks.iter().map(|f| format!("{f:?}")).collect(),
+        tls: None,
         detail,
         seconds,
     }

@@ -1,0 +1,206 @@
+//! TLS on the server-to-server data connection (TLS FXP), decided before each copy.
+//!
+//! One of the two servers must be the TLS client of their data connection. `SSCN ON`
+//! makes a server that offers it take that part (proFTPD's mod_tls does; vsftpd and
+//! Pure-FTPd answer 500 and can only be TLS servers). The rule (`bftp_core::tls::data_plan`):
+//! the stricter of the two sides' data policies decides; the source is asked first, then
+//! the destination; with neither able, `required` fails the copy permanently with the
+//! explanation and `preferred` moves the bytes in clear, which the ledger says per file.
+//! The server that is not the TLS client gets `SSCN OFF` if an earlier copy set it on.
+
+use bftp_core::reply::{Disposition, PermanentKind};
+use bftp_core::tls::{data_plan, DataAbility, DataPlan, TlsClient, TlsPolicy};
+
+use super::outcome::{JobFailure, PairError};
+use super::{index, Pair};
+use crate::session::SessionError;
+use crate::transcript::Side;
+
+/// What the data of the last copy got, for the ledger and the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataTls {
+    /// Whether the bytes moved through TLS between the servers.
+    pub encrypted: bool,
+    /// The server that was the TLS client (SSCN ON), when encrypted.
+    pub tls_client: Option<Side>,
+    /// Why the data moved in clear although a policy asked for TLS.
+    pub note: Option<String>,
+}
+
+impl DataTls {
+    /// One line for the ledger: `data encrypted, TLS client: source` / `data in clear`.
+    pub fn describe(&self) -> String {
+        match (self.encrypted, self.tls_client, &self.note) {
+            (true, Some(side), _) => format!("data encrypted (TLS client: {side})"),
+            (true, None, _) => "data encrypted".into(),
+            (false, _, Some(note)) => format!("data in clear: {note}"),
+            (false, _, None) => "data in clear".into(),
+        }
+    }
+}
+
+fn side_of(c: TlsClient) -> Side {
+    match c {
+        TlsClient::Source => Side::Source,
+        TlsClient::Destination => Side::Destination,
+    }
+}
+
+impl Pair {
+    fn session_error(&self, side: Side, command: &str, error: SessionError) -> PairError {
+        let disposition =
+            bftp_core::reply::classify(bftp_core::reply::CommandKind::Other, error.outcome());
+        PairError {
+            failure: JobFailure::Session {
+                side,
+                host: self.logins[index(side)].host.clone(),
+                command: command.into(),
+                error,
+            },
+            disposition,
+            transcript: self.recorder.take(),
+        }
+    }
+
+    async fn prot(&mut self, side: Side, private: bool) -> Result<bool, PairError> {
+        match self.session(side).set_prot(private).await {
+            Ok(done) => Ok(done),
+            Err(e) => Err(self.session_error(side, "PROT", e)),
+        }
+    }
+
+    async fn sscn(&mut self, side: Side, on: bool) -> Result<bool, PairError> {
+        match self.session(side).set_sscn(on).await {
+            Ok(done) => Ok(done),
+            Err(e) => Err(self.session_error(side, "SSCN", e)),
+        }
+    }
+
+    /// PROT and SSCN on both servers for the next copy, by the data policies; the plan
+    /// taken is kept for [`Pair::data_tls`].
+    pub(super) async fn protect_data(&mut self) -> Result<(), PairError> {
+        let policies = [self.logins[0].tls.data, self.logins[1].tls.data];
+        if policies == [TlsPolicy::Off, TlsPolicy::Off]
+            && !self.src.prot_private()
+            && !self.dst.prot_private()
+        {
+            self.data_tls = None;
+            return Ok(());
+        }
+        let tls = [self.src.tls().is_some(), self.dst.tls().is_some()];
+        let mut ability = [DataAbility::default(); 2];
+        for side in [Side::Source, Side::Destination] {
+            let i = index(side);
+            ability[i].tls = tls[i];
+            if tls[i] && policies[0].max(policies[1]) != TlsPolicy::Off {
+                ability[i].sscn = self.session(side).sscn_possible();
+            }
+        }
+        // Ask for SSCN in the plan's order until one side takes it.
+        let mut plan = data_plan(policies[0], policies[1], ability[0], ability[1]);
+        while let DataPlan::Encrypted(client) = plan {
+            let side = side_of(client);
+            if self.sscn(side, true).await? {
+                break;
+            }
+            ability[index(side)].sscn = false;
+            plan = data_plan(policies[0], policies[1], ability[0], ability[1]);
+        }
+        match plan {
+            DataPlan::Encrypted(client) => {
+                let side = side_of(client);
+                self.sscn(side.other(), false).await?;
+                let both = self.prot(Side::Source, true).await?
+                    && self.prot(Side::Destination, true).await?;
+                if both {
+                    self.data_tls = Some(DataTls {
+                        encrypted: true,
+                        tls_client: Some(side),
+                        note: None,
+                    });
+                    return Ok(());
+                }
+                self.clear_data("PROT P refused").await
+            }
+            DataPlan::Clear => {
+                let why = if policies[0].max(policies[1]) == TlsPolicy::Off {
+                    None
+                } else {
+                    Some(self.why_no_tls(tls))
+                };
+                self.clear_data_with(why).await
+            }
+            DataPlan::Impossible => Err(PairError {
+                failure: JobFailure::DataTls {
+                    explanation: format!(
+                        "the data policy requires TLS between the servers, and {}",
+                        self.why_no_tls(tls)
+                    ),
+                },
+                disposition: Disposition::Permanent(PermanentKind::CommandRejected),
+                transcript: self.recorder.take(),
+            }),
+        }
+    }
+
+    fn why_no_tls(&self, tls: [bool; 2]) -> String {
+        let host = |i: usize| self.logins[i].host.as_str();
+        match tls {
+            [false, _] => format!("the source {} has no TLS control connection", host(0)),
+            [_, false] => format!("the destination {} has no TLS control connection", host(1)),
+            _ => format!(
+                "neither {} nor {} can be the TLS client of their data connection (SSCN ON refused by both; vsftpd and Pure-FTPd can only be TLS servers)",
+                host(0),
+                host(1)
+            ),
+        }
+    }
+
+    async fn clear_data(&mut self, why: &str) -> Result<(), PairError> {
+        self.clear_data_with(Some(why.to_owned())).await
+    }
+
+    async fn clear_data_with(&mut self, why: Option<String>) -> Result<(), PairError> {
+        for side in [Side::Source, Side::Destination] {
+            self.prot(side, false).await?;
+            self.sscn(side, false).await?;
+        }
+        self.data_tls = Some(DataTls {
+            encrypted: false,
+            tls_client: None,
+            note: why,
+        });
+        Ok(())
+    }
+
+    /// What the last copy's data got (`None`: no TLS asked for or in force).
+    pub fn data_tls(&self) -> Option<&DataTls> {
+        self.data_tls.as_ref()
+    }
+
+    /// One line on this pair's TLS for the ledger: each side's control connection and the
+    /// last copy's data. `None` when nothing on the pair uses or asked for TLS.
+    pub fn tls_summary(&self) -> Option<String> {
+        let control = |side: Side| -> Option<String> {
+            let s = match side {
+                Side::Source => &self.src,
+                Side::Destination => &self.dst,
+            };
+            match (s.tls(), s.tls_note()) {
+                (Some(t), _) => Some(format!("{side} control {} ({})", t.version, t.trust)),
+                (None, Some(_)) => Some(format!("{side} control in clear (no AUTH TLS)")),
+                (None, None) => None,
+            }
+        };
+        let parts: Vec<String> = [control(Side::Source), control(Side::Destination)]
+            .into_iter()
+            .flatten()
+            .chain(self.data_tls.as_ref().map(DataTls::describe))
+            .collect();
+        if parts.is_empty() {
+            None
+        } else {
+            Some(parts.join("; "))
+        }
+    }
+}

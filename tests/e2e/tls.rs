@@ -1,0 +1,627 @@
+//! FTPS (issue 13) against the real servers: explicit TLS on the control connections of all
+//! three as source and destination, certificate refusals (no USER sent), servers without
+//! AUTH TLS under `required`/`preferred`, a handshake that fails after 234, the bytes on the
+//! wire (PASS never in clear), listings under PROT P.
+//!
+//! Certificates are made by the test (rcgen): a CA, and server certificates with IP SANs
+//! for the loopback addresses the servers listen on.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bftp_tests::daemon::{text, Bftpd};
+use bftp_tests::hostile::{Action, HostileServer, Script};
+use bftp_tests::{FtpOptions, FtpServer, ServerKind, ServerTls};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+use serde_json::Value;
+
+use crate::scheduler::{submit_urls, wait_final};
+
+/// A test PKI in a temporary directory: one CA, and server certificates it (or a stranger
+/// CA) signs.
+pub(crate) struct Pki {
+    dir: tempfile::TempDir,
+    ca: rcgen::Certificate,
+    ca_key: KeyPair,
+}
+
+/// How a server certificate is made wrong.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Flaw {
+    None,
+    /// Its only SAN is another address.
+    WrongName,
+    /// Its validity ended in 2020.
+    Expired,
+    /// Signed by a CA bftpd does not know.
+    UnknownIssuer,
+}
+
+fn ca(name: &str) -> (rcgen::Certificate, KeyPair) {
+    let key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.distinguished_name.push(DnType::CommonName, name);
+    (p.self_signed(&key).unwrap(), key)
+}
+
+impl Pki {
+    pub(crate) fn new() -> Pki {
+        let dir = tempfile::Builder::new()
+            .prefix("bftp-pki-")
+            .tempdir()
+            .unwrap();
+        // The FTP servers read their keys as root before they drop privileges; the files
+        // stay private.
+        let (ca, ca_key) = ca("bftp test CA");
+        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+        Pki { dir, ca, ca_key }
+    }
+
+    pub(crate) fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// A server certificate for the loopback addresses the tests use, with `flaw`; returns
+    /// the server's TLS options and the certificate's DER (for a fingerprint).
+    pub(crate) fn server(&self, name: &str, flaw: Flaw, required: bool) -> (ServerTls, Vec<u8>) {
+        let sans: Vec<String> = match flaw {
+            Flaw::WrongName => vec!["127.0.0.9".into()],
+            _ => vec!["127.0.0.1".into(), "127.0.0.2".into(), "127.0.0.3".into()],
+        };
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(sans).unwrap();
+        p.distinguished_name.push(DnType::CommonName, name);
+        if flaw == Flaw::Expired {
+            p.not_before = rcgen::date_time_ymd(2019, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2020, 1, 1);
+        }
+        let cert = if flaw == Flaw::UnknownIssuer {
+            let (other, other_key) = ca("a stranger CA");
+            p.signed_by(&key, &other, &other_key).unwrap()
+        } else {
+            p.signed_by(&key, &self.ca, &self.ca_key).unwrap()
+        };
+        let cert_path = self.dir.path().join(format!("{name}.pem"));
+        let key_path = self.dir.path().join(format!("{name}.key"));
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        let tls = ServerTls {
+            cert: cert_path,
+            key: key_path,
+            ca: self.ca_file(),
+            required,
+            implicit: false,
+        };
+        (tls, cert.der().to_vec())
+    }
+}
+
+/// A server of `kind` with a good certificate, TLS required for the login.
+fn tls_server(pki: &Pki, kind: ServerKind) -> FtpServer {
+    let (tls, _) = pki.server(kind.name(), Flaw::None, true);
+    FtpServer::start(
+        kind,
+        FtpOptions {
+            tls: Some(tls),
+            ..FtpOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+/// The daemon's config with `[ftp.tls]` `extra` lines (host entries) appended.
+fn daemon(tls_section: &str) -> Bftpd {
+    let section = tls_section.to_owned();
+    Bftpd::start_with(move |dir| format!("{}\n[ftp.tls]\n{section}", Bftpd::default_config(dir)))
+        .unwrap()
+}
+
+/// Every test server listens on 127.0.0.2: one host entry with the test CA.
+fn ca_entry(pki: &Pki) -> String {
+    format!(
+        "[[ftp.tls.hosts]]\nhost = \"127.0.0.2\"\nca_file = \"{}\"\n",
+        pki.ca_file().display()
+    )
+}
+
+fn transfer(
+    d: &Bftpd,
+    src: &FtpServer,
+    s: &str,
+    dst: &FtpServer,
+    t: &str,
+    extra: &[&str],
+) -> (Option<i32>, String, Vec<Value>) {
+    let mut args = vec!["--json", "transfer", &src.url(s), &dst.url(t)]
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = d.bftp_env(
+        None,
+        &args,
+        &[
+            ("BFTP_SOURCE_PASSWORD", src.password()),
+            ("BFTP_DEST_PASSWORD", dst.password()),
+        ],
+    );
+    let events = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    (o.status.code(), text(&o), events)
+}
+
+/// The `tls` line of a transfer's `file` event for `name`.
+fn file_tls(events: &[Value], name: &str) -> String {
+    events
+        .iter()
+        .find(|e| e["event"] == "file" && e["name"] == name)
+        .and_then(|e| e["tls"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn server_log(s: &FtpServer) -> String {
+    std::fs::read_to_string(s.log_file()).unwrap_or_default()
+}
+
+/// Whether the server's own log shows a USER command (vsftpd's protocol log and proFTPD's
+/// ExtendedLog record each command; Pure-FTPd's output has none in either case).
+fn saw_user(s: &FtpServer) -> bool {
+    server_log(s).lines().any(|l| l.contains("\"USER "))
+}
+
+#[test]
+fn explicit_tls_on_all_three_servers_as_source_and_destination_of_jobs_and_transfers() {
+    let pki = Pki::new();
+    let servers: Vec<FtpServer> = ServerKind::ALL
+        .iter()
+        .map(|k| tls_server(&pki, *k))
+        .collect();
+    let d = daemon(&ca_entry(&pki));
+    // Queued jobs on a ring (each server once as source, once as destination), then
+    // `bftp transfer` on the reverse ring.
+    let mut jobs = Vec::new();
+    for i in 0..3 {
+        let (src, dst) = (&servers[i], &servers[(i + 1) % 3]);
+        let data = bftp_tests::payload(200_000 + i * 1000, i as u8);
+        src.put_file(&format!("out/job-{i}.bin"), &data).unwrap();
+        dst.mkdir("in").unwrap();
+        let id = submit_urls(
+            &d,
+            (&src.url(&format!("out/job-{i}.bin")), src.password()),
+            (&dst.url("in/"), dst.password()),
+            &["--tls", "required", "--data-tls", "off"],
+        );
+        jobs.push((id, i, data));
+    }
+    for (id, i, data) in &jobs {
+        let v = wait_final(&d, *id, Duration::from_secs(60));
+        let dst = &servers[(i + 1) % 3];
+        assert_eq!(v["outcome"], "succeeded", "{v:#}\n{}", d.logs());
+        assert_eq!(dst.read_file(&format!("in/job-{i}.bin")).unwrap(), *data);
+        // The ledger names each side's TLS and the clear data.
+        let tls = v["members"][0]["tls"].as_str().unwrap_or_default();
+        assert!(
+            tls.contains("source control TLS 1.") && tls.contains("destination control TLS 1."),
+            "{v:#}"
+        );
+        assert!(tls.contains("CA file"), "{tls}");
+    }
+    for i in 0..3 {
+        let (src, dst) = (&servers[(i + 1) % 3], &servers[i]);
+        let data = bftp_tests::payload(150_000 + i * 10, 10 + i as u8);
+        src.put_file(&format!("out/t-{i}.bin"), &data).unwrap();
+        let (code, out, events) = transfer(
+            &d,
+            src,
+            &format!("out/t-{i}.bin"),
+            dst,
+            "in/",
+            &["--tls", "required", "--data-tls", "off"],
+        );
+        assert_eq!(code, Some(0), "{} -> {}: {out}", src.kind(), dst.kind());
+        assert_eq!(dst.read_file(&format!("in/t-{i}.bin")).unwrap(), data);
+        let tls = file_tls(&events, &format!("t-{i}.bin"));
+        assert!(tls.contains("destination control TLS 1."), "{out}");
+    }
+    // Each server demanded TLS before USER (vsftpd force_local_logins_ssl, proFTPD
+    // TLSRequired ctrl, Pure-FTPd --tls=2), so every login above was encrypted.
+    for s in &servers {
+        assert!(
+            saw_user(s) || s.kind() == ServerKind::PureFtpd,
+            "{}",
+            server_log(s)
+        );
+    }
+    assert!(!d.logs().contains(servers[0].password()));
+}
+
+/// A server with a bad certificate, under `required`: a permanent failure that names the
+/// host and the reason, and no USER reaches the server. The same server with its pinned
+/// fingerprint is accepted.
+#[test]
+fn refused_certificates_fail_permanently_with_the_reason_and_send_no_user() {
+    let pki = Pki::new();
+    let dst = tls_server(&pki, ServerKind::Proftpd);
+    dst.mkdir("in").unwrap();
+    let cases = [
+        (Flaw::WrongName, "wrong name"),
+        (Flaw::Expired, "expired"),
+        (Flaw::UnknownIssuer, "unknown issuer"),
+    ];
+    let mut bad = Vec::new();
+    for (flaw, _) in cases {
+        let (tls, der) = pki.server(&format!("bad-{flaw:?}"), flaw, false);
+        let s = FtpServer::start(
+            ServerKind::Vsftpd,
+            FtpOptions {
+                tls: Some(tls),
+                ..FtpOptions::default()
+            },
+        )
+        .unwrap();
+        s.put_file("out/f.bin", b"bad cert source").unwrap();
+        bad.push((s, der));
+    }
+    let d = daemon(&ca_entry(&pki));
+    for ((s, _), (flaw, reason)) in bad.iter().zip(cases) {
+        let id = submit_urls(
+            &d,
+            (&s.url("out/f.bin"), s.password()),
+            (&dst.url("in/"), dst.password()),
+            &["--tls", "required"],
+        );
+        let v = wait_final(&d, id, Duration::from_secs(30));
+        let shown = v.to_string();
+        assert_eq!(v["outcome"], "failed", "{flaw:?}: {v:#}");
+        assert!(shown.contains("failed_permanent"), "{flaw:?}: {v:#}");
+        assert!(shown.contains(reason), "{flaw:?}: {reason:?} not in {v:#}");
+        assert!(
+            shown.contains("127.0.0.2"),
+            "{flaw:?}: host not named: {v:#}"
+        );
+        assert!(
+            !saw_user(s),
+            "{flaw:?}: USER reached the server:\n{}",
+            server_log(s)
+        );
+        assert!(server_log(s).contains("AUTH TLS"), "{}", server_log(s));
+    }
+    // The wrong-name server with its certificate pinned: accepted.
+    let (wrong, der) = &bad[0];
+    let fp = bftp_ftp::tls::hex(&bftp_ftp::tls::fingerprint(der));
+    let pinned = daemon(&format!(
+        "[[ftp.tls.hosts]]\nhost = \"127.0.0.2\"\nfingerprint = \"{fp}\"\n"
+    ));
+    // The pin is for this host name, so the destination (same address, other certificate)
+    // is not part of this run: copy to a clear destination.
+    let plain = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    plain.mkdir("in").unwrap();
+    let (code, out, _) = transfer(
+        &pinned,
+        wrong,
+        "out/f.bin",
+        &plain,
+        "in/",
+        &["--tls", "required,off"],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(plain.read_file("in/f.bin").unwrap(), b"bad cert source");
+}
+
+/// A server without TLS: under `required` a permanent failure before USER; under
+/// `preferred` the copy runs in clear and says so.
+#[test]
+fn a_server_without_auth_tls_fails_under_required_and_runs_in_clear_under_preferred() {
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    src.put_file("out/f.bin", b"clear server").unwrap();
+    dst.mkdir("in").unwrap();
+    let d = daemon("");
+    let id = submit_urls(
+        &d,
+        (&src.url("out/f.bin"), src.password()),
+        (&dst.url("in/"), dst.password()),
+        &["--tls", "required"],
+    );
+    let v = wait_final(&d, id, Duration::from_secs(30));
+    assert_eq!(v["outcome"], "failed", "{v:#}");
+    assert!(v.to_string().contains("failed_permanent"), "{v:#}");
+    assert!(v.to_string().contains("does not offer"), "{v:#}");
+    assert!(!saw_user(&src), "USER sent in clear:\n{}", server_log(&src));
+
+    let (code, out, events) = transfer(&d, &src, "out/f.bin", &dst, "in/", &["--tls", "preferred"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(dst.read_file("in/f.bin").unwrap(), b"clear server");
+    let tls = file_tls(&events, "f.bin");
+    assert!(
+        tls.contains("source control in clear (no AUTH TLS)"),
+        "the clear login is not reported: {out}"
+    );
+}
+
+/// A server that accepts AUTH TLS and then cannot do TLS: the connection fails and is not
+/// retried in clear, even under `preferred`; no USER is sent.
+#[test]
+fn a_failed_handshake_after_auth_tls_is_not_retried_in_clear() {
+    let src = HostileServer::start(
+        Script::new()
+            .user("alice", "hostile-pw-9")
+            .file("/f.bin", b"x".to_vec())
+            .on("AUTH", Action::reply("234 go ahead")),
+    )
+    .unwrap();
+    let dst = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    dst.mkdir("in").unwrap();
+    let d = daemon("");
+    let o = d.bftp_env(
+        None,
+        &[
+            "--json",
+            "transfer",
+            &src.url("/f.bin"),
+            &dst.url("in/"),
+            "--tls",
+            "preferred,off",
+        ],
+        &[
+            ("BFTP_SOURCE_PASSWORD", "hostile-pw-9"),
+            ("BFTP_DEST_PASSWORD", dst.password()),
+        ],
+    );
+    let out = text(&o);
+    assert_ne!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("not retried in clear"), "{out}");
+    let commands = src.commands();
+    assert!(
+        commands.iter().any(|c| c.starts_with("AUTH")),
+        "{commands:?}"
+    );
+    assert!(
+        !commands
+            .iter()
+            .any(|c| c.starts_with("USER") || c.starts_with("PASS")),
+        "a login was tried in clear: {commands:?}"
+    );
+}
+
+/// A TCP relay that keeps every byte the client sent.
+struct Capture {
+    addr: SocketAddr,
+    sent: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Capture {
+    fn start(to: SocketAddr, on: Ipv4Addr) -> Capture {
+        let listener = TcpListener::bind((on, 0)).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let keep = sent.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(to) else {
+                    return;
+                };
+                let keep = keep.clone();
+                let (mut c_read, mut s_write) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut s_read, mut c_write) = (server, client);
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 16384];
+                    while let Ok(n) = c_read.read(&mut buf) {
+                        if n == 0 || s_write.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                        keep.lock().unwrap().extend_from_slice(&buf[..n]);
+                    }
+                    let _ = s_write.shutdown(Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s_read, &mut c_write);
+                    let _ = c_write.shutdown(Shutdown::Write);
+                });
+            }
+        });
+        Capture { addr, sent }
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        self.sent.lock().unwrap().clone()
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The control connection's bytes, captured between bftpd and the server: under `required`
+/// neither PASS nor the password crosses in clear (AUTH TLS does); with TLS off the same
+/// capture does see them, so the check can fail.
+#[test]
+fn no_password_crosses_the_wire_in_clear_under_tls() {
+    let pki = Pki::new();
+    let server = tls_server(&pki, ServerKind::Vsftpd);
+    let plain = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    server.put_file("out/f.bin", b"captured").unwrap();
+    plain.put_file("out/f.bin", b"captured").unwrap();
+    let sink = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    sink.mkdir("in").unwrap();
+    let d = daemon(&format!(
+        "{}[[ftp.tls.hosts]]\nhost = \"127.0.0.1\"\nca_file = \"{}\"\n",
+        ca_entry(&pki),
+        pki.ca_file().display()
+    ));
+    let run = |target: &FtpServer, policy: &str| -> (Vec<u8>, String) {
+        let cap = Capture::start(target.addr(), Ipv4Addr::LOCALHOST);
+        let url = format!(
+            "ftp://{}@127.0.0.1:{}/out/f.bin",
+            target.user(),
+            cap.addr.port()
+        );
+        let o = d.bftp_env(
+            None,
+            &[
+                "--json",
+                "verify",
+                &url,
+                &sink.url("in/"),
+                "--tls",
+                &format!("{policy},off"),
+            ],
+            &[
+                ("BFTP_SOURCE_PASSWORD", target.password()),
+                ("BFTP_DEST_PASSWORD", sink.password()),
+            ],
+        );
+        let out = text(&o);
+        std::thread::sleep(Duration::from_millis(200));
+        (cap.bytes(), out)
+    };
+    let (encrypted, out) = run(&server, "required");
+    assert!(
+        contains(&encrypted, b"AUTH TLS"),
+        "{out}\n{}",
+        String::from_utf8_lossy(&encrypted)
+    );
+    assert!(!contains(&encrypted, b"PASS"), "PASS in clear");
+    assert!(
+        !contains(&encrypted, server.password().as_bytes()),
+        "the password in clear"
+    );
+    assert!(!contains(&encrypted, b"USER"), "USER in clear");
+    let (clear, out) = run(&plain, "off");
+    assert!(
+        contains(&clear, b"PASS "),
+        "{out}\n{}",
+        String::from_utf8_lossy(&clear)
+    );
+    assert!(contains(&clear, plain.password().as_bytes()));
+}
+
+/// A multi-file job's listing under data policy `preferred`: PROT P is in force on the
+/// source, whose listing data connection is then TLS (vsftpd serves the listing only over
+/// TLS after PROT P).
+#[test]
+fn the_source_listing_uses_tls_under_prot_p() {
+    let pki = Pki::new();
+    let src = tls_server(&pki, ServerKind::Vsftpd);
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    for n in ["a", "b"] {
+        src.put_file(&format!("out/{n}.dat"), n.repeat(5000).as_bytes())
+            .unwrap();
+    }
+    dst.mkdir("in").unwrap();
+    let d = daemon(&ca_entry(&pki));
+    let (code, out, events) = transfer(
+        &d,
+        &src,
+        "out/*.dat",
+        &dst,
+        "in/",
+        &["--tls", "required,off", "--data-tls", "preferred,off"],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    let summary = events.last().unwrap();
+    assert_eq!(summary["succeeded"].as_u64(), Some(2), "{out}");
+    let log = server_log(&src);
+    let prot = log.find("PROT P").expect("no PROT P");
+    let listing = ["MLSD", "NLST", "LIST"]
+        .iter()
+        .filter_map(|v| log[prot..].find(v))
+        .min();
+    assert!(listing.is_some(), "no listing after PROT P:\n{log}");
+}
+
+/// TLS FXP: every ordered pair with proFTPD (the one server that can be the TLS client of a
+/// data connection, after SSCN ON) moves the bytes encrypted, exactly, and the file's
+/// ledger line says so and names the TLS client; one pair moves a large file.
+#[test]
+fn tls_fxp_on_every_ordered_pair_with_proftpd_is_byte_exact_and_encrypted() {
+    let pki = Pki::new();
+    let pro = tls_server(&pki, ServerKind::Proftpd);
+    let vs = tls_server(&pki, ServerKind::Vsftpd);
+    let pure = tls_server(&pki, ServerKind::PureFtpd);
+    let pro2 = tls_server(&pki, ServerKind::Proftpd);
+    let d = daemon(&ca_entry(&pki));
+    let pairs: [(&FtpServer, &FtpServer, &str, usize); 5] = [
+        (&vs, &pro, "destination", 300_000),
+        (&pro, &pure, "source", 300_000),
+        (&pure, &pro, "destination", 300_000),
+        (&pro, &pro2, "source", 8 << 20),
+        (&pro, &vs, "source", 300_000),
+    ];
+    for (i, (src, dst, client, len)) in pairs.into_iter().enumerate() {
+        let data = bftp_tests::payload(len, 40 + i as u8);
+        let name = format!("x-{i}.bin");
+        src.put_file(&format!("out/{name}"), &data).unwrap();
+        dst.mkdir("in").unwrap();
+        let (code, out, events) = transfer(
+            &d,
+            src,
+            &format!("out/{name}"),
+            dst,
+            "in/",
+            &["--tls", "required", "--data-tls", "required"],
+        );
+        let what = format!("{} -> {}", src.kind(), dst.kind());
+        assert_eq!(code, Some(0), "{what}: {out}");
+        assert!(
+            dst.read_file(&format!("in/{name}")).unwrap() == data,
+            "{what}: bytes differ"
+        );
+        let tls = file_tls(&events, &name);
+        assert!(
+            tls.contains(&format!("data encrypted (TLS client: {client})")),
+            "{what}: {tls}\n{out}"
+        );
+    }
+}
+
+/// vsftpd and Pure-FTPd can only be TLS servers of a data connection: under data policy
+/// `required` their copy fails permanently with the explanation; under `preferred` it
+/// moves in clear and the file's ledger line says so.
+#[test]
+fn vsftpd_and_pure_ftpd_cannot_encrypt_their_data_required_fails_preferred_says_clear() {
+    let pki = Pki::new();
+    let vs = tls_server(&pki, ServerKind::Vsftpd);
+    let pure = tls_server(&pki, ServerKind::PureFtpd);
+    let data = bftp_tests::payload(100_000, 77);
+    vs.put_file("out/f.bin", &data).unwrap();
+    pure.mkdir("in").unwrap();
+    let d = daemon(&ca_entry(&pki));
+    let id = submit_urls(
+        &d,
+        (&vs.url("out/f.bin"), vs.password()),
+        (&pure.url("in/"), pure.password()),
+        &["--tls", "required", "--data-tls", "required"],
+    );
+    let v = wait_final(&d, id, Duration::from_secs(30));
+    let shown = v.to_string();
+    assert_eq!(v["outcome"], "failed", "{v:#}");
+    assert!(shown.contains("failed_permanent"), "{v:#}");
+    assert!(shown.contains("TLS client"), "no explanation: {v:#}");
+    assert!(
+        pure.read_file("in/f.bin").is_err(),
+        "copied in clear under required"
+    );
+
+    let id = submit_urls(
+        &d,
+        (&vs.url("out/f.bin"), vs.password()),
+        (&pure.url("in/"), pure.password()),
+        &["--tls", "required", "--data-tls", "preferred"],
+    );
+    let v = wait_final(&d, id, Duration::from_secs(30));
+    assert_eq!(v["outcome"], "succeeded", "{v:#}");
+    assert_eq!(pure.read_file("in/f.bin").unwrap(), data);
+    let tls = v["members"][0]["tls"].as_str().unwrap_or_default();
+    assert!(tls.contains("data in clear"), "{v:#}");
+}
