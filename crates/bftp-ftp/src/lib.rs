@@ -11,8 +11,9 @@ pub mod transcript;
 
 pub use engine::{
     verify, ActionError, Announce, Announced, AttemptReport, Check, CopyOutcome, CopyRequest,
-    Failure, Fallback, JobFailure, LastReply, ListError, ListMethod, Listed, Listing, Pair,
-    PairError, Progress, RejectedName, SizeCheck, SizeWatch, Skipped, VerifyReport, VerifyRequest,
+    Failure, Fallback, HashProof, JobFailure, LastReply, ListError, ListMethod, Listed, Listing,
+    Pair, PairError, Progress, RejectedName, SizeCheck, SizeWatch, Skipped, VerifyReport,
+    VerifyRequest,
 };
 pub use limits::{AddressCheck, AllowAll, Limits, ServerLogin};
 pub use parse::{AddressError, FactError, MlsdError, NameError, ReplyError};

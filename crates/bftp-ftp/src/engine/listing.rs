@@ -596,7 +596,7 @@ impl Pair {
 
     /// FEAT of the source (RFC 2389), asked once per session. The 211 reply is
     /// multi-line; it is read as any reply.
-    async fn features(&mut self) -> Vec<String> {
+    pub(super) async fn features(&mut self) -> Vec<String> {
         if let Some(features) = &self.source_features {
             return features.clone();
         }

@@ -14,6 +14,7 @@
 
 mod listing;
 mod outcome;
+mod proof;
 mod size_watch;
 mod transfer;
 mod verify;
@@ -31,6 +32,7 @@ pub use outcome::{
     AttemptReport, CopyOutcome, Failure, Fallback, JobFailure, LastReply, PairError, Progress,
     SizeCheck,
 };
+pub use proof::{hash_wait, HashProof, HASH_RATE_FLOOR};
 pub use size_watch::SizeWatch;
 pub use verify::{verify, Check, VerifyReport, VerifyRequest};
 
@@ -118,6 +120,8 @@ pub struct Pair {
     deadline: Option<Instant>,
     progress: watch::Sender<Progress>,
     dead: Option<String>,
+    /// What each session offers for proofs after a copy (`proof.rs`).
+    proof: proof::ProofState,
 }
 
 impl std::fmt::Debug for Pair {
@@ -227,6 +231,7 @@ impl Pair {
             deadline: None,
             progress,
             dead: None,
+            proof: proof::ProofState::default(),
         }
     }
 
@@ -673,6 +678,7 @@ impl Pair {
         if side == Side::Source {
             self.source_features = None;
         }
+        self.proof.forget(side);
         self.set_params(side).await
     }
 
