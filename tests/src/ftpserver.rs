@@ -111,6 +111,9 @@ pub struct FtpOptions {
     /// Bytes per second a session may move (vsftpd `local_max_rate`), so that a copy lasts
     /// long enough to be watched. vsftpd only: another kind refuses to start with it.
     pub max_rate: Option<u64>,
+    /// proFTPD only: load mod_digest (Debian ships it, not loaded by default), which adds
+    /// HASH (with OPTS HASH), XSHA256, XSHA1, XMD5, XCRC and friends to FEAT.
+    pub digest: bool,
 }
 
 impl Default for FtpOptions {
@@ -121,6 +124,7 @@ impl Default for FtpOptions {
             passive_ports: PASSIVE_PORTS,
             parent: None,
             max_rate: None,
+            digest: false,
         }
     }
 }
@@ -468,6 +472,11 @@ impl FtpServer {
     fn command(&self, token: &str) -> Result<Command> {
         let d = self.dir.path();
         let (lo, hi) = (*self.passive.start(), *self.passive.end());
+        ensure!(
+            !self.opts.digest || self.kind == ServerKind::Proftpd,
+            "digest is only for proFTPD, not {}",
+            self.kind
+        );
         match self.kind {
             ServerKind::Vsftpd => {
                 let promiscuous = if self.opts.fxp { "YES" } else { "NO" };
@@ -550,6 +559,16 @@ local_max_rate={rate}
                 let group = d.join("group");
                 fs::write(&group, format!("{FTP_USER}:x:{}:\n", self.gid))?;
                 let foreign = if self.opts.fxp { "on" } else { "off" };
+                let digest = if self.opts.digest {
+                    format!(
+                        "ModulePath {}\nLoadModule mod_digest.c\n",
+                        crate::testdeps_prefix()
+                            .join("proftpd/usr/lib/proftpd")
+                            .display()
+                    )
+                } else {
+                    String::new()
+                };
                 let conf = d.join("proftpd.conf");
                 fs::write(
                     &conf,
@@ -582,7 +601,7 @@ AuthGroupFile {group}
 RequireValidShell off
 DefaultRoot ~
 AllowOverwrite on
-",
+{digest}",
                         host = self.opts.host,
                         port = self.port,
                         d = d.display(),

@@ -57,6 +57,9 @@ pub(crate) struct SpecV1 {
     pub retry: RetryV1,
     pub notify: Vec<String>,
     pub kw: bool,
+    /// The weakest proof the job accepts: `hash`, `size`, `replies`; absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -129,6 +132,9 @@ pub(crate) struct MemberV1 {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stored: Option<String>,
     pub updated: u64,
+    /// What proved the copy: `hash`, `size` or `replies`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
 }
 
 /// A member's intent, with its own version `v`.
@@ -506,6 +512,7 @@ impl SpecV1 {
             },
             notify: s.notify.clone(),
             kw: s.keyword_present,
+            proof: s.proof.map(|p| p.as_str().to_owned()),
         }
     }
 }
@@ -632,6 +639,7 @@ impl MemberV1 {
             intent: None,
             stored: None,
             updated: now.0,
+            proof: None,
         }
     }
 
@@ -650,6 +658,7 @@ impl MemberV1 {
             intent: self.intent.as_ref().map(IntentV1::to_api),
             stored_as: self.stored.clone(),
             updated_at: Timestamp(self.updated),
+            proof: self.proof.clone(),
         }
     }
 }
@@ -834,6 +843,14 @@ pub(crate) fn job_to_api(id: JobId, r: &JobV1) -> Result<Job, StoreError> {
             },
             notify: s.notify.clone(),
             keyword_present: s.kw,
+            proof: s
+                .proof
+                .as_deref()
+                .map(|p| {
+                    p.parse::<bftp_core::proof::ProofLevel>()
+                        .map_err(|_| bad(format!("unknown proof {p:?}")))
+                })
+                .transpose()?,
         },
         state: r.state.to_api(),
         attempts: r.attempts,

@@ -1152,6 +1152,9 @@ impl JobStore for SledStore {
             if let Some(n) = &u.stored_as {
                 m.stored = Some(n.clone());
             }
+            if let Some(p) = &u.proof {
+                m.proof = Some(p.clone());
+            }
             m.updated = now.0;
             tx.members
                 .insert(&keys::member(id, index)[..], encode(&m))?;

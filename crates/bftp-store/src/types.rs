@@ -71,6 +71,8 @@ pub struct SealedSpec {
     pub retry: RetryPolicy,
     pub notify: Vec<String>,
     pub keyword_present: bool,
+    /// The weakest proof the job accepts (see `JobSpec::proof`).
+    pub proof: Option<bftp_core::proof::ProofLevel>,
 }
 
 /// The idempotency key of a submission (RULES.md §4.5), both parts hashed by the daemon.
@@ -152,6 +154,8 @@ pub struct Member {
     /// on that destination file, which no other member may make.
     pub stored_as: Option<String>,
     pub updated_at: Timestamp,
+    /// What proved the copy (`hash`, `size`, `replies`), once it is succeeded.
+    pub proof: Option<String>,
 }
 
 /// The fields of a member to change; `None` leaves a field as it is.
@@ -168,6 +172,7 @@ pub struct MemberUpdate {
     /// `Some(None)` clears the intent once it is resolved.
     pub intent: Option<Option<Intent>>,
     pub stored_as: Option<String>,
+    pub proof: Option<String>,
 }
 
 /// One line of a job's history.

@@ -539,6 +539,7 @@ mod tests {
             fallbacks: vec![],
             detail: None,
             seconds: 0.25,
+            proof: None,
         }
     }
 

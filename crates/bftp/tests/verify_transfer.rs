@@ -116,6 +116,7 @@ fn file(name: &str, ok: bool) -> String {
         fallbacks: vec![],
         detail: None,
         seconds: 1.0,
+        proof: None,
     }))
 }
 

@@ -14,6 +14,7 @@ pub mod live;
 pub mod mail;
 pub mod metrics;
 pub mod policy;
+pub mod proof;
 mod refusals;
 pub mod scheduler;
 pub mod secrets;

@@ -70,6 +70,7 @@ mod tests {
             retry: RetryPolicy::default(),
             notify: vec![],
             keyword: None,
+            proof: None,
         }
     }
 

@@ -90,5 +90,6 @@ pub fn file_result(name: &str, outcome: &CopyOutcome, seconds: f64) -> FileResul
         fallbacks: report.fallbacks.iter().map(|f| format!("{f:?}")).collect(),
         detail,
         seconds,
+        proof: None,
     }
 }
