@@ -320,3 +320,82 @@ fn vsftpd_pairs_prove_by_size_and_refuse_a_required_hash() {
     assert!(text(&o).contains("requires a hash proof"), "{}", text(&o));
     assert!(!dst.path("in/c.dat").exists(), "no file moved");
 }
+
+/// Hashing takes the server time: a HASH reply (`213-Computing...` first) that comes after
+/// more than the reply timeout is waited for when the file is large (the wait grows with
+/// the size), and a server that never answers fails the proof after the reply timeout plus
+/// the size's share, not never.
+#[test]
+fn a_slow_hash_reply_is_waited_for_by_size_and_a_silent_one_is_not_forever() {
+    use bftp_core::proof::{Algorithm, HashCommand, HashPlan};
+    use bftp_ftp::{HashProof, Limits, Pair, HASH_RATE_FLOOR};
+    use bftp_tests::scenario::{block_on, hostile_login, open};
+
+    let hex = "ab".repeat(32);
+    let large = 3 * HASH_RATE_FLOOR; // 3 s more than the reply timeout
+    let server = |hash: Action| {
+        HostileServer::start(
+            Script::new()
+                .user("u", "u-pw")
+                .features(["EPSV", "PASV", "SIZE", "HASH SHA-256;SHA-1*"])
+                .on("OPTS", Action::reply("200 SHA-256"))
+                .on("HASH", hash),
+        )
+        .unwrap()
+    };
+    let slow = format!("213-Computing SHA-256 digest\n213 SHA-256 0-{large} {hex} big.bin");
+    let src = server(Action::Sequence(vec![
+        Action::delayed(Duration::from_secs(2), Action::reply(slow)),
+        Action::Silence,
+    ]));
+    let dst = server(Action::reply(format!(
+        "213 SHA-256 0-{large} {hex} big.bin"
+    )));
+    let limits = Limits {
+        reply_timeout: Duration::from_secs(1),
+        transfer_timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let plan = HashPlan {
+        algorithm: Algorithm::Sha256,
+        source: HashCommand::Hash,
+        destination: HashCommand::Hash,
+    };
+    block_on(async {
+        let mut pair: Pair = open(&hostile_login(&src), &hostile_login(&dst), &limits)
+            .await
+            .unwrap();
+        let t = std::time::Instant::now();
+        let p = pair
+            .prove_hash(&plan, "big.bin", "big.bin", Some(large))
+            .await;
+        assert_eq!(
+            p,
+            HashProof::Equal {
+                algorithm: Algorithm::Sha256,
+                digest: hex.clone()
+            }
+        );
+        assert!(t.elapsed() >= Duration::from_secs(2), "{:?}", t.elapsed());
+
+        let t = std::time::Instant::now();
+        let p = pair
+            .prove_hash(&plan, "small.bin", "small.bin", Some(10))
+            .await;
+        let waited = t.elapsed();
+        assert!(
+            matches!(
+                p,
+                HashProof::Failed {
+                    side: bftp_ftp::Side::Source,
+                    ..
+                }
+            ),
+            "{p:?}"
+        );
+        assert!(
+            waited >= Duration::from_secs(1) && waited < Duration::from_secs(4),
+            "{waited:?}"
+        );
+    });
+}
