@@ -1258,3 +1258,32 @@ fn refusal_memory_counts_attempts_and_survives_a_reopen() {
     assert_eq!((m.count, m.first_seen), (1, at(30)));
     store.verify().unwrap();
 }
+
+/// Issue 16: a job's required proof and each member's proof are stored and read back, across
+/// a reopen of the store.
+#[test]
+fn required_and_recorded_proofs_survive_a_reopen() {
+    use bftp_core::proof::ProofLevel;
+    let dir = tempfile::tempdir().unwrap();
+    let id = {
+        let store = open(dir.path());
+        let mut j = with_members(job(1), &["a", "b"]);
+        j.spec.proof = Some(ProofLevel::Hash);
+        let id = store.submit(j).unwrap().job().id;
+        let u = MemberUpdate {
+            state: Some(MemberState::Succeeded),
+            proof: Some("hash".into()),
+            ..Default::default()
+        };
+        store.update_member(id, 0, u, at(70)).unwrap();
+        id
+    };
+    let store = open(dir.path());
+    assert_eq!(
+        store.get(id).unwrap().unwrap().spec.proof,
+        Some(ProofLevel::Hash)
+    );
+    let members = store.members(id).unwrap();
+    assert_eq!(members[0].proof.as_deref(), Some("hash"));
+    assert_eq!(members[1].proof, None);
+}
