@@ -20,4 +20,5 @@ mod slow_engine;
 mod slow_package;
 mod slow_scheduler;
 mod slow_unique;
+mod tree;
 mod unique;

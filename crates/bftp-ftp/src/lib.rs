@@ -11,9 +11,9 @@ pub mod transcript;
 
 pub use engine::{
     hash_wait, verify, ActionError, Announce, Announced, AttemptReport, Check, CopyOutcome,
-    CopyRequest, Failure, Fallback, HashProof, JobFailure, LastReply, ListError, ListMethod,
-    Listed, Listing, Pair, PairError, Progress, RejectedName, SizeCheck, SizeWatch, Skipped,
-    VerifyReport, VerifyRequest, HASH_RATE_FLOOR,
+    CopyRequest, DirListing, Failure, Fallback, HashProof, JobFailure, LastReply, ListError,
+    ListMethod, Listed, Listing, Pair, PairError, Progress, RejectedName, SizeCheck, SizeWatch,
+    Skipped, TreeEntry, TreeKind, VerifyReport, VerifyRequest, WalkMethod, HASH_RATE_FLOOR,
 };
 pub use limits::{AddressCheck, AllowAll, Limits, ServerLogin};
 pub use parse::{AddressError, FactError, MlsdError, NameError, ReplyError};

@@ -267,7 +267,7 @@ impl Names<'_> {
 }
 
 /// What a listing command gave.
-enum DataReply {
+pub(super) enum DataReply {
     Data(Vec<u8>),
     /// The first or final reply was negative.
     Negative {
@@ -614,7 +614,11 @@ impl Pair {
 
     /// Open a passive data connection from here to the source, send `verb dir`, read
     /// the data to the end and the final reply.
-    async fn data_command(&mut self, verb: &str, dir: &str) -> Result<DataReply, ListError> {
+    pub(super) async fn data_command(
+        &mut self,
+        verb: &str,
+        dir: &str,
+    ) -> Result<DataReply, ListError> {
         let addr = self.source_data_address().await?;
         let connect = tokio::time::timeout(self.limits.connect_timeout, TcpStream::connect(addr));
         let mut stream = match connect.await {

@@ -17,6 +17,7 @@ mod outcome;
 mod proof;
 mod size_watch;
 mod transfer;
+mod tree;
 mod verify;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ pub use outcome::{
 };
 pub use proof::{hash_wait, HashProof, HASH_RATE_FLOOR};
 pub use size_watch::SizeWatch;
+pub use tree::{DirListing, TreeEntry, TreeKind, WalkMethod};
 pub use verify::{verify, Check, VerifyReport, VerifyRequest};
 
 use crate::limits::{AddressCheck, Limits, ServerLogin};
