@@ -40,6 +40,32 @@ pub(crate) struct JobV1 {
     pub frozen: bool,
     /// Number of history records, i.e. the next history sequence number.
     pub hist: u32,
+    /// A recursive job's walk, once begun.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub walk: Option<WalkV1>,
+}
+
+/// A recursive job's walk: directories to list, directories listed (relative to the root).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub(crate) struct WalkV1 {
+    pub todo: Vec<String>,
+    pub done: Vec<String>,
+}
+
+impl WalkV1 {
+    pub(crate) fn start() -> WalkV1 {
+        WalkV1 {
+            todo: vec![String::new()],
+            done: Vec::new(),
+        }
+    }
+
+    pub(crate) fn to_api(&self) -> crate::types::Walk {
+        crate::types::Walk {
+            frontier: self.todo.clone(),
+            listed: self.done.clone(),
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -462,6 +488,7 @@ impl JobV1 {
             members,
             frozen: members > 0,
             hist: 0,
+            walk: None,
         }
     }
 }

@@ -311,3 +311,12 @@ pub struct AttemptTranscript {
     pub attempt: u32,
     pub lines: Vec<String>,
 }
+
+/// A recursive job's walk of its source tree: the directories still to list (in the order
+/// they will be listed: parents before children) and those listed, each frozen with its files
+/// as members. Directories are relative to the job's root (`""` is the root).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Walk {
+    pub frontier: Vec<String>,
+    pub listed: Vec<String>,
+}
