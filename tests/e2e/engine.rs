@@ -891,6 +891,8 @@ fn verify_request(source: &str, destination: &str) -> VerifyRequest {
     VerifyRequest {
         source_path: source.to_owned(),
         destination_path: destination.to_owned(),
+        dest_command: bftp_core::DestCommand::Replace,
+        proof: None,
     }
 }
 
@@ -918,7 +920,15 @@ fn verify_reports_each_check() -> Result<()> {
         };
         let report = run("/pub/a.txt", "/in/").await;
         ensure!(report.ok(), "{:#?}", report.checks);
-        ensure!(report.checks.len() == 7, "{:#?}", report.checks);
+        ensure!(report.checks.len() == 8, "{:#?}", report.checks);
+        // vsftpd and Pure-FTPd have SIZE and no hash command.
+        let proof = report.check("proof").context("no proof check")?;
+        ensure!(
+            proof
+                .detail
+                .starts_with("size (neither server offers a hash command"),
+            "{proof:?}"
+        );
         let data = report
             .check("third-party data connection")
             .context("no data check")?;

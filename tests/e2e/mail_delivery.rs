@@ -50,6 +50,7 @@ fn member(index: u32, name: &str, state: &str, code: u16, text: &str) -> MemberV
         dest_reply: None,
         detail: None,
         updated_at: "2025-11-30T10:00:05Z".into(),
+        proof: None,
         progress: None,
         tls: None,
     }
@@ -85,6 +86,7 @@ fn report() -> Report {
         },
         notify: vec!["alice@example.org".into()],
         has_keyword: false,
+        proof: None,
         members: vec![
             member(1, "a.csv", "succeeded", 226, "Transfer complete"),
             member(2, "b.csv", "failed_permanent", 550, "b.csv: no, s3cr3t-pw"),

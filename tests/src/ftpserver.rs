@@ -113,6 +113,9 @@ pub struct FtpOptions {
     pub max_rate: Option<u64>,
     /// Explicit FTPS (AUTH TLS) with these certificates; `None`: no TLS at all.
     pub tls: Option<ServerTls>,
+    /// proFTPD only: load mod_digest (Debian ships it, not loaded by default), which adds
+    /// HASH (with OPTS HASH), XSHA256, XSHA1, XMD5, XCRC and friends to FEAT.
+    pub digest: bool,
 }
 
 /// A test server's TLS setup: its certificate and key (PEM files), the CA it trusts when it
@@ -139,6 +142,7 @@ impl Default for FtpOptions {
             parent: None,
             max_rate: None,
             tls: None,
+            digest: false,
         }
     }
 }
@@ -486,6 +490,11 @@ impl FtpServer {
     fn command(&self, token: &str) -> Result<Command> {
         let d = self.dir.path();
         let (lo, hi) = (*self.passive.start(), *self.passive.end());
+        ensure!(
+            !self.opts.digest || self.kind == ServerKind::Proftpd,
+            "digest is only for proFTPD, not {}",
+            self.kind
+        );
         match self.kind {
             ServerKind::Vsftpd => {
                 let promiscuous = if self.opts.fxp { "YES" } else { "NO" };
@@ -569,6 +578,16 @@ local_max_rate={rate}
                 let group = d.join("group");
                 fs::write(&group, format!("{FTP_USER}:x:{}:\n", self.gid))?;
                 let foreign = if self.opts.fxp { "on" } else { "off" };
+                let digest = if self.opts.digest {
+                    format!(
+                        "ModulePath {}\nLoadModule mod_digest.c\n",
+                        crate::testdeps_prefix()
+                            .join("proftpd/usr/lib/proftpd")
+                            .display()
+                    )
+                } else {
+                    String::new()
+                };
                 let conf = d.join("proftpd.conf");
                 fs::write(
                     &conf,
@@ -602,7 +621,7 @@ RequireValidShell off
 DefaultRoot ~
 AllowOverwrite on
 {tls}
-",
+{digest}",
                         tls = self.proftpd_tls(),
                         host = self.opts.host,
                         port = self.port,

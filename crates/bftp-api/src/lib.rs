@@ -120,6 +120,10 @@ pub struct SubmitRequest {
     pub notify: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keyword: Option<String>,
+    /// The weakest proof of each copy the job accepts: `hash`, `size` or `replies`; absent,
+    /// whatever the pair of servers can give.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -174,6 +178,10 @@ pub struct MemberView {
     pub dest_reply: Option<ReplyView>,
     pub detail: Option<String>,
     pub updated_at: String,
+    /// What proved the copy of a succeeded file: `hash` (both servers' digests of one
+    /// algorithm agree), `size` (SIZE agrees) or `replies` (both final replies only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
     /// While this file is being copied by a running attempt: how far it is. Kept in the
     /// daemon's memory only, absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -258,6 +266,9 @@ pub struct JobView {
     pub notify: Vec<String>,
     /// The keyword itself is stored only as a keyed hash and cannot be shown.
     pub has_keyword: bool,
+    /// The weakest proof the job accepts (`hash`, `size`), if it requires one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
     pub members: Vec<MemberView>,
     /// The members counted by state.
     #[serde(default)]
@@ -362,6 +373,9 @@ pub struct FileResult {
     /// The copy's TLS, as [`MemberView::tls`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<String>,
+    /// What proved a succeeded copy: `hash`, `size` or `replies`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

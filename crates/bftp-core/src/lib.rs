@@ -8,6 +8,7 @@ pub mod ftpurl;
 pub mod intent;
 pub mod ledger;
 pub mod model;
+pub mod proof;
 pub mod refusal;
 pub mod reply;
 pub mod retention;

@@ -249,6 +249,9 @@ pub struct JobSpec {
     pub retry: RetryPolicy,
     pub notify: Vec<String>,
     pub keyword: Option<String>,
+    /// The weakest proof of each copy the job accepts (`--proof`): a pair that cannot give it
+    /// fails the job before any file moves. `None`: whatever the pair can give.
+    pub proof: Option<crate::proof::ProofLevel>,
 }
 
 /// One thing wrong with a request. Field names are the user's words (`source path`, `notify`).
@@ -544,6 +547,7 @@ mod tests {
             retry: RetryPolicy::default(),
             notify: vec!["alice@example.org".into()],
             keyword: Some("nightly".into()),
+            proof: None,
         }
     }
 

@@ -11,10 +11,11 @@ pub mod tls;
 pub mod transcript;
 
 pub use engine::{
-    verify, ActionError, Announce, Announced, AttemptReport, Check, CopyOutcome, CopyRequest,
-    DataTls, Failure, Fallback, JobFailure, LastReply, ListError, ListMethod, Listed, Listing,
-    Pair, PairError, Progress, RejectedName, SizeCheck, SizeWatch, Skipped, VerifyReport,
-    VerifyRequest,
+    hash_wait, verify, ActionError, Announce, Announced, AttemptReport, Check, CopyOutcome,
+    CopyRequest, DataTls, DirListing, Failure, Fallback, HashProof, JobFailure, LastReply,
+    ListError, ListMethod, Listed, Listing, Pair, PairError, Progress, RejectedName, SizeCheck,
+    SizeWatch, Skipped, TreeEntry, TreeKind, VerifyReport, VerifyRequest, WalkMethod,
+    HASH_RATE_FLOOR,
 };
 pub use limits::{AddressCheck, AllowAll, Limits, ServerLogin};
 pub use parse::{AddressError, FactError, MlsdError, NameError, ReplyError};

@@ -159,6 +159,7 @@ fn safe_view(v: &JobView, safe: &dyn Fn(&str) -> String) -> JobView {
             dest_reply: reply(&m.dest_reply),
             detail: opt(&m.detail),
             updated_at: safe(&m.updated_at),
+            proof: opt(&m.proof),
             // A report is of a final job: nothing is in flight.
             progress: None,
             tls: opt(&m.tls),
@@ -379,6 +380,9 @@ fn render_text(job: &JobView, s: &Summary, transcript: &[String], omitted: usize
         }
         if let Some(r) = &m.dest_reply {
             let _ = writeln!(t, "      {:<13}{}", "destination:", reply_line(r));
+        }
+        if let Some(p) = &m.proof {
+            let _ = writeln!(t, "      {:<13}{p}", "proof:");
         }
         if let Some(d) = &m.detail {
             let _ = writeln!(t, "      {:<13}{d}", "detail:");

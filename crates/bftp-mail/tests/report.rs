@@ -47,6 +47,7 @@ fn member(index: u32, name: &str, state: &str, bytes: Option<u64>) -> MemberView
         },
         detail: None,
         updated_at: "2025-11-30T10:00:05Z".into(),
+        proof: None,
         progress: None,
         tls: None,
     }
@@ -90,6 +91,7 @@ fn job(outcome: &str, members: Vec<MemberView>) -> JobView {
         },
         notify: vec!["alice@example.org".into()],
         has_keyword: true,
+        proof: None,
         members,
         counts: Default::default(),
         history: vec![
@@ -559,4 +561,34 @@ fn refused_names_are_counted_and_explained() {
     assert_eq!(v["summary"]["refused"], 1);
     assert_eq!(v["summary"]["pending"], 0);
     assert_eq!(v["summary"]["failed"], 0);
+}
+
+/// Issue 16: each file's proof is in the text and in the JSON.
+#[test]
+fn each_file_names_its_proof() {
+    let mut hashed = member(0, "a.bin", "succeeded", Some(10));
+    hashed.proof = Some("hash".into());
+    hashed.detail = Some("sizes equal (10 bytes); SHA-256 digests equal (ab12)".into());
+    let mut sized = member(1, "b.bin", "succeeded", Some(20));
+    sized.proof = Some("size".into());
+    let j = job("succeeded", vec![hashed, sized]);
+    let r = rendered(&j, &login_transcript(), &[]);
+    let text = shown(&r);
+    let after = |name: &str| {
+        let at = text
+            .find(&format!("  {name}\n"))
+            .unwrap_or_else(|| panic!("{text}"));
+        text[at..].lines().nth(3).unwrap_or("").to_owned()
+    };
+    assert!(
+        after("a.bin").contains("proof:") && after("a.bin").contains("hash"),
+        "{text}"
+    );
+    assert!(
+        after("b.bin").contains("proof:") && after("b.bin").contains("size"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&r.json).unwrap();
+    assert_eq!(json["job"]["members"][0]["proof"], "hash", "{json:#}");
+    assert_eq!(json["job"]["members"][1]["proof"], "size", "{json:#}");
 }

@@ -35,7 +35,7 @@ pub use pg_store::{PgOptions, PgStore, PG_SCHEMA_VERSION};
 pub use types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, KeyHash, LastReply,
     Member, MemberUpdate, NewJob, NewMember, OutboxEntry, OutboxState, RequestKey, Sealed,
-    SealedEndpoint, SealedSpec, StateCounts, StateFilter, Submitted,
+    SealedEndpoint, SealedSpec, StateCounts, StateFilter, Submitted, Walk,
 };
 
 use bftp_core::refusal::{RefusalKey, RefusalMemory, Sighting};
@@ -260,6 +260,24 @@ pub trait JobStore: Send + Sync {
     fn job_node(&self, _id: JobId) -> Result<Option<String>, StoreError> {
         Ok(None)
     }
+    /// A recursive job's walk so far: a job not yet walked has the root (`""`) alone in its
+    /// frontier.
+    fn walk(&self, id: JobId) -> Result<Walk, StoreError>;
+
+    /// Freezes one directory of a recursive job's walk, in one durable transaction: its files
+    /// (`files`, names relative to the root) become members after those already frozen, its
+    /// subdirectories join the end of the frontier (unless listed or queued already), and
+    /// `dir` leaves the frontier for the listed ones. A directory not in the frontier changes
+    /// nothing (it was frozen before: never twice). When the frontier is empty, the job's
+    /// membership is frozen. Returns the walk after it.
+    fn record_directory(
+        &self,
+        id: JobId,
+        dir: &str,
+        files: Vec<NewMember>,
+        subdirs: Vec<String>,
+        now: Timestamp,
+    ) -> Result<Walk, StoreError>;
 }
 
 /// The text of a panic payload.

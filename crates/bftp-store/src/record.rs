@@ -44,6 +44,32 @@ pub(crate) struct JobV1 {
     /// `requests` entry without a scan. Absent in jobs written before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rk: Option<String>,
+    /// A recursive job's walk, once begun.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub walk: Option<WalkV1>,
+}
+
+/// A recursive job's walk: directories to list, directories listed (relative to the root).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub(crate) struct WalkV1 {
+    pub todo: Vec<String>,
+    pub done: Vec<String>,
+}
+
+impl WalkV1 {
+    pub(crate) fn start() -> WalkV1 {
+        WalkV1 {
+            todo: vec![String::new()],
+            done: Vec::new(),
+        }
+    }
+
+    pub(crate) fn to_api(&self) -> crate::types::Walk {
+        crate::types::Walk {
+            frontier: self.todo.clone(),
+            listed: self.done.clone(),
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -61,6 +87,9 @@ pub(crate) struct SpecV1 {
     pub retry: RetryV1,
     pub notify: Vec<String>,
     pub kw: bool,
+    /// The weakest proof the job accepts: `hash`, `size`, `replies`; absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -183,6 +212,9 @@ pub(crate) struct MemberV1 {
     /// What TLS the last copy of this file had (absent before TLS existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<String>,
+    /// What proved the copy: `hash`, `size` or `replies`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
 }
 
 /// A member's intent, with its own version `v`.
@@ -511,6 +543,7 @@ impl JobV1 {
             frozen: members > 0,
             hist: 0,
             rk: None,
+            walk: None,
         }
     }
 }
@@ -561,6 +594,7 @@ impl SpecV1 {
             },
             notify: s.notify.clone(),
             kw: s.keyword_present,
+            proof: s.proof.map(|p| p.as_str().to_owned()),
         }
     }
 }
@@ -689,6 +723,7 @@ impl MemberV1 {
             stored: None,
             updated: now.0,
             tls: None,
+            proof: None,
         }
     }
 
@@ -708,6 +743,7 @@ impl MemberV1 {
             stored_as: self.stored.clone(),
             updated_at: Timestamp(self.updated),
             tls: self.tls.clone(),
+            proof: self.proof.clone(),
         }
     }
 }
@@ -896,6 +932,14 @@ pub(crate) fn job_to_api(id: JobId, r: &JobV1) -> Result<Job, StoreError> {
             },
             notify: s.notify.clone(),
             keyword_present: s.kw,
+            proof: s
+                .proof
+                .as_deref()
+                .map(|p| {
+                    p.parse::<bftp_core::proof::ProofLevel>()
+                        .map_err(|_| bad(format!("unknown proof {p:?}")))
+                })
+                .transpose()?,
         },
         state: r.state.to_api(),
         attempts: r.attempts,

@@ -21,11 +21,11 @@ use crate::files::{self, SledFlush, Watermark};
 use crate::keys;
 use crate::record::{
     decode, encode, job_to_api, HistoryV1, IntentV1, JobV1, MemberStateV1, MemberV1, OutboxStateV1,
-    OutboxV1, RefusalV1, ReplyV1, RequestV1, StateV1, TranscriptV1, RECORD_VERSION,
+    OutboxV1, RefusalV1, ReplyV1, RequestV1, StateV1, TranscriptV1, WalkV1, RECORD_VERSION,
 };
 use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
-    NewJob, NewMember, OutboxEntry, StateCounts, StateFilter, Submitted,
+    NewJob, NewMember, OutboxEntry, StateCounts, StateFilter, Submitted, Walk,
 };
 use crate::JobStore;
 use bftp_core::retention::Keep;
@@ -1202,6 +1202,9 @@ impl JobStore for SledStore {
             if let Some(t) = &u.tls {
                 m.tls = Some(t.clone());
             }
+            if let Some(p) = &u.proof {
+                m.proof = Some(p.clone());
+            }
             m.updated = now.0;
             tx.members
                 .insert(&keys::member(id, index)[..], encode(&m))?;
@@ -1480,6 +1483,92 @@ impl JobStore for SledStore {
 
     fn backup(&self, dir: &Path) -> Result<BackupReport, StoreError> {
         self.backup_into(dir)
+    }
+
+    fn walk(&self, id: JobId) -> Result<Walk, StoreError> {
+        let k = keys::job(id);
+        let rec: JobV1 = self.guarded("walk", || {
+            match self.t.jobs.get(k).map_err(backend("get"))? {
+                Some(v) => decode("job", &k, &v),
+                None => Err(StoreError::NotFound(id)),
+            }
+        })?;
+        Ok(match (&rec.walk, rec.frozen) {
+            (Some(w), _) => w.to_api(),
+            // Frozen without a walk: not a recursive job, nothing to walk.
+            (None, true) => Walk::default(),
+            (None, false) => WalkV1::start().to_api(),
+        })
+    }
+
+    fn record_directory(
+        &self,
+        id: JobId,
+        dir: &str,
+        files: Vec<NewMember>,
+        subdirs: Vec<String>,
+        now: Timestamp,
+    ) -> Result<Walk, StoreError> {
+        self.write("record_directory", |tx| {
+            let mut rec = tx_job(tx, id)?;
+            let state = rec.state.to_api();
+            if state.is_final() {
+                return abort(StoreError::JobIsFinal {
+                    job: id,
+                    state: state.name(),
+                });
+            }
+            let mut walk = match (&rec.walk, rec.frozen) {
+                (Some(w), _) => w.clone(),
+                (None, true) => return abort(StoreError::MembersAlreadyFrozen { job: id }),
+                (None, false) => WalkV1::start(),
+            };
+            let Some(at) = walk.todo.iter().position(|d| d == dir) else {
+                return Ok(walk.to_api());
+            };
+            walk.todo.remove(at);
+            walk.done.push(dir.to_owned());
+            for sub in &subdirs {
+                if !walk.done.contains(sub) && !walk.todo.contains(sub) {
+                    walk.todo.push(sub.clone());
+                }
+            }
+            let start = rec.members as usize;
+            let count = match check_member_count(start + files.len()) {
+                Ok(c) => c,
+                Err(e) => return abort(e),
+            };
+            for (i, m) in files.iter().enumerate() {
+                tx.members.insert(
+                    &keys::member(id, (start + i) as u32)[..],
+                    encode(&MemberV1::new(m, now)),
+                )?;
+            }
+            rec.members = count;
+            let detail = format!(
+                "directory {:?}: {} file{}, {} subdirector{}",
+                if dir.is_empty() { "." } else { dir },
+                files.len(),
+                if files.len() == 1 { "" } else { "s" },
+                subdirs.len(),
+                if subdirs.len() == 1 { "y" } else { "ies" }
+            );
+            tx_history(tx, id, &mut rec, now, "listed", Some(&detail))?;
+            if walk.todo.is_empty() {
+                rec.frozen = true;
+                let detail = format!(
+                    "{count} member{} frozen from {} director{}",
+                    if count == 1 { "" } else { "s" },
+                    walk.done.len(),
+                    if walk.done.len() == 1 { "y" } else { "ies" }
+                );
+                tx_history(tx, id, &mut rec, now, "members", Some(&detail))?;
+            }
+            let out = walk.to_api();
+            rec.walk = Some(walk);
+            tx_put_job(tx, id, &rec)?;
+            Ok(out)
+        })
     }
 }
 

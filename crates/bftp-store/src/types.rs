@@ -73,6 +73,8 @@ pub struct SealedSpec {
     pub retry: RetryPolicy,
     pub notify: Vec<String>,
     pub keyword_present: bool,
+    /// The weakest proof the job accepts (see `JobSpec::proof`).
+    pub proof: Option<bftp_core::proof::ProofLevel>,
 }
 
 /// The idempotency key of a submission (RULES.md §4.5), both parts hashed by the daemon.
@@ -157,6 +159,8 @@ pub struct Member {
     /// The TLS of the copy that last touched this file: each side's control connection,
     /// whether the data moved encrypted and which server was the TLS client.
     pub tls: Option<String>,
+    /// What proved the copy (`hash`, `size`, `replies`), once it is succeeded.
+    pub proof: Option<String>,
 }
 
 /// The fields of a member to change; `None` leaves a field as it is.
@@ -174,6 +178,7 @@ pub struct MemberUpdate {
     pub intent: Option<Option<Intent>>,
     pub stored_as: Option<String>,
     pub tls: Option<String>,
+    pub proof: Option<String>,
 }
 
 /// One line of a job's history.
@@ -311,4 +316,13 @@ pub enum DeliveryTry {
 pub struct AttemptTranscript {
     pub attempt: u32,
     pub lines: Vec<String>,
+}
+
+/// A recursive job's walk of its source tree: the directories still to list (in the order
+/// they will be listed: parents before children) and those listed, each frozen with its files
+/// as members. Directories are relative to the job's root (`""` is the root).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Walk {
+    pub frontier: Vec<String>,
+    pub listed: Vec<String>,
 }

@@ -1241,3 +1241,99 @@ both_stores!(
     a_key_fingerprint_is_recorded_in_an_old_store_and_kept,
     refusal_memory_counts_attempts_and_survives_a_reopen,
 );
+/// Issue 16: a job's required proof and each member's proof are stored and read back, across
+/// a reopen of the store.
+#[test]
+fn required_and_recorded_proofs_survive_a_reopen() {
+    use bftp_core::proof::ProofLevel;
+    let dir = tempfile::tempdir().unwrap();
+    let id = {
+        let store = open(dir.path());
+        let mut j = with_members(job(1), &["a", "b"]);
+        j.spec.proof = Some(ProofLevel::Hash);
+        let id = store.submit(j).unwrap().job().id;
+        let u = MemberUpdate {
+            state: Some(MemberState::Succeeded),
+            proof: Some("hash".into()),
+            ..Default::default()
+        };
+        store.update_member(id, 0, u, at(70)).unwrap();
+        id
+    };
+    let store = open(dir.path());
+    assert_eq!(
+        store.get(id).unwrap().unwrap().spec.proof,
+        Some(ProofLevel::Hash)
+    );
+    let members = store.members(id).unwrap();
+    assert_eq!(members[0].proof.as_deref(), Some("hash"));
+    assert_eq!(members[1].proof, None);
+}
+
+/// Issue 16: a recursive job's walk. Each directory's files are appended as members and its
+/// subdirectories queued, in one transaction; a directory frozen once is never frozen again
+/// (recording it a second time, as a resumed walk might, changes nothing); the membership is
+/// frozen when the frontier is empty, and all of it survives a reopen.
+#[test]
+fn a_walk_freezes_each_directory_once_and_the_membership_at_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let nm = |name: &str| NewMember {
+        name: name.into(),
+        size: Some(1),
+        modified: None,
+        refused: None,
+    };
+    let id = {
+        let store = open(dir.path());
+        let id = store.submit(job(1)).unwrap().job().id;
+        let w = store.walk(id).unwrap();
+        assert_eq!((w.frontier, w.listed), (vec![String::new()], vec![]));
+        let w = store
+            .record_directory(
+                id,
+                "",
+                vec![nm("a"), nm("b")],
+                vec!["d1".into(), "d2".into()],
+                at(10),
+            )
+            .unwrap();
+        assert_eq!(w.frontier, ["d1", "d2"]);
+        // The root again (a walk resumed after a crash before it knew): nothing changes.
+        let again = store
+            .record_directory(id, "", vec![nm("a"), nm("b")], vec!["d1".into()], at(11))
+            .unwrap();
+        assert_eq!(again, w);
+        assert_eq!(store.members(id).unwrap().len(), 2);
+        let w = store
+            .record_directory(id, "d1", vec![nm("d1/c")], vec!["d1/e".into()], at(12))
+            .unwrap();
+        assert_eq!(w.frontier, ["d2", "d1/e"]);
+        assert!(!store.get(id).unwrap().unwrap().members_frozen);
+        id
+    };
+    let store = open(dir.path());
+    let w = store.walk(id).unwrap();
+    assert_eq!(w.listed, ["", "d1"]);
+    store
+        .record_directory(id, "d2", vec![], vec![], at(13))
+        .unwrap();
+    let w = store
+        .record_directory(id, "d1/e", vec![nm("d1/e/f")], vec![], at(14))
+        .unwrap();
+    assert!(w.frontier.is_empty());
+    assert_eq!(w.listed, ["", "d1", "d2", "d1/e"]);
+    let job = store.get(id).unwrap().unwrap();
+    assert!(job.members_frozen);
+    let names: Vec<String> = store
+        .members(id)
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    assert_eq!(names, ["a", "b", "d1/c", "d1/e/f"]);
+    let e = store
+        .record_directory(id, "x", vec![nm("x/y")], vec![], at(15))
+        .unwrap();
+    assert_eq!(e, w, "a directory not in the frontier changes nothing");
+    assert_eq!(store.members(id).unwrap().len(), 4);
+}

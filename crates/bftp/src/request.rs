@@ -59,6 +59,13 @@ pub struct RequestArgs {
     #[arg(long, value_name = "F|R|P", value_parser = parse_with::<FileStructure>)]
     pub stru: Option<FileStructure>,
 
+    /// The weakest proof of each copy to accept: hash (both servers' digests agree) or size
+    /// (SIZE agrees); a pair of servers that cannot give it is refused, with the reason,
+    /// before any file moves [default: the strongest the pair can give]
+    #[arg(long, value_name = "hash|size|replies",
+          value_parser = parse_with::<bftp_core::proof::ProofLevel>)]
+    pub proof: Option<bftp_core::proof::ProofLevel>,
+
     /// ACCT for the source server
     #[arg(long, value_name = "ACCT")]
     pub source_acct: Option<String>,
@@ -275,6 +282,7 @@ pub fn prepare(
         retry: schedule.policy,
         notify: schedule.notify.clone(),
         keyword: schedule.keyword.clone(),
+        proof: args.proof,
     };
     validation_failure(&spec)?;
 
@@ -337,6 +345,7 @@ pub fn prepare(
         retry: schedule.retry,
         notify: schedule.notify,
         keyword: schedule.keyword,
+        proof: args.proof.map(|p| p.as_str().to_owned()),
     };
     Ok(Prepared { request, warnings })
 }

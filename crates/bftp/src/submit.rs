@@ -286,6 +286,8 @@ mod tests {
             "sa",
             "--dest-acct",
             "da",
+            "--proof",
+            "HASH",
         ])
         .unwrap();
         let want = SubmitRequest {
@@ -322,6 +324,7 @@ mod tests {
             },
             notify: vec!["alice@example.org".into(), "ops@example.org".into()],
             keyword: Some("nightly".into()),
+            proof: Some("hash".into()),
         };
         assert_eq!(p.prepared.request, want);
         assert_eq!(p.request_key, "k-123");

@@ -540,6 +540,7 @@ mod tests {
             detail: None,
             seconds: 0.25,
             tls: None,
+            proof: None,
         }
     }
 

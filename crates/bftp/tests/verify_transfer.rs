@@ -117,6 +117,7 @@ fn file(name: &str, ok: bool) -> String {
         detail: None,
         seconds: 1.0,
         tls: None,
+        proof: None,
     }))
 }
 

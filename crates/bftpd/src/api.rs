@@ -232,6 +232,7 @@ fn seal_spec(secrets: &Secrets, spec: &JobSpec) -> SealedSpec {
         retry: spec.retry,
         notify: spec.notify.clone(),
         keyword_present: spec.keyword.is_some(),
+        proof: spec.proof,
     }
 }
 

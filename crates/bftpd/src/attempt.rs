@@ -235,6 +235,7 @@ pub fn unseal_spec(secrets: &Secrets, s: &SealedSpec) -> Result<JobSpec, String>
         retry: s.retry,
         notify: s.notify.clone(),
         keyword: None,
+        proof: s.proof,
     })
 }
 
@@ -392,6 +393,61 @@ fn replies(m: &Member, report: &bftp_ftp::AttemptReport) -> MemberUpdate {
     }
 }
 
+/// A copy's summary with its proof: a proven success names its proof (in the member's
+/// `proof` and after its evidence); a digest mismatch or a proof short of what the job needs
+/// is a transient failure instead; for a unique copy, whose file stays (a second STOU would
+/// make a second file, and a mismatched name may be another's), `uncertain`.
+fn with_proof(
+    summary: ledger::Outcome,
+    proven: Option<crate::proof::Proven>,
+    unique: bool,
+    replies: &mut MemberUpdate,
+) -> ledger::Outcome {
+    use crate::proof::Proven;
+    match (summary, proven) {
+        (
+            ledger::Outcome::Succeeded {
+                bytes,
+                size,
+                evidence,
+                stored_as,
+            },
+            Some(proven),
+        ) => match proven {
+            Proven::Ok { level, words } => {
+                replies.proof = Some(level.as_str().to_owned());
+                let evidence = match words {
+                    Some(words) => format!("{evidence}; {words}"),
+                    None => evidence,
+                };
+                ledger::Outcome::Succeeded {
+                    bytes,
+                    size,
+                    evidence,
+                    stored_as,
+                }
+            }
+            Proven::Mismatch { failure, deleted } => ledger::Outcome::Transient {
+                destination: ledger::Destination {
+                    touched: true,
+                    kept: (!deleted && unique).then(|| failure.clone()),
+                },
+                failure,
+                cause: ledger::Cause::Other,
+            },
+            Proven::Short { failure } => ledger::Outcome::Transient {
+                destination: ledger::Destination {
+                    touched: true,
+                    kept: unique.then(|| format!("{failure}: the stored file is kept")),
+                },
+                failure,
+                cause: ledger::Cause::Other,
+            },
+        },
+        (summary, _) => summary,
+    }
+}
+
 /// The source's size as SIZE told the copy, if it did.
 fn source_size(check: &bftp_ftp::SizeCheck) -> Option<u64> {
     match check {
@@ -540,6 +596,14 @@ impl Run {
                 return pair_failed(&e);
             }
         };
+        // A proof the pair cannot give fails the job before any file moves.
+        if spec.proof.is_some() && spec.disposition != Disposition::Delete {
+            if let Err(reason) = crate::proof::check_required(&mut pair, &spec).await {
+                self.keep(&pair.take_transcript());
+                self.close(pair).await;
+                return AttemptEnd::JobPermanent { reason };
+            }
+        }
         if !job.members_frozen {
             if let Err(end) = self.freeze(&mut pair, &spec).await {
                 self.close(pair).await;
@@ -736,7 +800,8 @@ impl Run {
         };
         let report = outcome.report().clone();
         self.keep(&report.transcript);
-        let replies = replies(m, &report);
+        let mut replies = replies(m, &report);
+        let proven = self.prove(pair, spec, m, &req, &src_path, &outcome).await;
         let unique = UniqueCopy {
             announced: &announced,
             collided,
@@ -746,6 +811,8 @@ impl Run {
         let summary = self
             .summarize(pair, spec, m, &req, outcome, &report, unique, attempt)
             .await?;
+        let unique_copy = spec.dest_command == DestCommand::Unique;
+        let summary = with_proof(summary, proven, unique_copy, &mut replies);
         let change = ledger::record(summary, spec.dest_command, spec.disposition);
         self.apply(
             pair,
@@ -757,6 +824,42 @@ impl Run {
             attempt,
         )
         .await
+    }
+
+    /// The proof step after a copy both servers reported done (`crate::proof`); `None` for
+    /// any other outcome. Its commands go into the attempt's transcript.
+    async fn prove(
+        &self,
+        pair: &mut Pair,
+        spec: &JobSpec,
+        m: &Member,
+        req: &CopyRequest,
+        src_path: &str,
+        outcome: &CopyOutcome,
+    ) -> Option<crate::proof::Proven> {
+        let CopyOutcome::Succeeded {
+            size_check,
+            stou_name,
+            ..
+        } = outcome
+        else {
+            return None;
+        };
+        let dest = match spec.dest_command {
+            DestCommand::Unique => stou_name.as_ref().map(|name| {
+                if name.starts_with('/') {
+                    name.clone()
+                } else {
+                    crate::ftp::join_path(&req.dest_path, name)
+                }
+            }),
+            _ => Some(req.dest_path.clone()),
+        };
+        let size = m.size.or(source_size(size_check));
+        let proven =
+            crate::proof::after_copy(pair, spec, src_path, dest.as_deref(), size_check, size).await;
+        self.keep(&pair.take_transcript());
+        Some(proven)
     }
 
     /// What the ledger needs to know of a copy's outcome beyond the outcome itself, for

@@ -15,6 +15,7 @@ pub mod live;
 pub mod mail;
 pub mod metrics;
 pub mod policy;
+pub mod proof;
 mod refusals;
 pub mod retention;
 pub mod scheduler;

@@ -275,6 +275,7 @@ mod tests {
                     retry: Default::default(),
                     notify: Vec::new(),
                     keyword_present: false,
+                    proof: None,
                 },
                 keyword_hash: None,
                 request: None,

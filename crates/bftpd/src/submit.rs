@@ -114,6 +114,11 @@ pub fn build_spec(
         retry,
         notify: req.notify.clone(),
         keyword: req.keyword.clone(),
+        proof: req.proof.as_ref().and_then(|p| {
+            p.parse::<bftp_core::proof::ProofLevel>()
+                .map_err(|e| errs.push(e))
+                .ok()
+        }),
     };
     if let Err(ValidationErrors(more)) = spec.validate() {
         errs.extend(more);

@@ -119,6 +119,7 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
         },
         notify: spec.notify.clone(),
         has_keyword: job.keyword_hash.is_some(),
+        proof: job.spec.proof.map(|p| p.as_str().to_owned()),
         members: members
             .iter()
             .map(|m| MemberView {
@@ -132,6 +133,7 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
                 dest_reply: m.dest_reply.as_ref().map(reply_view),
                 detail: m.detail.clone(),
                 updated_at: ts(m.updated_at),
+                proof: m.proof.clone(),
                 progress: None,
                 tls: m.tls.clone(),
             })

@@ -272,7 +272,7 @@ impl Names<'_> {
 }
 
 /// What a listing command gave.
-enum DataReply {
+pub(super) enum DataReply {
     Data(Vec<u8>),
     /// The first or final reply was negative.
     Negative {
@@ -601,7 +601,7 @@ impl Pair {
 
     /// FEAT of the source (RFC 2389), asked once per session. The 211 reply is
     /// multi-line; it is read as any reply.
-    async fn features(&mut self) -> Vec<String> {
+    pub(super) async fn features(&mut self) -> Vec<String> {
         if let Some(features) = &self.source_features {
             return features.clone();
         }
@@ -619,7 +619,11 @@ impl Pair {
 
     /// Open a passive data connection from here to the source, send `verb dir`, read
     /// the data to the end and the final reply.
-    async fn data_command(&mut self, verb: &str, dir: &str) -> Result<DataReply, ListError> {
+    pub(super) async fn data_command(
+        &mut self,
+        verb: &str,
+        dir: &str,
+    ) -> Result<DataReply, ListError> {
         self.listing_protection().await?;
         let addr = self.source_data_address().await?;
         let connect = tokio::time::timeout(self.limits.connect_timeout, TcpStream::connect(addr));

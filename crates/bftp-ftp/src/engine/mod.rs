@@ -14,9 +14,11 @@
 
 mod listing;
 mod outcome;
+mod proof;
 mod size_watch;
 mod tls_data;
 mod transfer;
+mod tree;
 mod verify;
 
 use std::sync::Arc;
@@ -32,8 +34,10 @@ pub use outcome::{
     AttemptReport, CopyOutcome, Failure, Fallback, JobFailure, LastReply, PairError, Progress,
     SizeCheck,
 };
+pub use proof::{hash_wait, HashProof, HASH_RATE_FLOOR};
 pub use size_watch::SizeWatch;
 pub use tls_data::DataTls;
+pub use tree::{DirListing, TreeEntry, TreeKind, WalkMethod};
 pub use verify::{verify, Check, VerifyReport, VerifyRequest};
 
 use crate::limits::{AddressCheck, Limits, ServerLogin};
@@ -122,6 +126,8 @@ pub struct Pair {
     dead: Option<String>,
     /// What the last copy's data connection got (TLS or clear, and the TLS client).
     data_tls: Option<DataTls>,
+    /// What each session offers for proofs after a copy (`proof.rs`).
+    proof: proof::ProofState,
 }
 
 impl std::fmt::Debug for Pair {
@@ -232,6 +238,7 @@ impl Pair {
             progress,
             dead: None,
             data_tls: None,
+            proof: proof::ProofState::default(),
         }
     }
 
@@ -679,6 +686,7 @@ impl Pair {
         if side == Side::Source {
             self.source_features = None;
         }
+        self.proof.forget(side);
         self.set_params(side).await
     }
 

@@ -24,6 +24,10 @@ pub struct VerifyRequest {
     pub source_path: String,
     /// The destination file or directory (`""`: the login directory).
     pub destination_path: String,
+    /// How the destination would be written (a hash proof needs a whole file).
+    pub dest_command: bftp_core::DestCommand,
+    /// The weakest proof the job accepts, if it requires one.
+    pub proof: Option<bftp_core::proof::ProofLevel>,
 }
 
 /// One check and what it found.
@@ -58,6 +62,7 @@ pub const CHECK_DESTINATION_PARAMS: &str = "destination TYPE/MODE/STRU";
 pub const CHECK_SOURCE_FILE: &str = "source file";
 pub const CHECK_DESTINATION_DIRECTORY: &str = "destination directory";
 pub const CHECK_DATA_CONNECTION: &str = "third-party data connection";
+pub const CHECK_PROOF: &str = "proof";
 
 fn check(name: &str, ok: bool, detail: impl Into<String>) -> Check {
     Check {
@@ -137,10 +142,22 @@ pub async fn verify(
         checks.push(source_file(&mut pair, &request.source_path).await);
         checks.push(destination_directory(&mut pair, &request.destination_path).await);
         checks.push(data_connection(&mut pair).await);
+        checks.push(proof_check(&mut pair, params, request).await);
     }
     let transcript = pair.recorder.take();
     pair.close().await;
     VerifyReport { checks, transcript }
+}
+
+/// Which proof the pair allows each copy, and whether it meets the job's requirement.
+async fn proof_check(pair: &mut Pair, params: FtpParams, request: &VerifyRequest) -> Check {
+    let plan = pair
+        .proof_plan(params.transfer_type, request.dest_command)
+        .await;
+    match bftp_core::proof::require(request.proof, &plan) {
+        Ok(()) => check(CHECK_PROOF, true, plan.describe()),
+        Err(why) => check(CHECK_PROOF, false, why),
+    }
 }
 
 async fn source_file(pair: &mut Pair, path: &str) -> Check {

@@ -47,7 +47,7 @@ pub struct RejectedLine<E> {
 }
 
 impl<E> RejectedLine<E> {
-    fn new(name: &[u8], reason: E) -> Self {
+    pub(super) fn new(name: &[u8], reason: E) -> Self {
         RejectedLine {
             line: escaped(name),
             name: String::from_utf8_lossy(name).into_owned(),
@@ -166,14 +166,14 @@ fn strip_dir<'a>(path: &'a str, dir: &str) -> Option<&'a str> {
     }
 }
 
-fn strip_line_end(raw: &[u8]) -> &[u8] {
+pub(super) fn strip_line_end(raw: &[u8]) -> &[u8] {
     let line = raw.strip_suffix(b"\n").unwrap_or(raw);
     line.strip_suffix(b"\r").unwrap_or(line)
 }
 
 /// The lines of a listing, each with its line end (see the module docs): split after
 /// every CRLF when the listing holds one, else after every LF.
-fn lines(listing: &[u8]) -> Vec<&[u8]> {
+pub(super) fn lines(listing: &[u8]) -> Vec<&[u8]> {
     let crlf = listing.windows(2).any(|w| w == b"\r\n");
     let mut out = Vec::new();
     let mut start = 0;

@@ -8,14 +8,18 @@
 //! - [`address`]: 227 PASV and 229 EPSV replies; PORT and EPRT arguments (RFC 959, RFC 2428).
 //! - [`listing`]: NLST lines (with RFC 1068's BSD quirks) and MLSD lines (RFC 3659).
 //! - [`facts`]: SIZE and MDTM replies, MLSD `size`/`modify` values.
+//! - [`digest`]: what FEAT offers for proofs (HASH, X commands, SIZE); HASH and XSHA256-style replies.
+//! - [`unix_list`]: LIST in the Unix `ls -l` format (servers without MLSD), for directory walks.
 //! - [`name`]: checking server-supplied names (RULES.md §8) and the daemon's own wildcard matcher.
 
 pub mod address;
+pub mod digest;
 pub mod facts;
 pub mod listing;
 pub mod name;
 pub mod reply;
 mod text;
+pub mod unix_list;
 
 pub use address::{
     eprt_argument, is_privileged_port, parse_epsv, parse_pasv, port_argument, AddressError,

@@ -71,6 +71,7 @@ mod tests {
             retry: RetryPolicy::default(),
             notify: vec![],
             keyword: None,
+            proof: None,
         }
     }
 

@@ -80,6 +80,15 @@ async fn run_transfer(
             return;
         }
     };
+    // A proof the pair cannot give refuses the transfer before any file moves.
+    if spec.proof.is_some() {
+        if let Err(reason) = crate::proof::check_required(&mut pair, spec).await {
+            let transcript = transcript_lines(&pair.take_transcript());
+            pair.close().await;
+            let _ = tx.send(fail(reason, transcript)).await;
+            return;
+        }
+    }
     let mut early = early_pairs(spec, &src, &dst, limits, &check, &hosts);
     let names = match list(spec, &mut pair, tx).await {
         Ok(names) if !names.is_empty() => names,
@@ -301,6 +310,57 @@ impl Transfer<'_> {
             .map_err(|_| ())
     }
 
+    /// The proof step after a copy both servers reported done (`crate::proof`), written into
+    /// its result: whether the copy stands.
+    async fn prove(
+        &self,
+        pair: &mut Pair,
+        request: &bftp_ftp::CopyRequest,
+        stou_name: Option<&str>,
+        size_check: &bftp_ftp::SizeCheck,
+        result: &mut FileResult,
+    ) -> bool {
+        use crate::proof::Proven;
+        let dest = match self.spec.dest_command {
+            DestCommand::Unique => stou_name.map(|n| {
+                if n.starts_with('/') {
+                    n.to_owned()
+                } else {
+                    super::join_path(&request.dest_path, n)
+                }
+            }),
+            _ => Some(request.dest_path.clone()),
+        };
+        let size = match size_check {
+            bftp_ftp::SizeCheck::Equal { source, .. } => Some(*source),
+            _ => None,
+        };
+        let proven = crate::proof::after_copy(
+            pair,
+            self.spec,
+            &request.source_path,
+            dest.as_deref(),
+            size_check,
+            size,
+        )
+        .await;
+        match proven {
+            Proven::Ok { level, words } => {
+                result.proof = Some(level.as_str().to_owned());
+                if let (Some(e), Some(w)) = (result.evidence.as_mut(), words) {
+                    e.push_str(&format!("; {w}"));
+                }
+                true
+            }
+            Proven::Mismatch { failure, .. } | Proven::Short { failure } => {
+                result.state = "failed_transient".into();
+                result.evidence = None;
+                result.detail = Some(failure);
+                false
+            }
+        }
+    }
+
     /// A job-level failure: the transfer's error, with the transcript that shows it.
     fn fail(&self, e: &PairError) {
         let mut s = self.summary.lock().unwrap_or_else(|p| p.into_inner());
@@ -382,10 +442,27 @@ impl lanes::Work for Transfer<'_> {
                 return Step::End(());
             }
         };
-        let result = FileResult {
+        let mut result = FileResult {
             tls: pair.tls_summary(),
             ..file_result(&name, &outcome, t.elapsed().as_secs_f64())
         };
+        let mut succeeded = outcome.is_success();
+        if let bftp_ftp::CopyOutcome::Succeeded {
+            size_check,
+            stou_name,
+            ..
+        } = &outcome
+        {
+            succeeded = self
+                .prove(
+                    pair,
+                    &request,
+                    stou_name.as_deref(),
+                    size_check,
+                    &mut result,
+                )
+                .await;
+        }
         // A repeat is safe unless a partial append or unique file may be left behind.
         if data_connection_failed(&outcome)
             && (self.spec.dest_command == DestCommand::Replace
@@ -400,7 +477,7 @@ impl lanes::Work for Transfer<'_> {
                 again: true,
             };
         }
-        match self.report(result, outcome.is_success()).await {
+        match self.report(result, succeeded).await {
             Ok(()) => Step::Done,
             Err(()) => Step::End(()),
         }

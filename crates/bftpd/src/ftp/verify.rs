@@ -40,6 +40,8 @@ pub async fn verify(
             .as_ref()
             .map(|d| d.path.clone())
             .unwrap_or_default(),
+        dest_command: spec.dest_command,
+        proof: spec.proof,
     };
     let report = bftp_ftp::verify(&src, &dst, spec.params, limits, check, &request).await;
     VerifyResponse {

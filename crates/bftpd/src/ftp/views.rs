@@ -91,5 +91,6 @@ pub fn file_result(name: &str, outcome: &CopyOutcome, seconds: f64) -> FileResul
         tls: None,
         detail,
         seconds,
+        proof: None,
     }
 }

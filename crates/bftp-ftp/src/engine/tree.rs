@@ -1,0 +1,169 @@
+//! One directory of a source tree, as a directory walk needs it: every entry with its kind
+//! (file, directory, symbolic link, special), from MLSD where FEAT offers MLST, else from
+//! LIST in the Unix `ls -l` format (vsftpd). NLST cannot tell a directory from a file or a
+//! link, so it is not used here. Links and special files are reported, never followed.
+
+use crate::parse::unix_list::{parse_list, ListKind};
+use crate::parse::{check_argument, parse_mlsd, EntryKind};
+use crate::transcript::{Side, Transcript};
+
+use super::listing::DataReply;
+use super::{ListError, Pair, RejectedName};
+
+/// How a directory was listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkMethod {
+    Mlsd,
+    /// LIST in the Unix `ls -l` format.
+    List,
+}
+
+/// What a directory entry is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TreeKind {
+    File,
+    Dir,
+    /// A symbolic link and its target as the server showed it.
+    Symlink {
+        target: String,
+    },
+    /// Anything else (a device, a pipe, an MLSD type bftpd does not copy), in the server's
+    /// words.
+    Special(String),
+}
+
+/// One entry of a listed directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeEntry {
+    /// Checked, relative to the listed directory, no `/`.
+    pub name: String,
+    pub kind: TreeKind,
+    pub size: Option<u64>,
+}
+
+/// A directory's entries, in listing order, and the lines refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirListing {
+    pub entries: Vec<TreeEntry>,
+    pub rejected: Vec<RejectedName>,
+    pub method: WalkMethod,
+    pub transcript: Transcript,
+}
+
+impl Pair {
+    /// Every entry of `dir` on the source, each with its kind (see the module docs).
+    pub async fn list_dir(&mut self, dir: &str) -> Result<DirListing, ListError> {
+        if let Some(reason) = self.dead_reason() {
+            return Err(ListError::Closed { reason });
+        }
+        if let Err(error) = check_argument(dir) {
+            return Err(ListError::BadArgument {
+                what: "directory",
+                value: dir.to_owned(),
+                error,
+            });
+        }
+        let mlsd = self
+            .features()
+            .await
+            .iter()
+            .any(|f| f.trim_start().to_ascii_uppercase().starts_with("MLST"));
+        let (method, verb) = if mlsd {
+            (WalkMethod::Mlsd, "MLSD")
+        } else {
+            (WalkMethod::List, "LIST")
+        };
+        let data = match self.data_command(verb, dir).await? {
+            DataReply::Data(data) => data,
+            DataReply::Negative {
+                command,
+                reply,
+                disposition,
+            } => {
+                return Err(ListError::Refused {
+                    host: self.host(Side::Source).to_owned(),
+                    command,
+                    reply,
+                    disposition,
+                })
+            }
+        };
+        let scrubber = self.recorder.scrubber().clone();
+        let refuse = |line: &str, reason: String| RejectedName {
+            matched: true,
+            line: scrubber.scrub_excerpt(line),
+            reason: scrubber.scrub(&reason),
+        };
+        let mut listing = DirListing {
+            entries: Vec::new(),
+            rejected: Vec::new(),
+            method,
+            transcript: Transcript::default(),
+        };
+        let holds_secret = |name: &str| scrubber.scrub(name) != name;
+        match method {
+            WalkMethod::Mlsd => {
+                let parsed = parse_mlsd(&data, dir);
+                for r in parsed.rejected {
+                    listing.rejected.push(refuse(&r.line, r.reason.to_string()));
+                }
+                for e in parsed.entries {
+                    let kind = match e.kind {
+                        EntryKind::File | EntryKind::Unspecified => TreeKind::File,
+                        EntryKind::Dir => TreeKind::Dir,
+                        // Pure-FTPd: `OS.unix=slink:TARGET` (TARGET empty as it answered);
+                        // proFTPD: `OS.unix=symlink`.
+                        EntryKind::Special(s) => match s.strip_prefix("os.unix=slink:") {
+                            Some(target) => TreeKind::Symlink {
+                                target: target.to_owned(),
+                            },
+                            None if s == "os.unix=symlink" => TreeKind::Symlink {
+                                target: String::new(),
+                            },
+                            None => TreeKind::Special(s),
+                        },
+                    };
+                    listing.entries.push(TreeEntry {
+                        name: e.name,
+                        kind,
+                        size: e.size,
+                    });
+                }
+            }
+            WalkMethod::List => {
+                let parsed = parse_list(&data, dir);
+                for r in parsed.rejected {
+                    listing.rejected.push(refuse(&r.line, r.reason.to_string()));
+                }
+                for e in parsed.entries {
+                    let kind = match e.kind {
+                        ListKind::File => TreeKind::File,
+                        ListKind::Dir => TreeKind::Dir,
+                        ListKind::Symlink { target } => TreeKind::Symlink { target },
+                        ListKind::Special(c) => TreeKind::Special(format!("type {c}")),
+                    };
+                    listing.entries.push(TreeEntry {
+                        name: e.name,
+                        kind,
+                        size: e.size,
+                    });
+                }
+            }
+        }
+        // A name holding a secret is refused, as in a wildcard listing.
+        let (kept, secret): (Vec<_>, Vec<_>) = listing
+            .entries
+            .into_iter()
+            .partition(|e| !holds_secret(&e.name));
+        listing.entries = kept;
+        for e in secret {
+            listing.rejected.push(RejectedName {
+                matched: true,
+                line: scrubber.scrub(&e.name),
+                reason: "the name contains one of the job's passwords or ACCT strings".into(),
+            });
+        }
+        listing.transcript = self.recorder.take();
+        Ok(listing)
+    }
+}

@@ -1,0 +1,134 @@
+//! The proof of each copy, after the copy (a step of its own, not part of the copy's command
+//! sequence): the strongest the pair can give (`bftp_core::proof::plan` from both servers'
+//! FEAT), recorded in the member. Shared by the attempt and by `bftp transfer`.
+//!
+//! The rules:
+//! - A hash proof: both servers' digests of the file, equal. Unequal digests: the destination
+//!   file is not the source's. A replace copy's file is then ours and wrong: it is deleted,
+//!   and the copy fails as a transient failure (copied again at the next try). A unique copy's
+//!   file is never deleted on such evidence (its name may be another's): it is kept, and the
+//!   member is `uncertain`.
+//! - A hash command that fails leaves the copy with what SIZE gave (`size`, or `replies`).
+//! - A copy whose proof is weaker than what the job requires (`--proof`), or a `move`'s copy
+//!   weaker than the strongest the pair allows, fails as transient: a source is deleted only
+//!   after the strongest proof available.
+//! - A job requiring a proof the pair cannot give at all fails before any file moves.
+
+use bftp_core::proof::{self, Plan, ProofLevel};
+use bftp_core::{DestCommand, Disposition, JobSpec};
+use bftp_ftp::{HashProof, Pair, Side, SizeCheck};
+
+/// What the proof step made of a copy that both servers reported done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Proven {
+    /// Proven to `level`; `words` follow the copy's evidence in the member's detail.
+    Ok {
+        level: ProofLevel,
+        words: Option<String>,
+    },
+    /// The digests differ. `deleted`: the bad destination file was removed.
+    Mismatch { failure: String, deleted: bool },
+    /// The copy's proof is weaker than the job needs.
+    Short { failure: String },
+}
+
+/// The proof this job needs of each copy: what it requires, and for a `move` the strongest
+/// the pair can give.
+fn needed(spec: &JobSpec, plan: &Plan) -> ProofLevel {
+    let required = spec.proof.unwrap_or_default();
+    if spec.disposition == Disposition::Move {
+        required.max(plan.level)
+    } else {
+        required
+    }
+}
+
+/// The job's required proof against what the pair can give: `Err(reason)` when it cannot.
+pub async fn check_required(pair: &mut Pair, spec: &JobSpec) -> Result<Plan, String> {
+    let plan = pair
+        .proof_plan(spec.params.transfer_type, spec.dest_command)
+        .await;
+    proof::require(spec.proof, &plan)?;
+    Ok(plan)
+}
+
+/// The proof of a copy of `source_path` to `dest_path` (for a unique copy, the name it was
+/// stored as; `None` where no name is known) that both servers reported done, with the copy's
+/// `size_check` and the file's `size`.
+pub async fn after_copy(
+    pair: &mut Pair,
+    spec: &JobSpec,
+    source_path: &str,
+    dest_path: Option<&str>,
+    size_check: &SizeCheck,
+    size: Option<u64>,
+) -> Proven {
+    let plan = pair
+        .proof_plan(spec.params.transfer_type, spec.dest_command)
+        .await;
+    let by_size = if matches!(size_check, SizeCheck::Equal { .. }) {
+        ProofLevel::Size
+    } else {
+        ProofLevel::Replies
+    };
+    let (achieved, note) = match (&plan.hash, dest_path) {
+        (Some(h), Some(dest)) => match pair.prove_hash(h, source_path, dest, size).await {
+            HashProof::Equal { algorithm, digest } => (
+                ProofLevel::Hash,
+                Some(format!("{algorithm} digests equal ({digest})")),
+            ),
+            HashProof::Mismatch {
+                algorithm,
+                source,
+                destination,
+            } => {
+                let differ = format!(
+                    "{algorithm} digests differ (source {source}, destination {destination})"
+                );
+                if spec.dest_command != DestCommand::Replace {
+                    return Proven::Mismatch {
+                        failure: format!(
+                            "{differ}: the destination file may be another's and is kept"
+                        ),
+                        deleted: false,
+                    };
+                }
+                let (failure, deleted) = match pair.delete(Side::Destination, dest).await {
+                    Ok(_) => (format!("{differ}: the destination file was deleted"), true),
+                    Err(e) => (
+                        format!("{differ}: deleting the destination file failed: {e}"),
+                        false,
+                    ),
+                };
+                return Proven::Mismatch { failure, deleted };
+            }
+            HashProof::Failed { side, reason, .. } => (
+                by_size,
+                Some(format!("no hash proof, the {side}: {reason}")),
+            ),
+        },
+        (Some(_), None) => (
+            by_size,
+            Some("no hash proof: the stored name is not known".to_owned()),
+        ),
+        (None, _) => (by_size, None),
+    };
+    let need = needed(spec, &plan);
+    if achieved < need {
+        let why = if spec.proof.is_some_and(|p| p >= need) {
+            "the job requires".to_owned()
+        } else {
+            "a move deletes its source only after the strongest proof this pair allows, which is"
+                .to_owned()
+        };
+        let mut failure = format!("the copy has only a {achieved} proof; {why} {need}");
+        if let Some(note) = note {
+            failure.push_str(&format!(" ({note})"));
+        }
+        return Proven::Short { failure };
+    }
+    Proven::Ok {
+        level: achieved,
+        words: note,
+    }
+}
