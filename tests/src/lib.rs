@@ -6,6 +6,7 @@
 //! so, never a skipped test.
 
 pub mod daemon;
+pub mod delay;
 pub mod ftpserver;
 pub mod hostile;
 pub mod procstat;
@@ -13,6 +14,7 @@ pub mod rawftp;
 pub mod scenario;
 pub mod smtp;
 
+pub use delay::DelayProxy;
 pub use ftpserver::{Direction, FtpOptions, FtpServer, ServerKind, XferEntry};
 pub use rawftp::{RawFtp, Reply};
 pub use smtp::{Mail, SmtpSink};
