@@ -274,12 +274,33 @@ fn read_side(
                     stats.turns.fetch_add(1, Ordering::Relaxed);
                 }
                 bytes.fetch_add(n as u64, Ordering::Relaxed);
+                trace(side, &buf[..n]);
                 if tx.send(Item::Data(due, buf[..n].to_vec())).is_err() {
                     return;
                 }
             }
         }
     }
+}
+
+/// `BFTP_DELAY_TRACE=1`: every chunk on stderr with the time it was read (for a profile of
+/// where a client's round trips go).
+fn trace(side: Side, data: &[u8]) {
+    static START: std::sync::OnceLock<Option<Instant>> = std::sync::OnceLock::new();
+    let Some(start) =
+        START.get_or_init(|| std::env::var_os("BFTP_DELAY_TRACE").map(|_| Instant::now()))
+    else {
+        return;
+    };
+    let dir = match side {
+        Side::Client => "->",
+        Side::Server => "<-",
+    };
+    let text = String::from_utf8_lossy(data).replace("\r\n", " | ");
+    eprintln!(
+        "{:>9.3} ms {dir} {text}",
+        start.elapsed().as_secs_f64() * 1e3
+    );
 }
 
 /// Writes each chunk when it is due, in the order read; a half-close is passed on when due.
