@@ -10,6 +10,7 @@ mod ledger;
 mod mail;
 mod mail_delivery;
 mod observe;
+mod pipeline;
 mod protocol;
 mod readme;
 mod scheduler;

@@ -1661,6 +1661,24 @@ impl crate::lanes::Work for Members<'_> {
     async fn close(&self, pair: Pair) {
         self.run.close(pair).await
     }
+
+    /// Only a plain copy's next member may be started ahead: a replace copy with no intent
+    /// to settle first (an intent, APPE, STOU or a `move` have ledger writes or other
+    /// commands between members), with the request its own `member` would make.
+    fn hint(&self, pair: &mut Pair, next: Option<&Member>) {
+        let spec = self.spec;
+        let plain = spec.disposition == Disposition::Copy
+            && spec.dest_command == DestCommand::Replace
+            && spec.destination.is_some();
+        pair.expect_next(
+            next.filter(|m| plain && m.intent.is_none())
+                .map(|m| copy_request(spec, &m.name)),
+        );
+    }
+
+    fn in_flight(&self, pair: &Pair) -> bool {
+        pair.in_flight()
+    }
 }
 
 #[cfg(test)]
