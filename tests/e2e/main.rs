@@ -11,6 +11,7 @@ mod mail;
 mod mail_delivery;
 mod observe;
 mod pipeline;
+mod pool;
 mod protocol;
 mod readme;
 mod scheduler;

@@ -148,6 +148,7 @@ impl Executor for FtpExecutor {
             id: job.id,
             log: Arc::default(),
             claims: Mutex::default(),
+            first: Mutex::default(),
         };
         let abort = signals.abort;
         let log = run.log.clone();
@@ -266,6 +267,9 @@ struct Run {
     /// Unique copies: destination name -> the member whose file it is (recorded, or
     /// announced and not yet settled). No two members claim one name.
     claims: Mutex<std::collections::HashMap<String, String>>,
+    /// The first pair's pool key and the slots it holds: that pair may be kept for another
+    /// job when it closes (`crate::pool`).
+    first: Mutex<Option<(crate::pool::PoolKey, crate::ftp::Slots)>>,
 }
 
 /// A member left pending by this attempt: why, and whether it is worth a second try within
@@ -460,10 +464,18 @@ impl Run {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).keep(t);
     }
 
-    /// Keeps what the pair recorded since its last outcome, then closes it.
+    /// Keeps what the pair recorded since its last outcome, then closes it, or keeps the
+    /// first pair (with its slots) for another job when nothing went wrong on it.
     async fn close(&self, mut pair: Pair) {
         self.keep(&pair.take_transcript());
-        pair.close().await;
+        let first = match pair.label().as_deref() {
+            Some("p1") => self.first.lock().unwrap_or_else(|p| p.into_inner()).take(),
+            _ => None,
+        };
+        match first {
+            Some((key, slots)) => self.hosts.pool.put(key, pair, slots).await,
+            None => pair.close().await,
+        }
     }
 
     /// Where the bytes of `m`'s copy can be seen while it runs: a `replace` copy's
@@ -530,17 +542,36 @@ impl Run {
             .destination
             .as_ref()
             .map_or(spec.source.host.as_str(), |d| d.host.as_str());
-        // Held while this attempt has connections open.
-        let _permits = self.hosts.acquire(&spec.source.host, dst_host).await;
-        let mut pair = match self.open(&spec, "p1").await {
-            Ok(p) => p,
-            Err(e) => {
-                self.keep(&e.transcript);
-                return pair_failed(&e);
+        // A kept pair of this owner, servers and logins, or slots held while this attempt
+        // has connections open (see `crate::pool`).
+        let src_login = ServerLogin::from_endpoint(&spec.source);
+        let dst_login = spec
+            .destination
+            .as_ref()
+            .map(ServerLogin::from_endpoint)
+            .unwrap_or_else(|| src_login.clone());
+        let key = crate::pool::PoolKey::new(job.owner_uid, &src_login, &dst_login, spec.params);
+        let acquired = crate::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await;
+        let mut pair = match acquired {
+            crate::pool::Acquired::Kept(pair, slots) => {
+                pair.set_label("p1");
+                *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots));
+                *pair
+            }
+            crate::pool::Acquired::Slots(slots) => {
+                *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots));
+                match self.open(&spec, "p1").await {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.keep(&e.transcript);
+                        return pair_failed(&e);
+                    }
+                }
             }
         };
         if !job.members_frozen {
             if let Err(end) = self.freeze(&mut pair, &spec).await {
+                pair.mark_errored();
                 self.close(pair).await;
                 return end;
             }

@@ -126,6 +126,9 @@ pub struct Pair {
     /// Replies of commands sent ahead that no one claimed yet, per side: read and dropped
     /// before the next command on that connection.
     owed: [u8; 2],
+    /// Something went wrong on this pair: a copy or a listing that failed, a reconnection.
+    /// Such a pair is not kept for another job ([`Pair::clean`]).
+    errored: bool,
 }
 
 impl std::fmt::Debug for Pair {
@@ -238,6 +241,7 @@ impl Pair {
             next_hint: None,
             ahead: None,
             owed: [0, 0],
+            errored: false,
         }
     }
 
@@ -275,6 +279,39 @@ impl Pair {
             return;
         }
         tokio::join!(self.src.quit(), self.dst.quit());
+    }
+
+    /// Whether nothing ever went wrong on this pair (every copy and listing succeeded, no
+    /// reconnection) and it is open with nothing started ahead: only such a pair may be kept
+    /// for another job.
+    pub fn clean(&self) -> bool {
+        !self.errored && self.is_usable() && !self.in_flight() && self.owed == [0, 0]
+    }
+
+    /// Marks the pair as one that saw an error ([`Pair::clean`] is false from now on).
+    pub fn mark_errored(&mut self) {
+        self.errored = true;
+    }
+
+    /// NOOP on both connections at once: whether both still answer 2yz (a kept pair whose
+    /// server closed an idle session is found out here, not in the middle of a copy). A
+    /// pair that fails is marked errored.
+    pub async fn alive(&mut self) -> bool {
+        if !self.clean() {
+            return false;
+        }
+        let deadline = self.reply_deadline();
+        async fn noop(s: &mut Session, deadline: Instant) -> Result<Reply, SessionError> {
+            s.send("NOOP").await?;
+            s.read_reply_until(deadline).await
+        }
+        let (a, b) = tokio::join!(noop(&mut self.src, deadline), noop(&mut self.dst, deadline));
+        let ok = |r: &Result<Reply, SessionError>| matches!(r, Ok(reply) if reply.code().class() == bftp_core::reply::ReplyClass::Completion);
+        let alive = ok(&a) && ok(&b);
+        if !alive {
+            self.errored = true;
+        }
+        alive
     }
 
     /// Tells the pair which copy its caller makes next on it (`None`: none, or unknown), so
@@ -778,6 +815,7 @@ impl Pair {
         };
         *self.session(side) = session;
         self.owed[index(side)] = 0;
+        self.errored = true;
         self.types[index(side)] = None;
         self.home[index(side)] = None;
         if side == Side::Source {

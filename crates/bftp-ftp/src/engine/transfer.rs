@@ -1509,6 +1509,9 @@ impl Attempt<'_> {
         // that the connection is in step for the next command.
         self.pair.drain_owed(Side::Source).await;
         self.pair.drain_owed(Side::Destination).await;
+        if !matches!(result, Ok(CopyOutcome::Succeeded { .. })) {
+            self.pair.mark_errored();
+        }
         self.pair.deadline = None;
         if self.report.destination_touched && !matches!(result, Ok(CopyOutcome::Succeeded { .. })) {
             self.clean_up().await;
