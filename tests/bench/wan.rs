@@ -16,8 +16,9 @@
 //!   `parallel_pairs` (and `max_connections_per_host` 40, so that 16 pairs fit);
 //! - `queued4`: the same files as one queued job (`bftp submit`, 4 pairs), timed from the
 //!   submit to the job's end (polled every 10 ms over the API);
-//! - `jobs`: `BENCH_JOBS` (default 40) one-file jobs submitted at once, each its own job:
-//!   jobs per minute, from the first submit to the last job's end.
+//! - `jobs`: `BENCH_JOBS` (default 100) one-file jobs submitted one after another (each its
+//!   own job, the daemon's default `[ftp]` and `[scheduler]` settings): jobs per minute, from
+//!   the first submit to the last job's end.
 //!
 //! Every run is checked: each file at the destination with the source's sha256 (sha256sum
 //! of both directories), nothing else there. Printed per run: files/s, wall, the controller's
@@ -362,7 +363,10 @@ impl Bench {
     }
 
     fn one_file_jobs(&self) -> Result<Row> {
-        let d = self.bftpd(4)?;
+        // The daemon's own defaults ([ftp] and [scheduler]): what a deployment runs.
+        let d = Bftpd::start_with(|dir| {
+            Bftpd::default_config(dir).replace("level = \"debug\"", "level = \"warn\"")
+        })?;
         let pid = d.pid().context("bftpd pid")?;
         let dest = self.url(&self.dst, self.dst_port, &format!("{DST_DIR}/"));
         let cpu = cpu_seconds(pid, false)?;
@@ -400,7 +404,7 @@ fn main() -> Result<()> {
     let delay = Duration::from_millis(env_or("BENCH_DELAY_MS", 10));
     let files: usize = env_or("BENCH_FILES", 300);
     let size: usize = env_or("BENCH_SIZE", 4096);
-    let jobs: usize = env_or("BENCH_JOBS", 40);
+    let jobs: usize = env_or("BENCH_JOBS", 100);
     let tools = env_or(
         "BENCH_TOOLS",
         "lftp1,lftp4,bftp1,bftp4,bftp16,queued4,jobs".to_string(),
