@@ -39,7 +39,11 @@ fn max_connections_per_host_keeps_two_jobs_to_one_host_apart() -> Result<()> {
     )?;
     let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default())?;
     dst.mkdir("in")?;
-    let d = Bftpd::start_with(config_plus("[ftp]\nmax_connections_per_host = 1\n"))?;
+    // No kept pairs: the second job must log in itself, after the first closed (the pool's
+    // own test of the limit is `pool::a_kept_pair_gives_its_slots_up_to_a_job_that_needs_them`).
+    let d = Bftpd::start_with(config_plus(
+        "[ftp]\nmax_connections_per_host = 1\npool_max_idle = 0\n",
+    ))?;
     let started = Instant::now();
     let mut ids = Vec::new();
     for name in ["a", "b"] {

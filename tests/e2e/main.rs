@@ -13,6 +13,8 @@ mod months;
 mod observe;
 mod pg_nodes;
 mod proof;
+mod pipeline;
+mod pool;
 mod protocol;
 mod readme;
 mod scheduler;

@@ -940,7 +940,11 @@ fn a_multi_file_job_copies_on_parallel_pairs() {
     let src = HostileServer::start(script).unwrap();
     let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
     dst.mkdir("in").unwrap();
-    let d = Bftpd::start_with(config_plus("[ftp]\nparallel_pairs = 4\n")).unwrap();
+    // No kept pair: each connection ends with QUIT, which marks the end of its last copy.
+    let d = Bftpd::start_with(config_plus(
+        "[ftp]\nparallel_pairs = 4\npool_max_idle = 0\n",
+    ))
+    .unwrap();
     let id = submit_urls(
         &d,
         (&src.url("out/p-*.bin"), src.password()),

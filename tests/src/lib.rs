@@ -6,6 +6,7 @@
 //! so, never a skipped test.
 
 pub mod daemon;
+pub mod delay;
 pub mod ftpserver;
 pub mod hostile;
 pub mod postgres;
@@ -14,6 +15,7 @@ pub mod rawftp;
 pub mod scenario;
 pub mod smtp;
 
+pub use delay::DelayProxy;
 pub use ftpserver::{Direction, FtpOptions, FtpServer, ServerKind, ServerTls, XferEntry};
 pub use rawftp::{RawFtp, Reply};
 pub use smtp::{Mail, SmtpSink};

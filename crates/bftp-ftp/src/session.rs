@@ -537,6 +537,44 @@ impl Session {
         }
     }
 
+    /// Send several command lines in one write: a server reads commands one at a time and
+    /// answers in order, so the caller reads exactly one reply per line, in this order, to
+    /// stay in step (pipelining, RFC 959 allows it). Nothing is sent if a line is bad.
+    pub async fn send_batch(&mut self, lines: &[String]) -> Result<(), SessionError> {
+        let mut bytes = Vec::new();
+        for line in lines {
+            if check_argument(line).is_err() {
+                return Err(SessionError::BadArgument {
+                    what: self
+                        .recorder
+                        .scrubber()
+                        .scrub(&crate::transcript::mask_secrets(line)),
+                });
+            }
+            bytes.extend_from_slice(line.as_bytes());
+            bytes.extend_from_slice(b"\r\n");
+        }
+        for line in lines {
+            self.recorder.sent(self.side, line);
+        }
+        let Some((_, write)) = self.conn.as_mut() else {
+            return Err(self.closed());
+        };
+        let result = tokio::time::timeout(self.reply_timeout, write.write_all(&bytes)).await;
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(self.fail(SessionError::Io {
+                host: self.host.clone(),
+                failure: io_failure(&e),
+                detail: e.to_string(),
+            })),
+            Err(_) => Err(self.fail(SessionError::Timeout {
+                host: self.host.clone(),
+                waited: self.reply_timeout,
+            })),
+        }
+    }
+
     /// Send a command and read its reply within the reply timeout.
     pub async fn command(&mut self, line: &str) -> Result<Reply, SessionError> {
         self.send(line).await?;

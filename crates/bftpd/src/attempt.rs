@@ -148,6 +148,7 @@ impl Executor for FtpExecutor {
             id: job.id,
             log: Arc::default(),
             claims: Mutex::default(),
+            first: Mutex::default(),
         };
         let abort = signals.abort;
         let log = run.log.clone();
@@ -268,6 +269,9 @@ struct Run {
     /// Unique copies: destination name -> the member whose file it is (recorded, or
     /// announced and not yet settled). No two members claim one name.
     claims: Mutex<std::collections::HashMap<String, String>>,
+    /// The first pair's pool key and the slots it holds: that pair may be kept for another
+    /// job when it closes (`crate::pool`).
+    first: Mutex<Option<(crate::pool::PoolKey, crate::ftp::Slots)>>,
 }
 
 /// A member left pending by this attempt: why, and whether it is worth a second try within
@@ -517,10 +521,18 @@ impl Run {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).keep(t);
     }
 
-    /// Keeps what the pair recorded since its last outcome, then closes it.
+    /// Keeps what the pair recorded since its last outcome, then closes it, or keeps the
+    /// first pair (with its slots) for another job when nothing went wrong on it.
     async fn close(&self, mut pair: Pair) {
         self.keep(&pair.take_transcript());
-        pair.close().await;
+        let first = match pair.label().as_deref() {
+            Some("p1") => self.first.lock().unwrap_or_else(|p| p.into_inner()).take(),
+            _ => None,
+        };
+        match first {
+            Some((key, slots)) => self.hosts.pool.put(key, pair, slots).await,
+            None => pair.close().await,
+        }
     }
 
     /// Where the bytes of `m`'s copy can be seen while it runs: a `replace` copy's
@@ -587,13 +599,31 @@ impl Run {
             .destination
             .as_ref()
             .map_or(spec.source.host.as_str(), |d| d.host.as_str());
-        // Held while this attempt has connections open.
-        let _permits = self.hosts.acquire(&spec.source.host, dst_host).await;
-        let mut pair = match self.open(&spec, "p1").await {
-            Ok(p) => p,
-            Err(e) => {
-                self.keep(&e.transcript);
-                return pair_failed(&e);
+        // A kept pair of this owner, servers and logins, or slots held while this attempt
+        // has connections open (see `crate::pool`).
+        let src_login = ServerLogin::from_endpoint(&spec.source);
+        let dst_login = spec
+            .destination
+            .as_ref()
+            .map(ServerLogin::from_endpoint)
+            .unwrap_or_else(|| src_login.clone());
+        let key = crate::pool::PoolKey::new(job.owner_uid, &src_login, &dst_login, spec.params);
+        let acquired = crate::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await;
+        let mut pair = match acquired {
+            crate::pool::Acquired::Kept(pair, slots) => {
+                pair.set_label("p1");
+                *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots));
+                *pair
+            }
+            crate::pool::Acquired::Slots(slots) => {
+                *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots));
+                match self.open(&spec, "p1").await {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.keep(&e.transcript);
+                        return pair_failed(&e);
+                    }
+                }
             }
         };
         // A proof the pair cannot give fails the job before any file moves.
@@ -606,6 +636,7 @@ impl Run {
         }
         if !job.members_frozen {
             if let Err(end) = self.freeze(&mut pair, &spec).await {
+                pair.mark_errored();
                 self.close(pair).await;
                 return end;
             }
@@ -1768,6 +1799,24 @@ impl crate::lanes::Work for Members<'_> {
 
     async fn close(&self, pair: Pair) {
         self.run.close(pair).await
+    }
+
+    /// Only a plain copy's next member may be started ahead: a replace copy with no intent
+    /// to settle first (an intent, APPE, STOU or a `move` have ledger writes or other
+    /// commands between members), with the request its own `member` would make.
+    fn hint(&self, pair: &mut Pair, next: Option<&Member>) {
+        let spec = self.spec;
+        let plain = spec.disposition == Disposition::Copy
+            && spec.dest_command == DestCommand::Replace
+            && spec.destination.is_some();
+        pair.expect_next(
+            next.filter(|m| plain && m.intent.is_none())
+                .map(|m| copy_request(spec, &m.name)),
+        );
+    }
+
+    fn in_flight(&self, pair: &Pair) -> bool {
+        pair.in_flight()
     }
 }
 

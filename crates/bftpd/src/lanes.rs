@@ -13,6 +13,12 @@
 //! - a file whose data connection failed and whose repeat is safe gets one second try, at the
 //!   back of the queue ([`crate::work`]), whose wait an interruption (shutdown, cancel) ends.
 //!
+//! - a lane takes the item after the one it works on ahead of time and tells its connection
+//!   ([`Work::hint`]), so that a copy can send the next one's first commands with its own
+//!   (bftp-ftp's `pipeline.rs`); once it did ([`Work::in_flight`]), that item is worked on next
+//!   even if an interruption or a stop came meanwhile (it is a file in flight); an item taken
+//!   ahead and not worked on goes back to the front of the queue.
+//!
 //! Extra pairs take only the per-host connection slots free at that moment and never wait
 //! for one ([`crate::ftp::HostLimits::extra_slots`]): a job's first pair waits for its turn
 //! like any other, but a job never holds up, or starves, another for more parallelism.
@@ -72,6 +78,12 @@ pub(crate) trait Work {
     /// An item's failure stands: it got no second try, or its second try failed too.
     async fn stands(&self, item: Self::Item, reason: &str) -> Result<(), Self::End>;
     async fn close(&self, conn: Self::Conn);
+    /// Which item the lane works on after the one it starts now (`None`: none known).
+    fn hint(&self, _conn: &mut Self::Conn, _next: Option<&Self::Item>) {}
+    /// Whether the connection already started the item given with [`Work::hint`].
+    fn in_flight(&self, _conn: &Self::Conn) -> bool {
+        false
+    }
 }
 
 /// How the lanes ended.
@@ -96,6 +108,7 @@ pub(crate) async fn run<W: Work, G>(
     let shared = Shared {
         queue,
         stop: AtomicBool::new(false),
+        lanes: openings.len(),
     };
     let lanes =
         futures_util::future::join_all(openings.into_iter().map(|o| lane(work, o, &shared))).await;
@@ -120,6 +133,8 @@ struct Shared<T> {
     queue: WorkQueue<T>,
     /// Set by a job-level end in one lane: the others stop after their item in flight.
     stop: AtomicBool,
+    /// How many lanes share the queue.
+    lanes: usize,
 }
 
 /// One lane: its job-level end, and `name: reason` of its last failure that stands.
@@ -134,24 +149,33 @@ async fn lane<W: Work, G>(
     };
     let stop = || shared.stop.store(true, Ordering::Release);
     let mut failed = None;
+    // The item after the one in work, taken ahead (see the module's notes).
+    let mut ahead: Option<crate::work::Entry<W::Item>> = None;
     let end = loop {
-        if let Some(end) = work.interrupted() {
-            break Some(end);
-        }
-        if shared.stop.load(Ordering::Acquire) {
-            break None;
-        }
-        let entry = match shared.queue.pop() {
-            None => break None,
-            Some(Next::Dropped { item, reason }) => {
-                failed = Some(format!("{}: {reason}", item.name()));
-                if let Err(end) = work.stands(item, &reason).await {
-                    stop();
-                    break Some(end);
-                }
-                continue;
+        // An item already started on the connection is worked on whatever came meanwhile.
+        let in_flight = ahead.is_some() && work.in_flight(&conn);
+        if !in_flight {
+            if let Some(end) = work.interrupted() {
+                break Some(end);
             }
-            Some(Next::Copy(entry)) => entry,
+            if shared.stop.load(Ordering::Acquire) {
+                break None;
+            }
+        }
+        let entry = match ahead.take() {
+            Some(entry) => entry,
+            None => match shared.queue.pop() {
+                None => break None,
+                Some(Next::Dropped { item, reason }) => {
+                    failed = Some(format!("{}: {reason}", item.name()));
+                    if let Err(end) = work.stands(item, &reason).await {
+                        stop();
+                        break Some(end);
+                    }
+                    continue;
+                }
+                Some(Next::Copy(entry)) => entry,
+            },
         };
         if !entry.wait(work.interruption()).await {
             if let Some((_, reason)) = &entry.second {
@@ -169,6 +193,15 @@ async fn lane<W: Work, G>(
                 }
             };
         }
+        // Only while every lane has an item of its own: taking ahead must not leave a
+        // lane without work (four files on four pairs run on four pairs).
+        if work.interrupted().is_none()
+            && !shared.stop.load(Ordering::Acquire)
+            && shared.queue.len() >= shared.lanes
+        {
+            ahead = shared.queue.pop_first_try();
+        }
+        work.hint(&mut conn, ahead.as_ref().map(|e| &e.item));
         match work.item(&mut conn, entry.item, second).await {
             Step::Done => {}
             Step::Failed {
@@ -199,6 +232,9 @@ async fn lane<W: Work, G>(
             }
         }
     };
+    if let Some(entry) = ahead {
+        shared.queue.put_back(entry);
+    }
     work.close(conn).await;
     (end, failed)
 }
@@ -251,6 +287,12 @@ mod tests {
         worked: Mutex<Vec<(String, bool, usize)>>,
         stood: Mutex<Vec<String>>,
         closed: Mutex<Vec<usize>>,
+        /// The next item each `item` call was told of, in order.
+        hints: Mutex<Vec<Option<String>>>,
+        /// What `in_flight` answers.
+        started_ahead: AtomicBool,
+        /// Working on this item interrupts the lanes.
+        interrupt_on: Mutex<Option<String>>,
     }
 
     impl Lanes {
@@ -265,6 +307,9 @@ mod tests {
                 worked: Mutex::default(),
                 stood: Mutex::default(),
                 closed: Mutex::default(),
+                hints: Mutex::default(),
+                started_ahead: AtomicBool::new(false),
+                interrupt_on: Mutex::default(),
             }
         }
 
@@ -317,11 +362,20 @@ mod tests {
         ) -> Step<String, &'static str> {
             // Every item takes a turn of the runtime, as a copy does: the lanes interleave.
             tokio::task::yield_now().await;
+            if self.interrupt_on.lock().unwrap().as_deref() == Some(item.as_str()) {
+                self.interrupted.store(true, Ordering::SeqCst);
+            }
             self.worked
                 .lock()
                 .unwrap()
                 .push((item.clone(), second, conn.id));
             (self.item)(conn, &item, second)
+        }
+        fn hint(&self, _conn: &mut Conn, next: Option<&String>) {
+            self.hints.lock().unwrap().push(next.cloned());
+        }
+        fn in_flight(&self, _conn: &Conn) -> bool {
+            self.started_ahead.load(Ordering::SeqCst)
         }
         async fn stands(&self, item: String, _reason: &str) -> Result<(), &'static str> {
             self.stood.lock().unwrap().push(item);
@@ -398,9 +452,10 @@ mod tests {
             _ => Step::Done,
         });
         let ran = lanes.run(2, &["a", "b", "c", "d", "e", "f"]).await;
-        // Lane 0 ends at c; lane 1 finishes d, which it had in flight, and stops.
+        // Lane 0 takes a (and b ahead), lane 1 c (and d ahead). c ends the job while lane 0
+        // has b in flight, which it finishes; d, taken ahead but not started, never is.
         let names: Vec<String> = lanes.worked().into_iter().map(|w| w.0).collect();
-        assert_eq!(names, ["a", "b", "c", "d"]);
+        assert_eq!(names, ["a", "c", "b"]);
         assert_eq!(ran.ends, ["login refused"]);
         let mut closed = lanes.closed.lock().unwrap().clone();
         closed.sort();
@@ -465,5 +520,47 @@ mod tests {
         let ran = lanes.run(2, &["a"]).await;
         assert!(lanes.worked().is_empty());
         assert_eq!(ran.ends, ["interrupted", "interrupted"]);
+    }
+
+    #[tokio::test]
+    async fn each_item_is_told_the_next_one_of_its_lane() {
+        let lanes = Lanes::new(|_, _, _| Step::Done);
+        lanes.run(1, &["a", "b", "c"]).await;
+        assert_eq!(
+            *lanes.hints.lock().unwrap(),
+            [Some("b".to_string()), Some("c".into()), None]
+        );
+        let names: Vec<String> = lanes.worked().into_iter().map(|w| w.0).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn an_item_started_ahead_is_finished_after_an_interruption() {
+        let lanes = Lanes::new(|_, _, _| Step::Done);
+        *lanes.interrupt_on.lock().unwrap() = Some("a".into());
+        lanes.started_ahead.store(true, Ordering::SeqCst);
+        let ran = lanes.run(1, &["a", "b", "c"]).await;
+        let names: Vec<String> = lanes.worked().into_iter().map(|w| w.0).collect();
+        assert_eq!(names, ["a", "b"], "b was in flight; c never started");
+        assert_eq!(ran.ends, ["interrupted"]);
+    }
+
+    #[tokio::test]
+    async fn an_item_taken_ahead_but_not_started_goes_back_to_the_queue() {
+        let lanes = Lanes::new(|_, _, _| Step::Done);
+        *lanes.interrupt_on.lock().unwrap() = Some("a".into());
+        let ran = lanes.run(1, &["a", "b", "c"]).await;
+        let names: Vec<String> = lanes.worked().into_iter().map(|w| w.0).collect();
+        assert_eq!(names, ["a"]);
+        assert_eq!(ran.ends, ["interrupted"]);
+    }
+
+    #[tokio::test]
+    async fn taking_ahead_leaves_no_lane_without_an_item() {
+        let lanes = Lanes::new(|_, _, _| Step::Done);
+        lanes.run(4, &["a", "b", "c", "d"]).await;
+        let mut pairs: Vec<usize> = lanes.worked().into_iter().map(|w| w.2).collect();
+        pairs.sort_unstable();
+        assert_eq!(pairs, [0, 1, 2, 3], "one item on each of the four pairs");
     }
 }

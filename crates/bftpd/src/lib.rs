@@ -16,6 +16,7 @@ pub mod mail;
 pub mod metrics;
 pub mod policy;
 pub mod proof;
+pub mod pool;
 mod refusals;
 pub mod retention;
 pub mod scheduler;
@@ -156,9 +157,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let admins = identity::AdminPolicy::new(config.admin_group.as_deref())?;
     let policy = policy::HostPolicy::new(&config.policy);
     let limits = config.ftp.limits()?;
-    let hosts = ftp::HostLimits::new(
+    let hosts = ftp::HostLimits::with_pool(
         config.ftp.parallel_pairs,
         config.ftp.max_connections_per_host,
+        pool::PoolSettings {
+            max_idle: config.ftp.pool_max_idle,
+            idle_timeout: config.ftp.pool_idle_timeout,
+        },
     );
     let metrics = Arc::new(metrics::Metrics::new());
     let live = Arc::new(live::Live::default());

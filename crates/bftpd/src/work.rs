@@ -87,6 +87,31 @@ impl<T> WorkQueue<T> {
         })
     }
 
+    /// The next entry if it is a first try (a second try waits for its time: it is never
+    /// taken ahead), for a lane that sends its first commands ahead of time.
+    pub fn pop_first_try(&self) -> Option<Entry<T>> {
+        let mut entries = self.entries();
+        if entries.front().is_some_and(|e| e.second.is_none()) {
+            entries.pop_front()
+        } else {
+            None
+        }
+    }
+
+    /// Entries waiting.
+    pub fn len(&self) -> usize {
+        self.entries().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries().is_empty()
+    }
+
+    /// An entry taken and not worked on goes back to the front.
+    pub fn put_back(&self, entry: Entry<T>) {
+        self.entries().push_front(entry);
+    }
+
     /// Queues the second try of `item`, whose first try failed for `reason`.
     pub fn try_again(&self, item: T, reason: String) {
         self.entries().push_back(Entry {
@@ -116,4 +141,33 @@ pub fn data_connection_failed(outcome: &CopyOutcome) -> bool {
             ..
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(q: WorkQueue<&'static str>) -> Vec<&'static str> {
+        q.into_left().into_iter().map(|e| e.item).collect()
+    }
+
+    #[test]
+    fn an_entry_taken_ahead_goes_back_to_the_front() {
+        let q = WorkQueue::new(["a", "b", "c"]);
+        let a = q.pop_first_try().expect("a");
+        assert_eq!(a.item, "a");
+        q.put_back(a);
+        assert_eq!(names(q), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_second_try_is_never_taken_ahead() {
+        let q = WorkQueue::new(["a"]);
+        let Some(Next::Copy(a)) = q.pop() else {
+            panic!("a first");
+        };
+        q.try_again(a.item, "425".into());
+        assert!(q.pop_first_try().is_none(), "it waits for its time");
+        assert_eq!(names(q), ["a"]);
+    }
 }

@@ -15,6 +15,7 @@
 mod listing;
 mod outcome;
 mod proof;
+mod pipeline;
 mod size_watch;
 mod tls_data;
 mod transfer;
@@ -128,6 +129,16 @@ pub struct Pair {
     data_tls: Option<DataTls>,
     /// What each session offers for proofs after a copy (`proof.rs`).
     proof: proof::ProofState,
+    /// The copy the caller says comes next on this pair ([`Pair::expect_next`]).
+    next_hint: Option<CopyRequest>,
+    /// The next copy's first steps, done ahead by the copy before it (`pipeline.rs`).
+    ahead: Option<pipeline::Ahead>,
+    /// Replies of commands sent ahead that no one claimed yet, per side: read and dropped
+    /// before the next command on that connection.
+    owed: [u8; 2],
+    /// Something went wrong on this pair: a copy or a listing that failed, a reconnection.
+    /// Such a pair is not kept for another job ([`Pair::clean`]).
+    errored: bool,
 }
 
 impl std::fmt::Debug for Pair {
@@ -239,6 +250,10 @@ impl Pair {
             dead: None,
             data_tls: None,
             proof: proof::ProofState::default(),
+            next_hint: None,
+            ahead: None,
+            owed: [0, 0],
+            errored: false,
         }
     }
 
@@ -268,9 +283,120 @@ impl Pair {
         self.recorder.take()
     }
 
-    /// QUIT both connections.
+    /// QUIT both connections. A destination already told to store the next file (see
+    /// [`Pair::expect_next`]) would not answer QUIT: then both are closed at once.
     pub async fn close(mut self) {
+        if self.in_flight() {
+            self.close_all("closed with the next file's transfer started");
+            return;
+        }
         tokio::join!(self.src.quit(), self.dst.quit());
+    }
+
+    /// Whether nothing ever went wrong on this pair (every copy and listing succeeded, no
+    /// reconnection) and it is open with nothing started ahead: only such a pair may be kept
+    /// for another job.
+    pub fn clean(&self) -> bool {
+        !self.errored && self.is_usable() && !self.in_flight() && self.owed == [0, 0]
+    }
+
+    /// Marks the pair as one that saw an error ([`Pair::clean`] is false from now on).
+    pub fn mark_errored(&mut self) {
+        self.errored = true;
+    }
+
+    /// NOOP on both connections at once: whether both still answer 2yz (a kept pair whose
+    /// server closed an idle session is found out here, not in the middle of a copy). A
+    /// pair that fails is marked errored.
+    pub async fn alive(&mut self) -> bool {
+        if !self.clean() {
+            return false;
+        }
+        let deadline = self.reply_deadline();
+        async fn noop(s: &mut Session, deadline: Instant) -> Result<Reply, SessionError> {
+            s.send("NOOP").await?;
+            s.read_reply_until(deadline).await
+        }
+        let (a, b) = tokio::join!(noop(&mut self.src, deadline), noop(&mut self.dst, deadline));
+        let ok = |r: &Result<Reply, SessionError>| matches!(r, Ok(reply) if reply.code().class() == bftp_core::reply::ReplyClass::Completion);
+        let alive = ok(&a) && ok(&b);
+        if !alive {
+            self.errored = true;
+        }
+        alive
+    }
+
+    /// Tells the pair which copy its caller makes next on it (`None`: none, or unknown), so
+    /// that the copy now starting can send that copy's first commands ahead of time
+    /// (`pipeline.rs`). A hint for the next [`Pair::copy`] only. Once a copy sent them,
+    /// [`Pair::in_flight`] is true and the next copy must be that one: another one first
+    /// closes and reopens both connections to call the started transfer off.
+    pub fn expect_next(&mut self, next: Option<CopyRequest>) {
+        self.next_hint = next;
+    }
+
+    /// Whether the destination was already told to store the next file announced with
+    /// [`Pair::expect_next`]: that copy is under way and should be made next.
+    pub fn in_flight(&self) -> bool {
+        self.ahead.as_ref().is_some_and(|a| a.started.is_some())
+    }
+
+    /// Reads and drops the replies owed on `side` (commands sent ahead that no one claimed);
+    /// a connection that does not give them is closed.
+    async fn drain_owed(&mut self, side: Side) {
+        while self.owed[index(side)] > 0 {
+            if !self.session(side).is_open() {
+                break;
+            }
+            self.owed[index(side)] -= 1;
+            let deadline = self.reply_deadline();
+            if self.session(side).read_reply_until(deadline).await.is_err() {
+                self.session(side).close("no reply to a command sent ahead");
+            }
+        }
+        self.owed[index(side)] = 0;
+    }
+
+    /// Reads the reply of one command sent ahead on `side` (claimed, so not dropped). Not
+    /// remembered as the side's last reply: that stays the copy's own evidence.
+    async fn read_owed(&mut self, side: Side) -> Result<Reply, SessionError> {
+        self.owed[index(side)] = self.owed[index(side)].saturating_sub(1);
+        let deadline = self.reply_deadline();
+        self.session(side).read_reply_until(deadline).await
+    }
+
+    /// Calls off the next copy's steps done ahead: when the destination was told to store
+    /// it, both connections are closed (that transfer cannot be taken back), logged in again,
+    /// and its partial destination file deleted (best effort, noted).
+    async fn settle_ahead(&mut self, why: &str) -> Result<(), PairError> {
+        let Some(ahead) = self.ahead.take() else {
+            return Ok(());
+        };
+        if ahead.started.is_none() {
+            return Ok(());
+        }
+        self.note(
+            Side::Destination,
+            &format!(
+                "{why}: calling off the transfer of {} started ahead",
+                ahead.request.dest_path
+            ),
+        );
+        self.src.close(why);
+        self.dst.close(why);
+        self.owed = [0, 0];
+        self.reopen(why).await?;
+        let line = format!("DELE {}", ahead.request.dest_path);
+        let result = self.exchange(Side::Destination, &line).await;
+        let text = match &result {
+            Ok(reply) => reply.to_string(),
+            Err(e) => e.to_string(),
+        };
+        self.note(
+            Side::Destination,
+            &format!("partial file of the call-off transfer: {line} answered {text}"),
+        );
+        Ok(())
     }
 
     /// Copy one file server to server (RULES.md §6). `transfer.rs` documents the phases.
@@ -410,6 +536,7 @@ impl Pair {
 
     /// Send a command to `side` and read its reply (reply timeout, within the watchdog).
     async fn exchange(&mut self, side: Side, line: &str) -> Result<Reply, SessionError> {
+        self.drain_owed(side).await;
         let deadline = self.reply_deadline();
         let session = self.session(side);
         let result = match session.send(line).await {
@@ -436,6 +563,8 @@ impl Pair {
         self.src.close(why);
         self.dst.close(why);
         self.dead = Some(why.to_owned());
+        self.owed = [0, 0];
+        self.ahead = None;
     }
 
     /// TYPE, MODE and STRU as the job says (RULES.md §2), as custom commands: `TYPE A`,
@@ -525,6 +654,8 @@ impl Pair {
         src_path: Option<&str>,
         dst_path: Option<&str>,
     ) -> [Option<SizeAnswer>; 2] {
+        self.drain_owed(Side::Source).await;
+        self.drain_owed(Side::Destination).await;
         let deadline = self.reply_deadline();
         let limits = &self.limits;
         let [src_host, dst_host] = [&self.logins[0].host, &self.logins[1].host];
@@ -573,6 +704,7 @@ impl Pair {
     /// A server without SIZE is an error ([`ActionError::NotSupported`]), never a
     /// size of 0: an append must not be repeated on a guess.
     pub async fn size(&mut self, side: Side, path: &str) -> Result<Option<u64>, ActionError> {
+        self.before_action().await;
         self.usable_for(side, "SIZE", path)?;
         match self.size_answer(side, path).await {
             SizeAnswer::Size(size) => Ok(Some(size)),
@@ -593,11 +725,25 @@ impl Pair {
     /// partial STOU file): the 2yz reply, or the refusal (a 550 may mean "already
     /// gone" or "not allowed": the reply says which).
     pub async fn delete(&mut self, side: Side, path: &str) -> Result<Reply, ActionError> {
+        self.before_action().await;
         self.usable_for(side, "DELE", path)?;
         let result = self.exchange(side, &format!("DELE {path}")).await;
         match (self.classify(side, CommandKind::Dele, &result), result) {
             (Disposition::Done, Ok(reply)) => Ok(reply),
             (disposition, result) => Err(self.action_error(side, "DELE", result, disposition)),
+        }
+    }
+
+    /// An action between copies needs both connections free: steps done ahead for a next
+    /// copy are called off first (a failure to log in again shows as a closed pair).
+    async fn before_action(&mut self) {
+        self.next_hint = None;
+        if self
+            .settle_ahead("another command before the next copy")
+            .await
+            .is_err()
+        {
+            self.dead = Some("logging in again after calling off a transfer failed".into());
         }
     }
 
@@ -681,6 +827,8 @@ impl Pair {
             }
         };
         *self.session(side) = session;
+        self.owed[index(side)] = 0;
+        self.errored = true;
         self.types[index(side)] = None;
         self.home[index(side)] = None;
         if side == Side::Source {

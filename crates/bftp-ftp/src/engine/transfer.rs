@@ -38,7 +38,8 @@ use tokio::time::Instant;
 use super::outcome::{
     AttemptReport, CopyOutcome, Failure, Fallback, JobFailure, PairError, Progress, SizeCheck,
 };
-use super::{index, CopyRequest, Pair, SizeAnswer};
+use super::pipeline::{may_pipeline, Ahead, Behind};
+use super::{index, size_answer_of, CopyRequest, Pair, SizeAnswer};
 use crate::parse::{
     check_argument, eprt_argument, is_privileged_port, parse_epsv, parse_pasv, port_argument,
     stou_file_name, validate_server_path, Reply,
@@ -198,6 +199,16 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(super) async fn run(pair: &mut Pair, request: &CopyRequest) -> Result<CopyOutcome, PairError> {
     let started = Instant::now();
+    let hint = pair.next_hint.take();
+    let ahead = match pair.ahead.take() {
+        Some(ahead) if ahead.request == *request => Some(ahead),
+        Some(other) => {
+            pair.ahead = Some(other);
+            pair.settle_ahead("another copy came first").await?;
+            None
+        }
+        None => None,
+    };
     pair.last = [None, None];
     pair.deadline = Some(started + pair.limits.transfer_timeout);
     pair.progress.send_replace(Progress::Preparing {
@@ -213,6 +224,12 @@ pub(super) async fn run(pair: &mut Pair, request: &CopyRequest) -> Result<CopyOu
         source_size_asked: None,
         changed_directory: false,
         unannounced: None,
+        ahead,
+        hint,
+        behind: None,
+        passive_verb: "PASV",
+        port_verb: "PORT",
+        stor_sent: false,
     };
     let mut phase = Phase::Prepare;
     loop {
@@ -256,6 +273,17 @@ struct Attempt<'a> {
     changed_directory: bool,
     /// STOU: a name the destination announced that the caller has not been handed yet.
     unannounced: Option<String>,
+    /// This copy's first steps, done ahead by the copy before it (`pipeline.rs`).
+    ahead: Option<Ahead>,
+    /// The copy the caller makes next, whose first commands this one may send ahead.
+    hint: Option<CopyRequest>,
+    /// What was sent behind this copy's RETR for the next one (replies owed on the source).
+    behind: Option<Behind>,
+    /// The passive and port commands that worked in this copy.
+    passive_verb: &'static str,
+    port_verb: &'static str,
+    /// The data command to the active side went out already (behind its PORT).
+    stor_sent: bool,
 }
 
 impl Attempt<'_> {
@@ -281,9 +309,12 @@ impl Attempt<'_> {
         // is asked again after the transfer). Asked here, moments before the RETR,
         // the answer is the source's side of the evidence.
         let known = self.request.source_size;
-        match match known {
-            Some(size) => SizeAnswer::Size(size),
-            None => self.pair.size_answer(Side::Source, &source_path).await,
+        let ahead_size = self.ahead.as_ref().map(|a| a.source_size);
+        match match (known, ahead_size) {
+            (Some(size), _) => SizeAnswer::Size(size),
+            // Asked behind the previous copy's RETR, before this copy's STOR.
+            (None, Some(size)) => SizeAnswer::Size(size),
+            (None, None) => self.pair.size_answer(Side::Source, &source_path).await,
         } {
             SizeAnswer::Size(size) => {
                 if known.is_none() {
@@ -324,6 +355,23 @@ impl Attempt<'_> {
         }
 
         let job_type = self.pair.params.transfer_type;
+        if let Some(ahead) = &self.ahead {
+            // Only image-type jobs pipeline, and both sides are in it (SIZE needs it): no
+            // TYPE goes between the commands sent ahead and their replies.
+            if self.pair.types == [Some(job_type), Some(job_type)] {
+                let (data, verb) = (ahead.data, ahead.passive_verb);
+                self.passive_verb = verb;
+                self.orders.retain(|&side| side != Side::Source);
+                return Phase::Port {
+                    passive: Side::Source,
+                    data,
+                };
+            }
+            if let Err(error) = self.pair.settle_ahead("TYPE changed").await {
+                return Phase::Done(Err(error));
+            }
+            self.ahead = None;
+        }
         for side in [Side::Source, Side::Destination] {
             if let Err((result, disposition)) = self.pair.ensure_type(side, job_type).await {
                 return self.fail(side, "TYPE", result, Some(disposition));
@@ -368,6 +416,7 @@ impl Attempt<'_> {
                     let Ok(reply) = result else {
                         unreachable!("Done is only classified from a reply")
                     };
+                    self.passive_verb = if command == "EPSV" { "EPSV" } else { "PASV" };
                     if command == "EPSV" && peer_ip.is_ipv4() {
                         self.fallback(Fallback::ExtendedPassive {
                             side: passive,
@@ -474,11 +523,48 @@ impl Attempt<'_> {
         let mut first_refusal: Option<(String, String)> = None;
         let port_line = port_argument(data).ok().map(|arg| format!("PORT {arg}"));
         let eprt_line = format!("EPRT {}", eprt_argument(data));
-        for line in port_line.iter().chain(std::iter::once(&eprt_line)) {
-            let result = self.pair.exchange(active, line).await;
+        // Sent ahead by the copy before, with the data command behind it: its reply, then
+        // the data command's, are read here and in `active_start`.
+        let sent = self.ahead.as_mut().and_then(|a| a.started.take());
+        let lines: Vec<&String> = match &sent {
+            Some(line) if line.starts_with("EPRT") => vec![line],
+            Some(line) => vec![line, &eprt_line],
+            None => port_line
+                .iter()
+                .chain(std::iter::once(&eprt_line))
+                .collect(),
+        };
+        for line in lines {
+            let ahead = sent.as_ref() == Some(line);
+            let result = if ahead {
+                let deadline = self.pair.reply_deadline();
+                self.pair
+                    .read_reply(active, &super::verb(line), deadline)
+                    .await
+            } else {
+                self.pair.exchange(active, line).await
+            };
             let kind = CommandKind::from_verb(&super::verb(line));
-            match self.pair.classify(active, kind, &result) {
+            let disposition = self.pair.classify(active, kind, &result);
+            if ahead && disposition != Disposition::Done {
+                // The data command behind a refused PORT answers too (425, 503): read it,
+                // and note what it may have created.
+                let deadline = self.pair.reply_deadline();
+                let verb = self.command_verb(active);
+                let behind = self.pair.read_reply(active, &verb, deadline).await;
+                self.refused(active, &behind);
+                if self.report.destination_touched {
+                    self.clean_up().await;
+                }
+            }
+            match disposition {
                 Disposition::Done => {
+                    self.port_verb = if line.starts_with("EPRT") {
+                        "EPRT"
+                    } else {
+                        "PORT"
+                    };
+                    self.stor_sent = ahead;
                     if line.starts_with("EPRT") {
                         self.fallback(Fallback::ExtendedPort {
                             side: active,
@@ -512,7 +598,14 @@ impl Attempt<'_> {
     async fn active_start(&mut self, passive: Side) -> Phase {
         let active = passive.other();
         let line = self.command_line(active);
-        let result = self.pair.exchange(active, &line).await;
+        let result = if std::mem::take(&mut self.stor_sent) {
+            let deadline = self.pair.reply_deadline();
+            self.pair
+                .read_reply(active, &super::verb(&line), deadline)
+                .await
+        } else {
+            self.pair.exchange(active, &line).await
+        };
         let kind = CommandKind::from_verb(&super::verb(&line));
         let disposition = self.pair.classify(active, kind, &result);
         match (disposition, result) {
@@ -545,7 +638,7 @@ impl Attempt<'_> {
     async fn passive_start(&mut self, passive: Side, active_final: Option<Reply>) -> Phase {
         let active = passive.other();
         let line = self.command_line(passive);
-        let result = self.pair.exchange(passive, &line).await;
+        let result = self.send_passive(passive, &line).await;
         let kind = CommandKind::from_verb(&super::verb(&line));
         let disposition = self.pair.classify(passive, kind, &result);
         let result = match (disposition, result) {
@@ -778,15 +871,44 @@ impl Attempt<'_> {
         // Both sizes at once: one round trip instead of two. The source only if its size
         // was not asked right before the transfer: a source that changed during the copy
         // shows as a mismatch either way (the bytes sent are not what SIZE said before).
-        let [source_answer, dest_answer] = self
-            .pair
-            .size_both(
-                self.source_size_asked
-                    .is_none()
-                    .then_some(source_path.as_str()),
-                dest_name.as_deref().ok(),
-            )
-            .await;
+        let next = match self.behind.take() {
+            Some(behind) => self.read_behind(behind).await,
+            None => None,
+        };
+        let [source_answer, dest_answer] = match (next, &dest_name, self.source_size_asked) {
+            (Some((behind, size, data)), Ok(name), Some(_)) => {
+                let name = name.clone();
+                [
+                    None,
+                    Some(self.size_with_next(&name, behind, size, data).await),
+                ]
+            }
+            _ => {
+                self.pair
+                    .size_both(
+                        self.source_size_asked
+                            .is_none()
+                            .then_some(source_path.as_str()),
+                        dest_name.as_deref().ok(),
+                    )
+                    .await
+            }
+        };
+        // The next file's STOR went out with this SIZE: unless the SIZE proves this copy
+        // (nothing more to do on the destination), call that transfer off first.
+        let proven = matches!(
+            (&dest_answer, self.source_size_asked),
+            (Some(SizeAnswer::Size(d)), Some(s)) if *d == s
+        );
+        if self.pair.in_flight() && !proven {
+            if let Err(error) = self
+                .pair
+                .settle_ahead("the destination's SIZE did not prove the copy")
+                .await
+            {
+                return Phase::Done(Err(error));
+            }
+        }
         let source_answer = match (self.source_size_asked, source_answer) {
             (Some(size), _) => SizeAnswer::Size(size),
             (None, Some(answer)) => answer,
@@ -911,6 +1033,127 @@ impl Attempt<'_> {
     }
 
     // ---- helpers ----
+
+    /// The passive side's data command. When the caller named a next copy that may be
+    /// pipelined, that copy's SIZE and this copy's passive command go in the same write
+    /// behind it (`pipeline.rs`); their replies are owed until [`Attempt::read_behind`].
+    async fn send_passive(&mut self, passive: Side, line: &str) -> Result<Reply, SessionError> {
+        let job_type = self.pair.params.transfer_type;
+        let behind = self
+            .hint
+            .take()
+            .filter(|next| may_pipeline(self.request, next, passive, job_type))
+            .map(|next| Behind {
+                next,
+                passive_verb: self.passive_verb,
+                port_verb: self.port_verb,
+            });
+        let Some(behind) = behind else {
+            return self.pair.exchange(passive, line).await;
+        };
+        self.pair.drain_owed(passive).await;
+        let lines = vec![
+            line.to_owned(),
+            format!("SIZE {}", behind.next.source_path),
+            behind.passive_verb.to_owned(),
+        ];
+        let verb = super::verb(line);
+        let deadline = self.pair.reply_deadline();
+        match self.pair.session(passive).send_batch(&lines).await {
+            Ok(()) => {
+                self.pair.owed[index(passive)] += 2;
+                self.behind = Some(behind);
+                self.pair.read_reply(passive, &verb, deadline).await
+            }
+            Err(error) => {
+                let result = Err(error);
+                self.pair.remember(passive, &verb, &result);
+                result
+            }
+        }
+    }
+
+    /// The replies to what went behind this copy's RETR: the next file's size and the
+    /// source's next data address, checked as [`Attempt::announced`] checks one. `None`
+    /// when either is not usable: the next copy then asks again itself.
+    async fn read_behind(&mut self, behind: Behind) -> Option<(Behind, u64, SocketAddr)> {
+        let size = self.pair.read_owed(Side::Source).await;
+        let passive = self.pair.read_owed(Side::Source).await;
+        let disposition = self.pair.classify(Side::Source, CommandKind::Size, &size);
+        let SizeAnswer::Size(size) = size_answer_of(size, disposition) else {
+            return None;
+        };
+        let kind = CommandKind::from_verb(behind.passive_verb);
+        if self.pair.classify(Side::Source, kind, &passive) != Disposition::Done {
+            return None;
+        }
+        let reply = passive.ok()?;
+        let peer_ip = self.pair.session(Side::Source).peer().ip().to_canonical();
+        let port = if behind.passive_verb == "PASV" {
+            let addr = reply.parse_numbers(parse_pasv).ok()?;
+            // Another host named: the sequential path notes and handles it.
+            if IpAddr::V4(*addr.ip()) != peer_ip {
+                return None;
+            }
+            addr.port()
+        } else {
+            reply.parse_numbers(parse_epsv).ok()?
+        };
+        if is_privileged_port(port) {
+            return None;
+        }
+        Some((behind, size, SocketAddr::new(peer_ip, port)))
+    }
+
+    /// This copy's destination SIZE, with the next file's PORT (or EPRT) and STOR behind it
+    /// in the same write: their replies are the next copy's to read ([`Ahead::started`]).
+    async fn size_with_next(
+        &mut self,
+        name: &str,
+        behind: Behind,
+        source_size: u64,
+        data: SocketAddr,
+    ) -> SizeAnswer {
+        let port_line = match (behind.port_verb, port_argument(data)) {
+            ("PORT", Ok(arg)) => format!("PORT {arg}"),
+            _ => format!("EPRT {}", eprt_argument(data)),
+        };
+        let lines = vec![
+            format!("SIZE {name}"),
+            port_line.clone(),
+            format!("STOR {}", behind.next.dest_path),
+        ];
+        self.pair.drain_owed(Side::Destination).await;
+        let deadline = self.pair.reply_deadline();
+        let result = match self
+            .pair
+            .session(Side::Destination)
+            .send_batch(&lines)
+            .await
+        {
+            Ok(()) => {
+                self.pair.ahead = Some(Ahead {
+                    request: behind.next,
+                    source_size,
+                    data,
+                    passive_verb: behind.passive_verb,
+                    started: Some(port_line),
+                });
+                self.pair
+                    .read_reply(Side::Destination, "SIZE", deadline)
+                    .await
+            }
+            Err(error) => {
+                let result = Err(error);
+                self.pair.remember(Side::Destination, "SIZE", &result);
+                result
+            }
+        };
+        let disposition = self
+            .pair
+            .classify(Side::Destination, CommandKind::Size, &result);
+        size_answer_of(result, disposition)
+    }
 
     /// The data command for `side`: RETR on the source, STOR/APPE/STOU on the destination.
     fn command_line(&self, side: Side) -> String {
@@ -1262,6 +1505,13 @@ impl Attempt<'_> {
         mut self,
         result: Result<CopyOutcome, PairError>,
     ) -> Result<CopyOutcome, PairError> {
+        // Replies sent ahead and not claimed (a copy that failed after its RETR): read, so
+        // that the connection is in step for the next command.
+        self.pair.drain_owed(Side::Source).await;
+        self.pair.drain_owed(Side::Destination).await;
+        if !matches!(result, Ok(CopyOutcome::Succeeded { .. })) {
+            self.pair.mark_errored();
+        }
         self.pair.deadline = None;
         if self.report.destination_touched && !matches!(result, Ok(CopyOutcome::Succeeded { .. })) {
             self.clean_up().await;

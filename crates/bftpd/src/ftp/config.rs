@@ -32,6 +32,14 @@ pub struct FtpConfig {
     /// that allow fewer sessions per client than bftpd's pairs plus these looks.
     #[serde(default = "d_watch")]
     pub watch_progress: bool,
+    /// Logged-in connection pairs kept between jobs of the same owner, servers and logins
+    /// (`crate::pool`); 0 keeps none. Kept pairs count against `max_connections_per_host`
+    /// and give their slots up to a job that needs them.
+    #[serde(default = "d_pool_idle")]
+    pub pool_max_idle: usize,
+    /// How long a kept pair waits for its next job before it is closed.
+    #[serde(default = "d_pool_timeout", with = "crate::config::humantime_duration")]
+    pub pool_idle_timeout: Duration,
     /// Per-host reply overrides (RULES.md §5), for servers that send a 5yz for a broken
     /// connection: `{ host = "ftp.example.org", code = 550, treat_as = "transient" }`.
     #[serde(default)]
@@ -60,6 +68,12 @@ fn d_per_host() -> usize {
 fn d_watch() -> bool {
     true
 }
+fn d_pool_idle() -> usize {
+    8
+}
+fn d_pool_timeout() -> Duration {
+    Duration::from_secs(30)
+}
 fn d_connect() -> Duration {
     Limits::default().connect_timeout
 }
@@ -79,6 +93,8 @@ impl Default for FtpConfig {
             parallel_pairs: d_pairs(),
             max_connections_per_host: d_per_host(),
             watch_progress: d_watch(),
+            pool_max_idle: d_pool_idle(),
+            pool_idle_timeout: d_pool_timeout(),
             overrides: Vec::new(),
             tls: Default::default(),
         }

@@ -14,15 +14,31 @@ pub struct HostLimits {
     hosts: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>,
     /// Unique (STOU) copies: one at a time per destination directory, daemon-wide.
     pub unique: crate::unique::UniqueDirs,
+    /// Logged-in pairs kept between jobs, holding their slots (`crate::pool`).
+    pub pool: Arc<crate::pool::PairPool>,
 }
 
 impl HostLimits {
+    /// Without a pool of kept pairs.
     pub fn new(parallel_pairs: usize, per_host: usize) -> Arc<HostLimits> {
+        let none = crate::pool::PoolSettings {
+            max_idle: 0,
+            idle_timeout: std::time::Duration::ZERO,
+        };
+        HostLimits::with_pool(parallel_pairs, per_host, none)
+    }
+
+    pub fn with_pool(
+        parallel_pairs: usize,
+        per_host: usize,
+        pool: crate::pool::PoolSettings,
+    ) -> Arc<HostLimits> {
         Arc::new(HostLimits {
             parallel_pairs: parallel_pairs.max(1),
             per_host: per_host.max(1),
             hosts: Default::default(),
             unique: Default::default(),
+            pool: crate::pool::PairPool::new(pool),
         })
     }
 
@@ -36,6 +52,10 @@ impl HostLimits {
     /// Waits for a connection slot on both hosts. Hosts are taken in name order, so two
     /// pairs between the same hosts in opposite directions cannot deadlock.
     pub async fn acquire(&self, a: &str, b: &str) -> Slots {
+        // Kept pairs of other jobs give their slots up rather than be waited for.
+        if let Some(slots) = self.try_acquire(a, b) {
+            return slots;
+        }
         let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
         let mut out = Vec::new();
         if a == b {
@@ -74,8 +94,18 @@ impl HostLimits {
             .collect()
     }
 
-    /// A slot on both hosts if both are free now; `None` otherwise (nothing held).
+    /// A slot on both hosts if both are free now, after closing kept pairs on them if
+    /// needed (`crate::pool`); `None` otherwise (nothing held).
     pub fn try_acquire(&self, a: &str, b: &str) -> Option<Slots> {
+        self.try_acquire_free(a, b).or_else(|| {
+            self.pool
+                .evict_touching(a, b)
+                .then(|| self.try_acquire_free(a, b))
+                .flatten()
+        })
+    }
+
+    fn try_acquire_free(&self, a: &str, b: &str) -> Option<Slots> {
         let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
         if a == b {
             let n = 2.min(self.per_host as u32);

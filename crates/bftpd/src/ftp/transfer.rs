@@ -492,4 +492,17 @@ impl lanes::Work for Transfer<'_> {
     async fn close(&self, pair: Pair) {
         pair.close().await;
     }
+
+    /// A replace copy's next file may be started ahead (bftp-ftp's `pipeline.rs`).
+    fn hint(&self, pair: &mut Pair, next: Option<&File>) {
+        let plain = self.spec.dest_command == DestCommand::Replace;
+        pair.expect_next(
+            next.filter(|_| plain)
+                .map(|f| copy_request(self.spec, &f.name)),
+        );
+    }
+
+    fn in_flight(&self, pair: &Pair) -> bool {
+        pair.in_flight()
+    }
 }

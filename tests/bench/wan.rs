@@ -1,0 +1,523 @@
+//! Benchmark of third-party copies over a far control connection (issue 14): run with
+//!   cargo build --release -p bftpd -p bftp && cargo run --release -p bftp-tests --bin bench-wan
+//!
+//! Two real FTP servers on loopback (source vsftpd on 127.0.0.2, destination proFTPD on
+//! 127.0.0.3; `BENCH_SRC`/`BENCH_DST` choose among vsftpd, proftpd, pure-ftpd), each behind a
+//! delay proxy (`bftp_tests::delay`) on its own address: every control connection of the
+//! controller pays `BENCH_DELAY_MS` (default 10) each way, a round trip of twice that, while
+//! the data connections between the servers stay direct. `BENCH_DELAY_MS=0` runs without the
+//! proxies (loopback).
+//!
+//! `BENCH_FILES` (default 300) files of `BENCH_SIZE` bytes (default 4 KiB) are copied, in one
+//! run, by each of `BENCH_TOOLS` (default all of them):
+//! - `lftp1`, `lftp4`: `lftp -c 'set ftp:use-fxp yes; set ftp:fxp-force yes; mirror SRC DST'`,
+//!   the second with `set mirror:parallel-transfer-count 4`;
+//! - `bftp1`, `bftp4`, `bftp16`: `bftp transfer` through a fresh bftpd with that many
+//!   `parallel_pairs` (and `max_connections_per_host` 40, so that 16 pairs fit);
+//! - `queued4`: the same files as one queued job (`bftp submit`, 4 pairs), timed from the
+//!   submit to the job's end (polled every 10 ms over the API);
+//! - `jobs`: `BENCH_JOBS` (default 100) one-file jobs submitted one after another (each its
+//!   own job, the daemon's default `[ftp]` and `[scheduler]` settings): jobs per minute, from
+//!   the first submit to the last job's end.
+//!
+//! Every run is checked: each file at the destination with the source's sha256 (sha256sum
+//! of both directories), nothing else there. Printed per run: files/s, wall, the controller's
+//! CPU (bftpd utime+stime; lftp's rusage), and two measures of the control round trips per
+//! file per pair: `rt(wall)` = wall x pairs / (files x RTT) (what the delay cost, per pair),
+//! and `turns` = client sends that followed a server reply, counted by the proxies on both
+//! connections, per file (logins included).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use bftp_tests::daemon::{bin, http, Bftpd};
+use bftp_tests::procstat::cpu_seconds;
+use bftp_tests::{DelayProxy, FtpOptions, FtpServer, ServerKind};
+
+const SRC_DIR: &str = "small";
+const DST_DIR: &str = "dst";
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn server_kind(name: &str, default: ServerKind) -> Result<ServerKind> {
+    match std::env::var(name) {
+        Err(_) => Ok(default),
+        Ok(v) => ServerKind::ALL
+            .into_iter()
+            .find(|k| k.name() == v.trim())
+            .with_context(|| format!("{name}={v}: not one of vsftpd, proftpd, pure-ftpd")),
+    }
+}
+
+/// Deterministic, distinct contents of file `i`.
+fn contents(i: usize, size: usize) -> Vec<u8> {
+    let mut x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out = Vec::with_capacity(size + 8);
+    while out.len() < size {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(size);
+    out
+}
+
+/// `sha256sum` of every file in `dir`, by name.
+fn sums(dir: &Path) -> Result<BTreeMap<String, String>> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_>>()?;
+    names.sort();
+    let mut out = BTreeMap::new();
+    for chunk in names.chunks(500) {
+        let o = Command::new("sha256sum")
+            .args(chunk)
+            .current_dir(dir)
+            .output()
+            .context("sha256sum")?;
+        ensure!(o.status.success(), "sha256sum failed in {}", dir.display());
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            let (sum, name) = line.split_once("  ").context("sha256sum line")?;
+            out.insert(name.to_owned(), sum.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// user+system seconds of this process's reaped children so far.
+fn children_cpu() -> f64 {
+    // SAFETY: a zeroed rusage is a valid out-parameter.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes into ru only.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+struct Row {
+    tool: String,
+    pairs: usize,
+    files: usize,
+    wall: f64,
+    cpu: f64,
+    turns: u64,
+    check: Result<(), String>,
+}
+
+struct Bench {
+    src: FtpServer,
+    dst: FtpServer,
+    /// Where the controller connects: the proxies, or the servers themselves.
+    src_port: u16,
+    dst_port: u16,
+    proxies: Vec<DelayProxy>,
+    files: usize,
+    jobs: usize,
+    rtt: Duration,
+    limit: Duration,
+}
+
+impl Bench {
+    fn turns(&self) -> u64 {
+        self.proxies.iter().map(DelayProxy::turns).sum()
+    }
+
+    fn url(&self, server: &FtpServer, port: u16, path: &str) -> String {
+        format!("ftp://{}@{}:{port}/{path}", server.user(), server.host())
+    }
+
+    fn clean(&self) -> Result<()> {
+        let dir = self.dst.path(DST_DIR);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        self.dst.mkdir(DST_DIR)?;
+        Ok(())
+    }
+
+    fn verify(&self, want: usize) -> Result<()> {
+        let src = sums(&self.src.path(SRC_DIR))?;
+        let dst = sums(&self.dst.path(DST_DIR))?;
+        let src: BTreeMap<_, _> = src.into_iter().take(want).collect();
+        if src != dst {
+            let missing = src.keys().filter(|k| !dst.contains_key(*k)).count();
+            let differ = src
+                .iter()
+                .filter(|(k, v)| dst.get(*k).is_some_and(|d| d != *v))
+                .count();
+            bail!(
+                "{missing} missing, {differ} with another sha256, {} at the destination",
+                dst.len()
+            );
+        }
+        Ok(())
+    }
+
+    fn bftpd(&self, pairs: usize) -> Result<Bftpd> {
+        Bftpd::start_with(|dir| {
+            Bftpd::default_config(dir).replace("level = \"debug\"", "level = \"warn\"")
+                + &format!(
+                    "[ftp]\nparallel_pairs = {pairs}\nmax_connections_per_host = 40\n\
+                     [scheduler]\nmax_running_jobs = 32\n"
+                )
+        })
+    }
+
+    fn run(&self, tool: &str) -> Result<Row> {
+        self.clean()?;
+        let turns = self.turns();
+        let mut row = match tool {
+            "lftp1" => self.lftp(1),
+            "lftp4" => self.lftp(4),
+            "bftp1" => self.bftp(1),
+            "bftp4" => self.bftp(4),
+            "bftp16" => self.bftp(16),
+            "queued4" => self.queued(4),
+            "jobs" => self.one_file_jobs(),
+            other => bail!("unknown tool {other}"),
+        }?;
+        row.turns = self.turns() - turns;
+        if row.check.is_ok() {
+            row.check = self.verify(row.files).map_err(|e| format!("{e:#}"));
+        }
+        Ok(row)
+    }
+
+    fn lftp(&self, parallel: usize) -> Result<Row> {
+        let home = tempfile::Builder::new().prefix("bench-lftp-").tempdir()?;
+        let url = |s: &FtpServer, port: u16, path: &str| {
+            format!(
+                "ftp://{}:{}@{}:{port}/{path}",
+                s.user(),
+                s.password(),
+                s.host()
+            )
+        };
+        let mut script =
+            String::from("set ftp:use-fxp yes; set ftp:fxp-force yes; set ftp:ssl-allow no; ");
+        if parallel > 1 {
+            write!(script, "set mirror:parallel-transfer-count {parallel}; ")?;
+        }
+        write!(
+            script,
+            "mirror {} {}",
+            url(&self.src, self.src_port, SRC_DIR),
+            url(&self.dst, self.dst_port, DST_DIR)
+        )?;
+        let cpu = children_cpu();
+        let start = Instant::now();
+        let o = Command::new("lftp")
+            .arg("-c")
+            .arg(&script)
+            .env("HOME", home.path())
+            .stdin(Stdio::null())
+            .output()?;
+        let wall = start.elapsed().as_secs_f64();
+        let check = if o.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "lftp failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+        };
+        Ok(Row {
+            tool: if parallel == 1 {
+                "lftp seq".into()
+            } else {
+                format!("lftp par{parallel}")
+            },
+            pairs: parallel,
+            files: self.files,
+            wall,
+            cpu: children_cpu() - cpu,
+            turns: 0,
+            check,
+        })
+    }
+
+    fn bftp(&self, pairs: usize) -> Result<Row> {
+        let d = self.bftpd(pairs)?;
+        let pid = d.pid().context("bftpd pid")?;
+        let source = self.url(&self.src, self.src_port, &format!("{SRC_DIR}/*"));
+        let dest = self.url(&self.dst, self.dst_port, &format!("{DST_DIR}/"));
+        let home = d.dir().join("home");
+        std::fs::create_dir_all(&home)?;
+        let cpu = cpu_seconds(pid, false)?;
+        let start = Instant::now();
+        let o = Command::new(bin("bftp"))
+            .arg("--socket")
+            .arg(d.socket())
+            .args(["--json", "transfer", &source, &dest])
+            .env("HOME", &home)
+            .env("BFTP_SOURCE_PASSWORD", self.src.password())
+            .env("BFTP_DEST_PASSWORD", self.dst.password())
+            .stdin(Stdio::null())
+            .output()?;
+        let wall = start.elapsed().as_secs_f64();
+        let cpu = cpu_seconds(pid, false)? - cpu;
+        let check = if o.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "bftp transfer failed: {} {}",
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .last()
+                    .unwrap_or(""),
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+        };
+        Ok(Row {
+            tool: format!("bftp p{pairs}"),
+            pairs,
+            files: self.files,
+            wall,
+            cpu,
+            turns: 0,
+            check,
+        })
+    }
+
+    /// `bftp --json submit`: the job's id.
+    fn submit(&self, d: &Bftpd, source: &str, dest: &str) -> Result<u64> {
+        let o = d.bftp_env(
+            None,
+            &["--json", "submit", source, dest],
+            &[
+                ("BFTP_SOURCE_PASSWORD", self.src.password()),
+                ("BFTP_DEST_PASSWORD", self.dst.password()),
+            ],
+        );
+        ensure!(
+            o.status.success(),
+            "submit: {}",
+            bftp_tests::daemon::text(&o)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)?;
+        v["job"]["id"].as_u64().context("no job id")
+    }
+
+    /// Polls until every job in `ids` is finished: Err with the first that did not succeed.
+    fn wait_all(&self, d: &Bftpd, ids: &[u64]) -> Result<Result<(), String>> {
+        let deadline = Instant::now() + self.limit;
+        let mut left: Vec<u64> = ids.to_vec();
+        while !left.is_empty() {
+            ensure!(
+                Instant::now() < deadline,
+                "jobs not done after {:?}",
+                self.limit
+            );
+            let mut still = Vec::new();
+            for id in left {
+                let (st, body) = http(d.socket(), "GET", &format!("/v1/jobs/{id}"), None, &[])?;
+                ensure!(st == 200, "status {id}: {st} {body}");
+                let v: serde_json::Value = serde_json::from_str(&body)?;
+                let job = if v["job"].is_object() { &v["job"] } else { &v };
+                match job["state"].as_str() {
+                    Some("finished") | Some("cancelled") => {
+                        if job["outcome"] != "succeeded" {
+                            return Ok(Err(format!("job {id}: {}", job["outcome"])));
+                        }
+                    }
+                    _ => still.push(id),
+                }
+            }
+            left = still;
+            if !left.is_empty() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    fn queued(&self, pairs: usize) -> Result<Row> {
+        let d = self.bftpd(pairs)?;
+        let pid = d.pid().context("bftpd pid")?;
+        let source = self.url(&self.src, self.src_port, &format!("{SRC_DIR}/*"));
+        let dest = self.url(&self.dst, self.dst_port, &format!("{DST_DIR}/"));
+        let cpu = cpu_seconds(pid, false)?;
+        let start = Instant::now();
+        let id = self.submit(&d, &source, &dest)?;
+        let check = self.wait_all(&d, &[id])?;
+        let wall = start.elapsed().as_secs_f64();
+        Ok(Row {
+            tool: format!("queued p{pairs}"),
+            pairs,
+            files: self.files,
+            wall,
+            cpu: cpu_seconds(pid, false)? - cpu,
+            turns: 0,
+            check,
+        })
+    }
+
+    fn one_file_jobs(&self) -> Result<Row> {
+        // The daemon's own defaults ([ftp] and [scheduler]): what a deployment runs.
+        let d = Bftpd::start_with(|dir| {
+            Bftpd::default_config(dir).replace("level = \"debug\"", "level = \"warn\"")
+        })?;
+        let pid = d.pid().context("bftpd pid")?;
+        let dest = self.url(&self.dst, self.dst_port, &format!("{DST_DIR}/"));
+        let cpu = cpu_seconds(pid, false)?;
+        let start = Instant::now();
+        let mut ids = Vec::new();
+        for i in 0..self.jobs {
+            let source = self.url(&self.src, self.src_port, &format!("{SRC_DIR}/{}", name(i)));
+            ids.push(self.submit(&d, &source, &dest)?);
+        }
+        let check = self.wait_all(&d, &ids)?;
+        let wall = start.elapsed().as_secs_f64();
+        Ok(Row {
+            tool: "one-file jobs".into(),
+            pairs: 1,
+            files: self.jobs,
+            wall,
+            cpu: cpu_seconds(pid, false)? - cpu,
+            turns: 0,
+            check,
+        })
+    }
+}
+
+fn name(i: usize) -> String {
+    format!("f{i:06}.dat")
+}
+
+fn main() -> Result<()> {
+    std::env::set_var(
+        "BFTP_TEST_PROFILE",
+        std::env::var("BFTP_TEST_PROFILE").unwrap_or_else(|_| "release".into()),
+    );
+    let src_kind = server_kind("BENCH_SRC", ServerKind::Vsftpd)?;
+    let dst_kind = server_kind("BENCH_DST", ServerKind::Proftpd)?;
+    let delay = Duration::from_millis(env_or("BENCH_DELAY_MS", 10));
+    let files: usize = env_or("BENCH_FILES", 300);
+    let size: usize = env_or("BENCH_SIZE", 4096);
+    let jobs: usize = env_or("BENCH_JOBS", 100);
+    let tools = env_or(
+        "BENCH_TOOLS",
+        "lftp1,lftp4,bftp1,bftp4,bftp16,queued4,jobs".to_string(),
+    );
+    let limit = Duration::from_secs(env_or("BENCH_TIMEOUT", 600));
+    let _ = (bin("bftpd"), bin("bftp"));
+    let roots = Some(std::path::PathBuf::from("/dev/shm")).filter(|d| d.is_dir());
+    let opts = |last: u8| FtpOptions {
+        host: std::net::Ipv4Addr::new(127, 0, 0, last),
+        passive_ports: 2000,
+        parent: roots.clone(),
+        ..FtpOptions::default()
+    };
+    let src = FtpServer::start(src_kind, opts(2))?;
+    let dst = FtpServer::start(dst_kind, opts(3))?;
+    for i in 0..files.max(jobs) {
+        src.put_file(&format!("{SRC_DIR}/{}", name(i)), &contents(i, size))?;
+    }
+    let mut proxies = Vec::new();
+    let (src_port, dst_port) = if delay.is_zero() {
+        (src.port(), dst.port())
+    } else {
+        proxies.push(DelayProxy::for_server(&src, delay)?);
+        proxies.push(DelayProxy::for_server(&dst, delay)?);
+        (proxies[0].port(), proxies[1].port())
+    };
+    let rtt = 2 * delay;
+    println!(
+        "source {src_kind} {}, destination {dst_kind} {}; control round trip {rtt:?} \
+         (delay proxies on ports {src_port}/{dst_port}); {files} files of {size} B; \
+         {} CPUs, loadavg {}",
+        src.addr(),
+        dst.addr(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    let bench = Bench {
+        src,
+        dst,
+        src_port,
+        dst_port,
+        proxies,
+        // The source directory holds this many: a mirror copies them all.
+        files: files.max(jobs),
+        jobs,
+        rtt,
+        limit,
+    };
+    let mut rows = Vec::new();
+    for tool in tools.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let row = bench.run(tool)?;
+        eprintln!(
+            "{}: {:.2} s, {}",
+            row.tool,
+            row.wall,
+            match &row.check {
+                Ok(()) => "sha256 identical".to_string(),
+                Err(e) => format!("FAILED: {e}"),
+            }
+        );
+        rows.push(row);
+    }
+    println!(
+        "\n{:<14} {:>7} {:>8} {:>9} {:>10} {:>9} {:>9}  check",
+        "tool", "files", "files/s", "wall s", "ctl CPU s", "rt(wall)", "turns"
+    );
+    for r in &rows {
+        let rt = if bench.rtt.is_zero() {
+            "-".to_string()
+        } else {
+            format!(
+                "{:.2}",
+                r.wall * r.pairs as f64 / (r.files as f64 * bench.rtt.as_secs_f64())
+            )
+        };
+        println!(
+            "{:<14} {:>7} {:>8.1} {:>9.2} {:>10.3} {:>9} {:>9.2}  {}",
+            r.tool,
+            r.files,
+            r.files as f64 / r.wall,
+            r.wall,
+            r.cpu,
+            rt,
+            r.turns as f64 / r.files as f64,
+            if r.check.is_ok() { "ok" } else { "FAILED" }
+        );
+    }
+    if let Some(jobs) = rows.iter().find(|r| r.tool == "one-file jobs") {
+        println!(
+            "one-file jobs: {:.0} jobs/min",
+            jobs.files as f64 * 60.0 / jobs.wall
+        );
+    }
+    let rate = |t: &str| {
+        rows.iter()
+            .find(|r| r.tool == t)
+            .map(|r| r.files as f64 / r.wall)
+    };
+    for (a, b, goal) in [
+        ("bftp p1", "lftp seq", 2.0),
+        ("bftp p4", "lftp par4", 2.0),
+        ("bftp p16", "lftp par4", 10.0),
+        ("queued p4", "bftp p4", 1.0 / 1.2),
+    ] {
+        if let (Some(x), Some(y)) = (rate(a), rate(b)) {
+            println!(
+                "{a} / {b}: {:.2}x (goal {goal:.2}x) -> {}",
+                x / y,
+                if x / y >= goal { "met" } else { "NOT met" }
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,156 @@
+//! Logged-in pairs kept between jobs (issue 14, bftpd's `pool.rs`), against the real bftpd
+//! and real servers. Each server sits behind a delay proxy (no delay) that counts the control
+//! connections made to it: the servers' session counts.
+
+use std::time::Duration;
+
+use bftp_tests::daemon::{text, Bftpd, ALICE};
+use bftp_tests::{DelayProxy, FtpOptions, FtpServer, ServerKind};
+use serde_json::Value;
+
+use crate::scheduler::{config_plus, wait_final};
+
+struct Servers {
+    src: FtpServer,
+    dst: FtpServer,
+    src_proxy: DelayProxy,
+    dst_proxy: DelayProxy,
+}
+
+impl Servers {
+    fn start() -> Servers {
+        let opts = |last| FtpOptions {
+            host: std::net::Ipv4Addr::new(127, 0, 0, last),
+            ..FtpOptions::default()
+        };
+        let src = FtpServer::start(ServerKind::Vsftpd, opts(2)).unwrap();
+        let dst = FtpServer::start(ServerKind::Proftpd, opts(3)).unwrap();
+        for n in ["a", "b", "c"] {
+            src.put_file(&format!("out/{n}.bin"), n.repeat(5000).as_bytes())
+                .unwrap();
+        }
+        dst.mkdir("in").unwrap();
+        let src_proxy = DelayProxy::for_server(&src, Duration::ZERO).unwrap();
+        let dst_proxy = DelayProxy::for_server(&dst, Duration::ZERO).unwrap();
+        Servers {
+            src,
+            dst,
+            src_proxy,
+            dst_proxy,
+        }
+    }
+
+    /// Control connections made to (source, destination) so far.
+    fn sessions(&self) -> (u64, u64) {
+        (self.src_proxy.connections(), self.dst_proxy.connections())
+    }
+
+    /// A one-file job of `file` submitted as `user` (root for `None`), waited for.
+    fn job(&self, d: &Bftpd, user: Option<&str>, file: &str) -> Value {
+        let source = format!(
+            "ftp://{}@{}:{}/out/{file}",
+            self.src.user(),
+            self.src.host(),
+            self.src_proxy.port()
+        );
+        let dest = format!(
+            "ftp://{}@{}:{}/in/",
+            self.dst.user(),
+            self.dst.host(),
+            self.dst_proxy.port()
+        );
+        let env = [
+            ("BFTP_SOURCE_PASSWORD", self.src.password()),
+            ("BFTP_DEST_PASSWORD", self.dst.password()),
+        ];
+        let o = d.bftp_env(user, &["--json", "submit", &source, &dest], &env);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let id = v["job"]["id"].as_u64().unwrap();
+        wait_final(d, id, Duration::from_secs(60))
+    }
+}
+
+fn succeeded(v: &Value) {
+    assert_eq!(v["outcome"], "succeeded", "{v:#}");
+}
+
+#[test]
+fn a_later_job_of_the_same_owner_and_logins_reuses_the_logged_in_pair() {
+    let s = Servers::start();
+    let d = Bftpd::start().unwrap();
+    succeeded(&s.job(&d, None, "a.bin"));
+    succeeded(&s.job(&d, None, "b.bin"));
+    succeeded(&s.job(&d, None, "c.bin"));
+    assert_eq!(
+        s.sessions(),
+        (1, 1),
+        "one login on each server for three jobs"
+    );
+    assert_eq!(
+        s.dst.read_file("in/c.bin").unwrap(),
+        "c".repeat(5000).as_bytes()
+    );
+}
+
+#[test]
+fn a_kept_pair_is_never_used_for_another_unix_user() {
+    let s = Servers::start();
+    let d = Bftpd::start().unwrap();
+    succeeded(&s.job(&d, None, "a.bin"));
+    succeeded(&s.job(&d, Some(ALICE), "b.bin"));
+    assert_eq!(s.sessions(), (2, 2), "alice's job logged in itself");
+}
+
+#[test]
+fn a_pair_that_saw_an_error_is_not_kept() {
+    let s = Servers::start();
+    let d = Bftpd::start().unwrap();
+    let failed = s.job(&d, None, "missing.bin");
+    assert_ne!(failed["outcome"], "succeeded", "{failed:#}");
+    succeeded(&s.job(&d, None, "a.bin"));
+    assert_eq!(s.sessions(), (2, 2), "the failed job's pair was closed");
+}
+
+#[test]
+fn a_kept_pair_is_closed_after_its_idle_timeout() {
+    let s = Servers::start();
+    let d = Bftpd::start_with(config_plus("[ftp]\npool_idle_timeout = \"1s\"\n")).unwrap();
+    succeeded(&s.job(&d, None, "a.bin"));
+    std::thread::sleep(Duration::from_millis(2500));
+    succeeded(&s.job(&d, None, "b.bin"));
+    assert_eq!(
+        s.sessions(),
+        (2, 2),
+        "the idle pair was closed, a new one logged in"
+    );
+}
+
+#[test]
+fn no_pair_is_kept_when_the_pool_is_off() {
+    let s = Servers::start();
+    let d = Bftpd::start_with(config_plus("[ftp]\npool_max_idle = 0\n")).unwrap();
+    succeeded(&s.job(&d, None, "a.bin"));
+    succeeded(&s.job(&d, None, "b.bin"));
+    assert_eq!(s.sessions(), (2, 2));
+}
+
+#[test]
+fn a_kept_pair_gives_its_slots_up_to_a_job_that_needs_them() {
+    // One connection per host: root's kept pair holds both slots; alice's job (another key)
+    // closes it instead of waiting for its idle timeout (30 s).
+    let s = Servers::start();
+    let d = Bftpd::start_with(config_plus(
+        "[ftp]\nmax_connections_per_host = 1\nwatch_progress = false\n",
+    ))
+    .unwrap();
+    succeeded(&s.job(&d, None, "a.bin"));
+    let t = std::time::Instant::now();
+    succeeded(&s.job(&d, Some(ALICE), "b.bin"));
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "alice's job waited {:?} for the kept pair's slots",
+        t.elapsed()
+    );
+    assert_eq!(s.sessions(), (2, 2));
+}
