@@ -557,7 +557,7 @@ impl Session {
         for line in lines {
             self.recorder.sent(self.side, line);
         }
-        let Some((_, write)) = self.conn.as_mut() else {
+        let Some(write) = self.conn.as_mut() else {
             return Err(self.closed());
         };
         let result = tokio::time::timeout(self.reply_timeout, write.write_all(&bytes)).await;

@@ -38,11 +38,11 @@ use crate::error::{BackendError, StoreError};
 use crate::keys;
 use crate::record::{
     decode, encode, job_to_api, HistoryV1, IntentV1, JobV1, MemberStateV1, MemberV1, OutboxStateV1,
-    OutboxV1, RefusalV1, ReplyV1, StateV1, TranscriptV1, RECORD_VERSION,
+    OutboxV1, RefusalV1, ReplyV1, StateV1, TranscriptV1, WalkV1, RECORD_VERSION,
 };
 use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
-    NewJob, NewMember, OutboxEntry, StateCounts, StateFilter, Submitted,
+    NewJob, NewMember, OutboxEntry, StateCounts, StateFilter, Submitted, Walk,
 };
 use crate::{JobStore, MAX_MEMBERS};
 
@@ -705,11 +705,12 @@ async fn tx_insert_members(
     tx: &Transaction<'_>,
     op: &'static str,
     id: JobId,
+    start: u32,
     members: &[NewMember],
     now: Timestamp,
 ) -> Result<(), StoreError> {
     for chunk in (0..members.len()).collect::<Vec<_>>().chunks(10_000) {
-        let idx: Vec<i32> = chunk.iter().map(|i| *i as i32).collect();
+        let idx: Vec<i32> = chunk.iter().map(|i| (start as usize + *i) as i32).collect();
         let recs: Vec<Vec<u8>> = chunk
             .iter()
             .map(|i| encode(&MemberV1::new(&members[*i], now)))
@@ -870,7 +871,7 @@ impl Inner {
             .await
             .map_err(pg(OP))?;
         let id = job_id(&id, 0);
-        tx_insert_members(&tx, OP, id, &job.members, job.created_at).await?;
+        tx_insert_members(&tx, OP, id, 0, &job.members, job.created_at).await?;
         if let Some(rk) = &job.request {
             tx.execute(
                 "UPDATE requests SET job = $2 WHERE key_hash = $1",
@@ -1126,13 +1127,75 @@ impl Inner {
                 state: state.name(),
             });
         }
-        tx_insert_members(&tx, OP, id, &members, now).await?;
+        tx_insert_members(&tx, OP, id, 0, &members, now).await?;
         rec.members = count;
         rec.frozen = true;
         let detail = format!("{count} member{} frozen", if count == 1 { "" } else { "s" });
         tx_history(&tx, OP, id, &mut rec, now, "members", Some(&detail)).await?;
         tx_put_job(&tx, OP, id, &rec, false).await?;
         tx.commit().await.map_err(pg(OP))
+    }
+
+    async fn walk(&self, id: JobId) -> Result<Walk, StoreError> {
+        let c = self.client("walk").await?;
+        let row = c
+            .query_opt("SELECT rec FROM jobs WHERE id = $1", &[&id_of(id)])
+            .await
+            .map_err(pg("walk"))?;
+        let Some(row) = row else {
+            return Err(StoreError::NotFound(id));
+        };
+        let rec: JobV1 = decode("job", &keys::job(id), row.get::<_, &[u8]>(0))?;
+        Ok(match (&rec.walk, rec.frozen) {
+            (Some(w), _) => w.to_api(),
+            // Frozen without a walk: not a recursive job, nothing to walk.
+            (None, true) => Walk::default(),
+            (None, false) => WalkV1::start().to_api(),
+        })
+    }
+
+    async fn record_directory(
+        &self,
+        id: JobId,
+        dir: String,
+        files: Vec<NewMember>,
+        subdirs: Vec<String>,
+        now: Timestamp,
+    ) -> Result<Walk, StoreError> {
+        const OP: &str = "record_directory";
+        let mut c = self.client(OP).await?;
+        let tx = self.begin(&mut c, OP, Some(id)).await?;
+        let mut rec = tx_job(&tx, OP, id).await?;
+        let state = rec.state.to_api();
+        if state.is_final() {
+            return Err(StoreError::JobIsFinal {
+                job: id,
+                state: state.name(),
+            });
+        }
+        let mut walk = match (&rec.walk, rec.frozen) {
+            (Some(w), _) => w.clone(),
+            (None, true) => return Err(StoreError::MembersAlreadyFrozen { job: id }),
+            (None, false) => WalkV1::start(),
+        };
+        if !walk.record(&dir, &subdirs) {
+            return Ok(walk.to_api());
+        }
+        let count = check_member_count(rec.members as usize + files.len())?;
+        tx_insert_members(&tx, OP, id, rec.members, &files, now).await?;
+        rec.members = count;
+        let detail = WalkV1::listed_detail(&dir, files.len(), subdirs.len());
+        tx_history(&tx, OP, id, &mut rec, now, "listed", Some(&detail)).await?;
+        if walk.todo.is_empty() {
+            rec.frozen = true;
+            let detail = walk.frozen_detail(count);
+            tx_history(&tx, OP, id, &mut rec, now, "members", Some(&detail)).await?;
+        }
+        let out = walk.to_api();
+        rec.walk = Some(walk);
+        tx_put_job(&tx, OP, id, &rec, false).await?;
+        tx.commit().await.map_err(pg(OP))?;
+        Ok(out)
     }
 
     async fn update_member(
@@ -1688,6 +1751,22 @@ impl JobStore for PgStore {
 
     fn append_history(&self, id: JobId, event: HistoryEvent) -> Result<(), StoreError> {
         self.with(|i| async move { i.append_history(id, event).await })
+    }
+
+    fn walk(&self, id: JobId) -> Result<Walk, StoreError> {
+        self.with(|i| async move { i.walk(id).await })
+    }
+
+    fn record_directory(
+        &self,
+        id: JobId,
+        dir: &str,
+        files: Vec<NewMember>,
+        subdirs: Vec<String>,
+        now: Timestamp,
+    ) -> Result<Walk, StoreError> {
+        let dir = dir.to_owned();
+        self.with(|i| async move { i.record_directory(id, dir, files, subdirs, now).await })
     }
 
     fn due(&self, until: Timestamp, limit: usize) -> Result<Vec<(Timestamp, JobId)>, StoreError> {

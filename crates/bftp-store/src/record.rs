@@ -64,6 +64,45 @@ impl WalkV1 {
         }
     }
 
+    /// Moves `dir` from the frontier to the listed directories and queues its
+    /// subdirectories not seen yet. `false` (and no change): `dir` is not in the frontier,
+    /// it was frozen before and is never frozen twice.
+    pub(crate) fn record(&mut self, dir: &str, subdirs: &[String]) -> bool {
+        let Some(at) = self.todo.iter().position(|d| d == dir) else {
+            return false;
+        };
+        self.todo.remove(at);
+        self.done.push(dir.to_owned());
+        for sub in subdirs {
+            if !self.done.contains(sub) && !self.todo.contains(sub) {
+                self.todo.push(sub.clone());
+            }
+        }
+        true
+    }
+
+    /// The history line of one directory frozen.
+    pub(crate) fn listed_detail(dir: &str, files: usize, subdirs: usize) -> String {
+        format!(
+            "directory {:?}: {} file{}, {} subdirector{}",
+            if dir.is_empty() { "." } else { dir },
+            files,
+            if files == 1 { "" } else { "s" },
+            subdirs,
+            if subdirs == 1 { "y" } else { "ies" }
+        )
+    }
+
+    /// The history line of the membership frozen at the walk's end.
+    pub(crate) fn frozen_detail(&self, members: u32) -> String {
+        format!(
+            "{members} member{} frozen from {} director{}",
+            if members == 1 { "" } else { "s" },
+            self.done.len(),
+            if self.done.len() == 1 { "y" } else { "ies" }
+        )
+    }
+
     pub(crate) fn to_api(&self) -> crate::types::Walk {
         crate::types::Walk {
             frontier: self.todo.clone(),

@@ -1523,15 +1523,8 @@ impl JobStore for SledStore {
                 (None, true) => return abort(StoreError::MembersAlreadyFrozen { job: id }),
                 (None, false) => WalkV1::start(),
             };
-            let Some(at) = walk.todo.iter().position(|d| d == dir) else {
+            if !walk.record(dir, &subdirs) {
                 return Ok(walk.to_api());
-            };
-            walk.todo.remove(at);
-            walk.done.push(dir.to_owned());
-            for sub in &subdirs {
-                if !walk.done.contains(sub) && !walk.todo.contains(sub) {
-                    walk.todo.push(sub.clone());
-                }
             }
             let start = rec.members as usize;
             let count = match check_member_count(start + files.len()) {
@@ -1545,23 +1538,11 @@ impl JobStore for SledStore {
                 )?;
             }
             rec.members = count;
-            let detail = format!(
-                "directory {:?}: {} file{}, {} subdirector{}",
-                if dir.is_empty() { "." } else { dir },
-                files.len(),
-                if files.len() == 1 { "" } else { "s" },
-                subdirs.len(),
-                if subdirs.len() == 1 { "y" } else { "ies" }
-            );
+            let detail = WalkV1::listed_detail(dir, files.len(), subdirs.len());
             tx_history(tx, id, &mut rec, now, "listed", Some(&detail))?;
             if walk.todo.is_empty() {
                 rec.frozen = true;
-                let detail = format!(
-                    "{count} member{} frozen from {} director{}",
-                    if count == 1 { "" } else { "s" },
-                    walk.done.len(),
-                    if walk.done.len() == 1 { "y" } else { "ies" }
-                );
+                let detail = walk.frozen_detail(count);
                 tx_history(tx, id, &mut rec, now, "members", Some(&detail))?;
             }
             let out = walk.to_api();

@@ -235,6 +235,7 @@ mod tests {
             user: user.into(),
             password: Some(Secret::new(password)),
             acct: None,
+            tls: Default::default(),
         }
     }
 
