@@ -20,6 +20,7 @@ mod durable;
 mod error;
 mod files;
 mod keys;
+pub mod probe;
 mod record;
 mod sled_store;
 mod types;
