@@ -2,7 +2,11 @@
 //!   cargo build --release --bins && cargo run --release -p bftp-tests --bin bench-queue
 //! It starts the real release bftpd on a temporary state directory and prints:
 //! - the raw write+fdatasync rate of the same disk (the ceiling for durable acknowledgements),
-//! - durable submits/s through the socket with 1 client and with 16 concurrent clients,
+//! - a bare sled transaction+flush loop (with and without the fdatasync the store adds),
+//!   `JobStore::submit` alone in process, and `GET /v1/health` on new and kept-alive
+//!   connections: the pieces of one client's durable submit, side by side,
+//! - durable submits/s through the socket with 1 client (a new connection per request, and
+//!   one connection kept alive) and with 16 concurrent clients,
 //! - p50/p99 of `status` (GET one job) with 10,000 jobs queued,
 //! - bftpd's RSS with 100,000 queued jobs, and its time from start to ready.
 //!
@@ -35,10 +39,7 @@ static KEY: AtomicU64 = AtomicU64::new(0);
 
 fn submit_one(sock: &Path) -> u64 {
     let k = KEY.fetch_add(1, Ordering::Relaxed);
-    let body = format!(
-        r#"{{"source":{{"host":"127.0.0.1","port":2121,"user":"u","password":"p","path":"pub/file-{k}.bin"}},"destination":{{"host":"127.0.0.1","port":2122,"path":"in/"}},"keyword":"kw-{}"}}"#,
-        k % 100
-    );
+    let body = submit_body(k);
     let key = format!("bench-{k}");
     let (status, resp) = http(
         sock,
@@ -82,6 +83,171 @@ fn submit_load(sock: &Path, clients: usize, dur: Duration, count: Option<u64>) -
     (n, start.elapsed().as_secs_f64())
 }
 
+/// One kept-alive HTTP/1.1 connection to the socket (what a client that reuses its
+/// connection pays per request: no connect, no accept, no new connection task).
+struct KeepAlive {
+    stream: std::os::unix::net::UnixStream,
+}
+
+impl KeepAlive {
+    fn open(sock: &Path) -> KeepAlive {
+        KeepAlive {
+            stream: std::os::unix::net::UnixStream::connect(sock).unwrap(),
+        }
+    }
+
+    fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> (u16, String) {
+        use std::io::Read;
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        req.push_str(body);
+        self.stream.write_all(req.as_bytes()).unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            self.stream.read_exact(&mut byte).unwrap();
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let status: u16 = head[9..12].parse().unwrap();
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().ok())?
+            })
+            .expect("a Content-Length");
+        let mut body = vec![0u8; len];
+        self.stream.read_exact(&mut body).unwrap();
+        (status, String::from_utf8(body).unwrap())
+    }
+}
+
+/// A job due now (the scheduler then runs an attempt of it, which fails at once: nothing
+/// listens on its ports, and the attempt's start and requeue are two more commits), or due in
+/// an hour (the submit's commit alone).
+fn submit_body_at(k: u64, later: bool) -> String {
+    let start = if later { r#","start":"in 1h""# } else { "" };
+    format!(
+        r#"{{"source":{{"host":"127.0.0.1","port":2121,"user":"u","password":"p","path":"pub/file-{k}.bin"}},"destination":{{"host":"127.0.0.1","port":2122,"path":"in/"}},"keyword":"kw-{}"{start}}}"#,
+        k % 100
+    )
+}
+
+fn submit_body(k: u64) -> String {
+    submit_body_at(k, false)
+}
+
+/// Durable submits per second by one client on one kept-alive connection.
+fn submit_keepalive_rate(sock: &Path, dur: Duration, later: bool) -> (u64, f64) {
+    let mut c = KeepAlive::open(sock);
+    let start = Instant::now();
+    let mut n = 0;
+    while start.elapsed() < dur {
+        let k = KEY.fetch_add(1, Ordering::Relaxed);
+        let key = format!("bench-{k}");
+        let (status, resp) = c.request(
+            "POST",
+            "/v1/jobs",
+            &submit_body_at(k, later),
+            &[("Idempotency-Key", &key)],
+        );
+        assert_eq!(status, 201, "{resp}");
+        n += 1;
+    }
+    (n, start.elapsed().as_secs_f64())
+}
+
+/// `GET /v1/health` per second: a new connection per request, or one kept alive.
+fn health_rate(sock: &Path, dur: Duration, keep_alive: bool) -> f64 {
+    let mut c = keep_alive.then(|| KeepAlive::open(sock));
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < dur {
+        let status = match &mut c {
+            Some(c) => c.request("GET", "/v1/health", "", &[]).0,
+            None => http(sock, "GET", "/v1/health", None, &[]).unwrap().0,
+        };
+        assert_eq!(status, 200);
+        n += 1;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The store alone, in this process: `JobStore::submit` of the bench's job (sealed bytes
+/// standing in for the password), one writer, no HTTP, no JSON, no sealing.
+fn store_submit_rate(dir: &Path, dur: Duration) -> f64 {
+    use bftp_core::{
+        DestCommand, Disposition, FileStructure, FtpParams, RetryPolicy, Timestamp, TransferMode,
+        TransferType,
+    };
+    use bftp_store::{
+        JobStore, KeyHash, NewJob, NewMember, RequestKey, Sealed, SealedEndpoint, SealedSpec,
+        SledStore, StoreOptions,
+    };
+    let store = SledStore::open(dir, StoreOptions::default()).unwrap();
+    let endpoint = |port, path: &str| SealedEndpoint {
+        host: "127.0.0.1".into(),
+        port,
+        user: "u".into(),
+        password: Some(Sealed(vec![7; 40])),
+        acct: None,
+        path: path.into(),
+    };
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < dur {
+        let mut h = [0u8; 32];
+        h[..8].copy_from_slice(&n.to_be_bytes());
+        let job = NewJob {
+            owner_uid: 0,
+            spec: SealedSpec {
+                source: endpoint(2121, &format!("pub/file-{n}.bin")),
+                destination: Some(endpoint(2122, "in/")),
+                disposition: Disposition::Copy,
+                dest_command: DestCommand::Replace,
+                params: FtpParams {
+                    transfer_type: TransferType::Image,
+                    mode: TransferMode::Stream,
+                    structure: FileStructure::File,
+                },
+                start_at: Timestamp(1_800_000_000_000),
+                retry: RetryPolicy::default(),
+                notify: vec![],
+                keyword_present: true,
+            },
+            keyword_hash: Some(KeyHash([(n % 100) as u8; 32])),
+            request: Some(RequestKey {
+                key_hash: KeyHash(h),
+                fingerprint: KeyHash([1; 32]),
+            }),
+            created_at: Timestamp(1_800_000_000_000),
+            members: vec![NewMember {
+                name: format!("file-{n}.bin"),
+                size: None,
+                modified: None,
+                refused: None,
+            }],
+        };
+        store.submit(job).unwrap();
+        n += 1;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
 fn rss_mib(pid: u32) -> f64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kb: f64 = s
@@ -115,23 +281,76 @@ fn main() {
 
     let raw = raw_fsync_rate(&d.state_dir(), Duration::from_secs(3));
     writeln!(out, "raw write+fdatasync: {raw:.0}/s").unwrap();
+    // The floor under one client's durable submit, piece by piece, on the same disk.
+    let sec = Duration::from_secs(3);
+    let bare_flush =
+        bftp_store::probe::bare_sled_commit_rate(&d.state_dir(), sec, 600, false).unwrap();
+    let bare = bftp_store::probe::bare_sled_commit_rate(&d.state_dir(), sec, 600, true).unwrap();
+    let probe_dir = tempfile::Builder::new()
+        .prefix("bench-store-")
+        .tempdir_in(d.state_dir())
+        .unwrap();
+    let alone = store_submit_rate(probe_dir.path(), sec);
+    drop(probe_dir);
+    let health_new = health_rate(&sock, sec, false);
+    let health_kept = health_rate(&sock, sec, true);
+    let per = |rate: f64| 1e6 / rate;
+    writeln!(
+        out,
+        "bare sled transaction+flush: {bare_flush:.0}/s ({:.0} us)",
+        per(bare_flush)
+    )
+    .unwrap();
+    writeln!(out, "bare sled transaction+flush+fdatasync (the store's commit): {bare:.0}/s ({:.0} us, {:.2}x raw)", per(bare), bare / raw).unwrap();
+    writeln!(
+        out,
+        "JobStore::submit alone, in process: {alone:.0}/s ({:.0} us)",
+        per(alone)
+    )
+    .unwrap();
+    writeln!(out, "GET /v1/health: new connection {health_new:.0}/s ({:.0} us), kept alive {health_kept:.0}/s ({:.0} us)", per(health_new), per(health_kept)).unwrap();
 
     let (n1, s1) = submit_load(&sock, 1, Duration::from_secs(5), None);
     let r1 = n1 as f64 / s1;
     writeln!(
         out,
-        "durable submits, 1 client:   {r1:.0}/s ({:.2}x raw fsync)",
-        r1 / raw
+        "durable submits, 1 client:   {r1:.0}/s ({:.0} us; {:.2}x raw fsync, {:.2}x bare sled commit)",
+        per(r1),
+        r1 / raw,
+        r1 / bare
     )
     .unwrap();
+    let (nk, sk) = submit_keepalive_rate(&sock, Duration::from_secs(5), false);
+    let rk = nk as f64 / sk;
+    writeln!(
+        out,
+        "durable submits, 1 client kept alive: {rk:.0}/s ({:.0} us; {:.2}x raw fsync, {:.2}x bare sled commit)",
+        per(rk),
+        rk / raw,
+        rk / bare
+    )
+    .unwrap();
+    let (nl, sl) = submit_keepalive_rate(&sock, Duration::from_secs(5), true);
+    let rl = nl as f64 / sl;
+    writeln!(
+        out,
+        "durable submits, 1 client kept alive, due in an hour (no attempt follows): {rl:.0}/s ({:.0} us; {:.2}x raw fsync, {:.2}x bare sled commit)",
+        per(rl),
+        rl / raw,
+        rl / bare
+    )
+    .unwrap();
+    let nk = nk + nl;
     let (n16, s16) = submit_load(&sock, 16, Duration::from_secs(5), None);
     let r16 = n16 as f64 / s16;
     writeln!(
         out,
-        "durable submits, 16 clients: {r16:.0}/s ({:.2}x raw fsync)",
-        r16 / raw
+        "durable submits, 16 clients: {r16:.0}/s ({:.2}x raw fsync, {:.2}x bare sled commit)",
+        r16 / raw,
+        r16 / bare
     )
     .unwrap();
+    let n1 = n1 + nk;
 
     let queued = n1 + n16;
     if queued < 10_000 {

@@ -22,6 +22,7 @@ mod files;
 mod keys;
 #[cfg(feature = "postgres")]
 mod pg_store;
+pub mod probe;
 mod record;
 mod sled_store;
 mod types;

@@ -740,6 +740,14 @@ impl ReplyV1 {
     }
 }
 
+impl crate::types::NewMember {
+    /// The member as `submit` and `freeze_members` write it at `now`, at `index`: what a read
+    /// right after the write returns (a submit's answer is built from it, without the read).
+    pub fn as_written(&self, index: u32, now: Timestamp) -> Member {
+        MemberV1::new(self, now).to_api(index)
+    }
+}
+
 impl MemberV1 {
     pub(crate) fn new(m: &crate::types::NewMember, now: Timestamp) -> MemberV1 {
         MemberV1 {

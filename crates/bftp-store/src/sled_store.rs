@@ -950,7 +950,8 @@ impl JobStore for SledStore {
                 .request
                 .as_ref()
                 .map(|rk| crate::record::hex(&rk.key_hash.0));
-            tx_history(tx, id, &mut rec, job.created_at, "submitted", None)?;
+            let submitted = HistoryEvent::submitted(job.created_at);
+            tx_history(tx, id, &mut rec, submitted.at, &submitted.kind, None)?;
             tx_put_job(tx, id, &rec)?;
             Ok(Submitted::Created(job_to_api(id, &rec).or_abort()?))
         })

@@ -191,6 +191,17 @@ pub struct HistoryEvent {
     pub detail: Option<String>,
 }
 
+impl HistoryEvent {
+    /// The first event of every job, as `submit` writes it.
+    pub fn submitted(at: Timestamp) -> HistoryEvent {
+        HistoryEvent {
+            at,
+            kind: "submitted".into(),
+            detail: None,
+        }
+    }
+}
+
 /// The state part of a [`JobFilter`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StateFilter {

@@ -388,16 +388,22 @@ async fn submit(
         created_at: now,
         members,
     };
-    let store = app.store.clone();
-    let (created, job) = match blocking(move || store.submit(new)).await? {
-        Submitted::Created(job) => (true, job),
-        Submitted::Existing(job) => (false, job),
-    };
+    let (store, mail) = (app.store.clone(), app.mail.clone());
+    // One trip to the blocking pool: the write, then the answer. A new job's view is built
+    // from what was written; an existing one's is read.
+    let (created, mut view) = blocking(move || {
+        let members = new.members.clone();
+        match store.submit(new)? {
+            Submitted::Created(job) => Ok((true, views::created_view(&job, &members))),
+            Submitted::Existing(job) => Ok((false, views::load_view(&*store, &mail, &job)?)),
+        }
+    })
+    .await?;
     if created {
-        tracing::info!(job = job.id.0, uid = caller.uid, "job submitted");
+        tracing::info!(job = view.id, uid = caller.uid, "job submitted");
         app.scheduler.notify();
     }
-    let view = load_view(&app, job).await?;
+    app.live.fill(&mut view);
     let status = if created {
         StatusCode::CREATED
     } else {

@@ -24,6 +24,17 @@ pub fn load_view(
     Ok(view)
 }
 
+/// The view of a job `submit` has just created with `members`: what [`load_view`] would read
+/// back, built without reading (a new job has its members as given and one history event).
+pub fn created_view(job: &Job, members: &[bftp_store::NewMember]) -> JobView {
+    let members: Vec<Member> = members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| m.as_written(i as u32, job.created_at))
+        .collect();
+    job_view(job, &members, &[HistoryEvent::submitted(job.created_at)])
+}
+
 fn endpoint_view(e: &SealedEndpoint) -> EndpointView {
     // Reuse the core's URL rendering, which never includes a password.
     let shown = Endpoint {
@@ -149,5 +160,59 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
             .collect(),
         report: None,
         node: None,
+    }
+}
+
+#[cfg(test)]
+mod created_view_tests {
+    use super::*;
+    use crate::testkit::{self, T0};
+    use bftp_core::RetryPolicy;
+    use bftp_store::{NewMember, Submitted};
+
+    /// The answer a submit builds without reading is what a read right after it returns.
+    #[test]
+    fn a_created_jobs_view_is_what_a_read_returns() {
+        let (_dir, store) = testkit::store();
+        let id = testkit::submit_one_file_job(&*store, RetryPolicy::default());
+        let mut new = template(&*store, id);
+        new.created_at = Timestamp(T0.0 + 5);
+        new.members = vec![
+            NewMember {
+                name: "ok.bin".into(),
+                size: Some(7),
+                modified: Some("20261201120000".into()),
+                refused: None,
+            },
+            NewMember {
+                name: "bad\x0aname".into(),
+                size: None,
+                modified: None,
+                refused: Some("the name holds a line feed".into()),
+            },
+        ];
+        new.keyword_hash = Some(bftp_store::KeyHash([3; 32]));
+        let members = new.members.clone();
+        let Submitted::Created(job) = store.submit(new).unwrap() else {
+            panic!("not created")
+        };
+        let mail = crate::mail::MailSettings::new(&bftp_mail::MailConfig::default());
+        assert_eq!(
+            created_view(&job, &members),
+            load_view(&*store, &mail, &job).unwrap()
+        );
+    }
+
+    /// A job like `id`, to submit again as a new one.
+    fn template(store: &dyn JobStore, id: bftp_store::JobId) -> bftp_store::NewJob {
+        let job = store.get(id).unwrap().unwrap();
+        bftp_store::NewJob {
+            owner_uid: job.owner_uid,
+            spec: job.spec,
+            keyword_hash: None,
+            request: None,
+            created_at: job.created_at,
+            members: vec![],
+        }
     }
 }
