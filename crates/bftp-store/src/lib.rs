@@ -167,6 +167,22 @@ pub trait JobStore: Send + Sync {
         seen: &Sighting,
         now: Timestamp,
     ) -> Result<RefusalMemory, StoreError>;
+
+    /// Several members' changes at once, as [`JobStore::update_member`] makes each (in this
+    /// order), in one transaction and one flush where the store can: members of one attempt
+    /// that finish close together share the cost of making their records durable. Durable
+    /// before it returns; on an error none is guaranteed written.
+    fn update_members(
+        &self,
+        id: JobId,
+        updates: Vec<(u32, MemberUpdate)>,
+        now: Timestamp,
+    ) -> Result<Vec<Member>, StoreError> {
+        updates
+            .into_iter()
+            .map(|(index, u)| self.update_member(id, index, u, now))
+            .collect()
+    }
 }
 
 /// The text of a panic payload.
