@@ -279,6 +279,21 @@ pub trait JobStore: Send + Sync {
         subdirs: Vec<String>,
         now: Timestamp,
     ) -> Result<Walk, StoreError>;
+    /// Several members' changes at once, as [`JobStore::update_member`] makes each (in this
+    /// order), in one transaction and one flush where the store can: members of one attempt
+    /// that finish close together share the cost of making their records durable. Durable
+    /// before it returns; on an error none is guaranteed written.
+    fn update_members(
+        &self,
+        id: JobId,
+        updates: Vec<(u32, MemberUpdate)>,
+        now: Timestamp,
+    ) -> Result<Vec<Member>, StoreError> {
+        updates
+            .into_iter()
+            .map(|(index, u)| self.update_member(id, index, u, now))
+            .collect()
+    }
 }
 
 /// The text of a panic payload.

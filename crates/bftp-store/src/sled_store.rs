@@ -1158,58 +1158,21 @@ impl JobStore for SledStore {
         now: Timestamp,
     ) -> Result<Member, StoreError> {
         self.write("update_member", |tx| {
-            let Some(mut m) = tx_member(tx, id, index)? else {
-                if tx.jobs.get(keys::job(id))?.is_none() {
-                    return abort(StoreError::NotFound(id));
-                }
-                return abort(StoreError::MemberNotFound { job: id, index });
-            };
-            if let Some(s) = update.state {
-                let cur = m.state.to_api();
-                if cur.is_terminal() && s != cur {
-                    return abort(StoreError::MemberIsTerminal {
-                        job: id,
-                        index,
-                        state: cur.as_str(),
-                    });
-                }
-                m.state = MemberStateV1::from_api(s);
-            }
-            let u = &update;
-            if let Some(a) = u.attempts {
-                m.attempts = a;
-            }
-            if let Some(b) = u.bytes {
-                m.bytes = Some(b);
-            }
-            if let Some(s) = u.size {
-                m.size = Some(s);
-            }
-            if let Some(r) = &u.source_reply {
-                m.src_reply = Some(ReplyV1::from_api(r));
-            }
-            if let Some(r) = &u.dest_reply {
-                m.dst_reply = Some(ReplyV1::from_api(r));
-            }
-            if let Some(d) = &u.detail {
-                m.detail = Some(d.clone());
-            }
-            if let Some(i) = &u.intent {
-                m.intent = i.as_ref().map(IntentV1::from_api);
-            }
-            if let Some(n) = &u.stored_as {
-                m.stored = Some(n.clone());
-            }
-            if let Some(t) = &u.tls {
-                m.tls = Some(t.clone());
-            }
-            if let Some(p) = &u.proof {
-                m.proof = Some(p.clone());
-            }
-            m.updated = now.0;
-            tx.members
-                .insert(&keys::member(id, index)[..], encode(&m))?;
-            Ok(m.to_api(index))
+            tx_update_member(tx, id, index, &update, now)
+        })
+    }
+
+    fn update_members(
+        &self,
+        id: JobId,
+        updates: Vec<(u32, MemberUpdate)>,
+        now: Timestamp,
+    ) -> Result<Vec<Member>, StoreError> {
+        self.write("update_members", |tx| {
+            updates
+                .iter()
+                .map(|(index, u)| tx_update_member(tx, id, *index, u, now))
+                .collect()
         })
     }
 
@@ -1587,4 +1550,66 @@ fn member_index(k: &IVec) -> Result<u32, StoreError> {
         ));
     }
     keys::u32_value("member", k, &k[8..])
+}
+
+/// One member's change inside a write transaction (see `JobStore::update_member`).
+fn tx_update_member(
+    tx: &Tx<'_>,
+    id: JobId,
+    index: u32,
+    update: &MemberUpdate,
+    now: Timestamp,
+) -> TxResult<Member> {
+    let Some(mut m) = tx_member(tx, id, index)? else {
+        if tx.jobs.get(keys::job(id))?.is_none() {
+            return abort(StoreError::NotFound(id));
+        }
+        return abort(StoreError::MemberNotFound { job: id, index });
+    };
+    if let Some(s) = update.state {
+        let cur = m.state.to_api();
+        if cur.is_terminal() && s != cur {
+            return abort(StoreError::MemberIsTerminal {
+                job: id,
+                index,
+                state: cur.as_str(),
+            });
+        }
+        m.state = MemberStateV1::from_api(s);
+    }
+    let u = update;
+    if let Some(a) = u.attempts {
+        m.attempts = a;
+    }
+    if let Some(b) = u.bytes {
+        m.bytes = Some(b);
+    }
+    if let Some(s) = u.size {
+        m.size = Some(s);
+    }
+    if let Some(r) = &u.source_reply {
+        m.src_reply = Some(ReplyV1::from_api(r));
+    }
+    if let Some(r) = &u.dest_reply {
+        m.dst_reply = Some(ReplyV1::from_api(r));
+    }
+    if let Some(d) = &u.detail {
+        m.detail = Some(d.clone());
+    }
+    if let Some(i) = &u.intent {
+        m.intent = i.as_ref().map(IntentV1::from_api);
+    }
+    if let Some(n) = &u.stored_as {
+        m.stored = Some(n.clone());
+    }
+    if let Some(t) = &u.tls {
+        m.tls = Some(t.clone());
+    }
+    if let Some(p) = &u.proof {
+        m.proof = Some(p.clone());
+    }
+    m.updated = now.0;
+    tx.members
+        .insert(&keys::member(id, index)[..], encode(&m))?;
+    Ok(m.to_api(index))
 }

@@ -149,6 +149,7 @@ impl Executor for FtpExecutor {
             log: Arc::default(),
             claims: Mutex::default(),
             first: Mutex::default(),
+            batch: crate::ledger_batch::Batch::new(self.store.clone(), self.clock.clone(), job.id),
         };
         let abort = signals.abort;
         let log = run.log.clone();
@@ -272,6 +273,8 @@ struct Run {
     /// The first pair's pool key and the slots it holds: that pair may be kept for another
     /// job when it closes (`crate::pool`).
     first: Mutex<Option<(crate::pool::PoolKey, crate::ftp::Slots)>>,
+    /// Member records that nothing waits for, written in groups (`crate::ledger_batch`).
+    batch: Arc<crate::ledger_batch::Batch>,
 }
 
 /// A member left pending by this attempt: why, and whether it is worth a second try within
@@ -674,6 +677,13 @@ impl Run {
             attempt,
         };
         let ran = crate::lanes::run(&members, openings, WorkQueue::new(work)).await;
+        // Every grouped record durable before the attempt's outcome is.
+        if let Err(e) = self.batch.finish().await {
+            tracing::error!(error = %e, "store write failed during an attempt");
+            return AttemptEnd::Transient {
+                reason: format!("the daemon could not record progress: {e}"),
+            };
+        }
         // A job-level permanent failure decides the attempt, whatever else happened.
         let mut ends = ran.ends.into_iter();
         let first = ends.next();
@@ -847,6 +857,7 @@ impl Run {
         let change = ledger::record(summary, spec.dest_command, spec.disposition);
         self.apply(
             pair,
+            spec.dest_command,
             m,
             &src_path,
             change,
@@ -1025,6 +1036,7 @@ impl Run {
     async fn apply(
         &self,
         pair: &mut Pair,
+        dest_command: DestCommand,
         m: &Member,
         src_path: &str,
         change: ledger::Change,
@@ -1062,7 +1074,21 @@ impl Run {
                 self.metrics.file(FileResult::Transient, duration, None)
             }
         }
-        self.update(m.index, u).await.map_err(store_failed)?;
+        // A replace copy's success with nothing to do after it: nothing waits for its
+        // record, so it joins the attempt's grouped writes (`crate::ledger_batch`).
+        let grouped = change.next == ledger::Next::Settled(MemberState::Succeeded)
+            && change.intent == ledger::IntentChange::Clear
+            && m.intent.is_none()
+            && dest_command == DestCommand::Replace;
+        if grouped {
+            self.batch
+                .push(m.index, u)
+                .map_err(|e| AttemptEnd::Transient {
+                    reason: format!("the daemon could not record progress: {e}"),
+                })?;
+        } else {
+            self.update(m.index, u).await.map_err(store_failed)?;
+        }
         match change.next {
             ledger::Next::Settled(MemberState::Succeeded) => {}
             ledger::Next::Settled(_) => return Ok(None),

@@ -11,6 +11,7 @@ pub mod config;
 pub mod ftp;
 pub mod identity;
 mod lanes;
+mod ledger_batch;
 pub mod live;
 pub mod mail;
 pub mod metrics;
