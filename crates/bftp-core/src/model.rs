@@ -250,6 +250,9 @@ pub struct JobSpec {
     /// The weakest proof of each copy the job accepts (`--proof`): a pair that cannot give it
     /// fails the job before any file moves. `None`: whatever the pair can give.
     pub proof: Option<crate::proof::ProofLevel>,
+    /// The source path is a directory whose whole tree is copied (`--recursive`): every file
+    /// below it is a member, named by its path relative to it.
+    pub recursive: bool,
 }
 
 /// One thing wrong with a request. Field names are the user's words (`source path`, `notify`).
@@ -453,7 +456,25 @@ impl JobSpec {
     pub fn validate(&self) -> Result<(), ValidationErrors> {
         let mut errs = Vec::new();
         check_endpoint(&mut errs, "source", &self.source);
-        if self.source.file_name().is_empty() {
+        if self.recursive {
+            let bad = |reason: &str| ValidationError::Invalid {
+                field: "recursive".into(),
+                reason: reason.into(),
+            };
+            if has_wildcard(&self.source.path) {
+                errs.push(bad(
+                    "a recursive job copies a directory: no wildcard in its source",
+                ));
+            }
+            if self.disposition == Disposition::Delete {
+                errs.push(bad(
+                    "a recursive job copies or moves a tree; it does not delete one",
+                ));
+            }
+            if self.dest_command != DestCommand::Replace {
+                errs.push(bad("a recursive job writes each file with STOR (replace)"));
+            }
+        } else if self.source.file_name().is_empty() {
             errs.push(ValidationError::Invalid {
                 field: "source path".into(),
                 reason: format!("{:?} names no file (it ends with '/')", self.source.path),
@@ -514,7 +535,17 @@ impl JobSpec {
     }
 
     pub fn is_multi_file(&self) -> bool {
-        self.source.is_wildcard()
+        self.recursive || self.source.is_wildcard()
+    }
+
+    /// A recursive job's source directory, without trailing slashes (`/` stays `/`).
+    pub fn source_root(&self) -> &str {
+        let p = self.source.path.trim_end_matches('/');
+        if p.is_empty() && self.source.path.starts_with('/') {
+            "/"
+        } else {
+            p
+        }
     }
 }
 
@@ -545,6 +576,7 @@ mod tests {
             notify: vec!["alice@example.org".into()],
             keyword: Some("nightly".into()),
             proof: None,
+            recursive: false,
         }
     }
 

@@ -91,6 +91,7 @@ fn job(outcome: &str, members: Vec<MemberView>) -> JobView {
         notify: vec!["alice@example.org".into()],
         has_keyword: true,
         proof: None,
+        recursive: false,
         members,
         counts: Default::default(),
         history: vec![
