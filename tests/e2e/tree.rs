@@ -125,6 +125,39 @@ fn a_recursive_job_copies_a_whole_tree_between_each_pair() {
         std::os::unix::fs::symlink("a.dat", src.path("tree/link")).unwrap();
         dst.mkdir("in").unwrap();
 
+        let env = [
+            ("BFTP_SOURCE_PASSWORD", src.password()),
+            ("BFTP_DEST_PASSWORD", dst.password()),
+        ];
+        let o = d.bftp_env(
+            None,
+            &[
+                "verify",
+                "--recursive",
+                &src.url("tree"),
+                &dst.url("in/copy"),
+            ],
+            &env,
+        );
+        let out = bftp_tests::daemon::text(&o);
+        assert!(
+            out.contains("directory \"tree\" lists 7 entries (3 directories)"),
+            "{s}: {out}"
+        );
+        let o = d.bftp_env(
+            None,
+            &[
+                "transfer",
+                "--recursive",
+                &src.url("tree"),
+                &dst.url("in/copy"),
+            ],
+            &env,
+        );
+        let out = bftp_tests::daemon::text(&o);
+        assert_ne!(o.status.code(), Some(0), "{out}");
+        assert!(out.contains("submit --recursive"), "{out}");
+
         let id = submit(&d, &src, &dst, "tree", "in/copy", &["--recursive"]);
         let v = wait_final(&d, id, std::time::Duration::from_secs(90));
         assert_eq!(v["recursive"], true, "{s} -> {t}: {v:#}");

@@ -564,6 +564,39 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_recursive_job_copies_a_directory_with_stor() {
+        let mut s = spec();
+        s.recursive = true;
+        s.source.path = "pub/tree/".into();
+        s.dest_command = DestCommand::Replace;
+        s.disposition = Disposition::Copy;
+        assert!(s.validate().is_ok(), "{:?}", s.validate());
+        assert!(s.is_multi_file());
+        assert_eq!(s.source_root(), "pub/tree");
+        s.source.path = "/".into();
+        assert_eq!(s.source_root(), "/");
+        for (change, why) in [
+            (
+                (|s: &mut JobSpec| s.source.path = "pub/*.dat".into()) as fn(&mut JobSpec),
+                "no wildcard",
+            ),
+            (
+                |s: &mut JobSpec| s.dest_command = DestCommand::Append,
+                "STOR",
+            ),
+            (
+                |s: &mut JobSpec| s.dest_command = DestCommand::Unique,
+                "STOR",
+            ),
+        ] {
+            let mut t = s.clone();
+            change(&mut t);
+            let e = t.validate().unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
+    }
+
     fn spec() -> JobSpec {
         JobSpec {
             source: endpoint("pub/data.bin"),
