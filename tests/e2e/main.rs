@@ -19,6 +19,7 @@ mod slow;
 mod slow_engine;
 mod slow_package;
 mod slow_scheduler;
+mod slow_tree;
 mod slow_unique;
 mod tree;
 mod unique;
