@@ -255,8 +255,8 @@ pub struct JobView {
     /// The weakest proof the job accepts (`hash`, `size`), if it requires one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<String>,
-    /// A recursive job: the source is a directory tree.
-    #[serde(default)]
+    /// A recursive job: the source is a directory tree. Absent: not recursive.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recursive: bool,
     pub members: Vec<MemberView>,
     /// The members counted by state.
