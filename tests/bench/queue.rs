@@ -206,6 +206,7 @@ fn store_submit_rate(dir: &Path, dur: Duration) -> f64 {
         password: Some(Sealed(vec![7; 40])),
         acct: None,
         path: path.into(),
+        tls: Default::default(),
     };
     let start = Instant::now();
     let mut n = 0u64;
@@ -228,6 +229,8 @@ fn store_submit_rate(dir: &Path, dur: Duration) -> f64 {
                 retry: RetryPolicy::default(),
                 notify: vec![],
                 keyword_present: true,
+                proof: None,
+                recursive: false,
             },
             keyword_hash: Some(KeyHash([(n % 100) as u8; 32])),
             request: Some(RequestKey {

@@ -893,6 +893,7 @@ fn verify_request(source: &str, destination: &str) -> VerifyRequest {
         destination_path: destination.to_owned(),
         dest_command: bftp_core::DestCommand::Replace,
         proof: None,
+        recursive: false,
     }
 }
 

@@ -87,6 +87,7 @@ fn report() -> Report {
         notify: vec!["alice@example.org".into()],
         has_keyword: false,
         proof: None,
+        recursive: false,
         members: vec![
             member(1, "a.csv", "succeeded", 226, "Transfer complete"),
             member(2, "b.csv", "failed_permanent", 550, "b.csv: no, s3cr3t-pw"),

@@ -24,6 +24,7 @@ mod slow_engine;
 mod slow_package;
 mod slow_pg;
 mod slow_scheduler;
+mod slow_tree;
 mod slow_unique;
 mod tls;
 mod tree;

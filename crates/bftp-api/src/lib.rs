@@ -124,6 +124,9 @@ pub struct SubmitRequest {
     /// whatever the pair of servers can give.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<String>,
+    /// The source path is a directory: copy its whole tree, each file by its path below it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recursive: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -269,6 +272,9 @@ pub struct JobView {
     /// The weakest proof the job accepts (`hash`, `size`), if it requires one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<String>,
+    /// A recursive job: the source is a directory tree. Absent: not recursive.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recursive: bool,
     pub members: Vec<MemberView>,
     /// The members counted by state.
     #[serde(default)]

@@ -252,6 +252,9 @@ pub struct JobSpec {
     /// The weakest proof of each copy the job accepts (`--proof`): a pair that cannot give it
     /// fails the job before any file moves. `None`: whatever the pair can give.
     pub proof: Option<crate::proof::ProofLevel>,
+    /// The source path is a directory whose whole tree is copied (`--recursive`): every file
+    /// below it is a member, named by its path relative to it.
+    pub recursive: bool,
 }
 
 /// One thing wrong with a request. Field names are the user's words (`source path`, `notify`).
@@ -455,7 +458,25 @@ impl JobSpec {
     pub fn validate(&self) -> Result<(), ValidationErrors> {
         let mut errs = Vec::new();
         check_endpoint(&mut errs, "source", &self.source);
-        if self.source.file_name().is_empty() {
+        if self.recursive {
+            let bad = |reason: &str| ValidationError::Invalid {
+                field: "recursive".into(),
+                reason: reason.into(),
+            };
+            if has_wildcard(&self.source.path) {
+                errs.push(bad(
+                    "a recursive job copies a directory: no wildcard in its source",
+                ));
+            }
+            if self.disposition == Disposition::Delete {
+                errs.push(bad(
+                    "a recursive job copies or moves a tree; it does not delete one",
+                ));
+            }
+            if self.dest_command != DestCommand::Replace {
+                errs.push(bad("a recursive job writes each file with STOR (replace)"));
+            }
+        } else if self.source.file_name().is_empty() {
             errs.push(ValidationError::Invalid {
                 field: "source path".into(),
                 reason: format!("{:?} names no file (it ends with '/')", self.source.path),
@@ -516,7 +537,17 @@ impl JobSpec {
     }
 
     pub fn is_multi_file(&self) -> bool {
-        self.source.is_wildcard()
+        self.recursive || self.source.is_wildcard()
+    }
+
+    /// A recursive job's source directory, without trailing slashes (`/` stays `/`).
+    pub fn source_root(&self) -> &str {
+        let p = self.source.path.trim_end_matches('/');
+        if p.is_empty() && self.source.path.starts_with('/') {
+            "/"
+        } else {
+            p
+        }
     }
 }
 
@@ -536,6 +567,39 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_recursive_job_copies_a_directory_with_stor() {
+        let mut s = spec();
+        s.recursive = true;
+        s.source.path = "pub/tree/".into();
+        s.dest_command = DestCommand::Replace;
+        s.disposition = Disposition::Copy;
+        assert!(s.validate().is_ok(), "{:?}", s.validate());
+        assert!(s.is_multi_file());
+        assert_eq!(s.source_root(), "pub/tree");
+        s.source.path = "/".into();
+        assert_eq!(s.source_root(), "/");
+        for (change, why) in [
+            (
+                (|s: &mut JobSpec| s.source.path = "pub/*.dat".into()) as fn(&mut JobSpec),
+                "no wildcard",
+            ),
+            (
+                |s: &mut JobSpec| s.dest_command = DestCommand::Append,
+                "STOR",
+            ),
+            (
+                |s: &mut JobSpec| s.dest_command = DestCommand::Unique,
+                "STOR",
+            ),
+        ] {
+            let mut t = s.clone();
+            change(&mut t);
+            let e = t.validate().unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
+    }
+
     fn spec() -> JobSpec {
         JobSpec {
             source: endpoint("pub/data.bin"),
@@ -548,6 +612,7 @@ mod tests {
             notify: vec!["alice@example.org".into()],
             keyword: Some("nightly".into()),
             proof: None,
+            recursive: false,
         }
     }
 

@@ -17,6 +17,7 @@ mod message;
 mod render;
 mod retry;
 mod scrub;
+mod tree;
 
 pub use config::{MailConfig, MailRetry, SmtpTls, TransportConfig};
 pub use deliver::{classify_sendmail_exit, Class, Mailer, SendError};

@@ -357,35 +357,39 @@ fn render_text(job: &JobView, s: &Summary, transcript: &[String], omitted: usize
     );
     field("submitted", &job.created_at);
 
-    let _ = writeln!(t, "\nFiles ({})", job.members.len());
-    if job.members.is_empty() {
-        t.push_str("  none: the job ended before its files were known\n");
+    if job.recursive {
+        crate::tree::files_by_directory(&job.members, &mut t);
     } else {
-        let _ = writeln!(t, "  {:<26} {:>12} {:>6}  name", "state", "bytes", "tries");
-    }
-    for m in &job.members {
-        let bytes = m.bytes.map_or_else(|| "-".to_string(), |b| b.to_string());
-        let _ = writeln!(
-            t,
-            "  {:<26} {:>12} {:>6}  {}",
-            m.state, bytes, m.attempts, m.name
-        );
-        let source = if job.destination.is_some() {
-            "source:"
+        let _ = writeln!(t, "\nFiles ({})", job.members.len());
+        if job.members.is_empty() {
+            t.push_str("  none: the job ended before its files were known\n");
         } else {
-            "server:"
-        };
-        if let Some(r) = &m.source_reply {
-            let _ = writeln!(t, "      {source:<13}{}", reply_line(r));
+            let _ = writeln!(t, "  {:<26} {:>12} {:>6}  name", "state", "bytes", "tries");
         }
-        if let Some(r) = &m.dest_reply {
-            let _ = writeln!(t, "      {:<13}{}", "destination:", reply_line(r));
-        }
-        if let Some(p) = &m.proof {
-            let _ = writeln!(t, "      {:<13}{p}", "proof:");
-        }
-        if let Some(d) = &m.detail {
-            let _ = writeln!(t, "      {:<13}{d}", "detail:");
+        for m in &job.members {
+            let bytes = m.bytes.map_or_else(|| "-".to_string(), |b| b.to_string());
+            let _ = writeln!(
+                t,
+                "  {:<26} {:>12} {:>6}  {}",
+                m.state, bytes, m.attempts, m.name
+            );
+            let source = if job.destination.is_some() {
+                "source:"
+            } else {
+                "server:"
+            };
+            if let Some(r) = &m.source_reply {
+                let _ = writeln!(t, "      {source:<13}{}", reply_line(r));
+            }
+            if let Some(r) = &m.dest_reply {
+                let _ = writeln!(t, "      {:<13}{}", "destination:", reply_line(r));
+            }
+            if let Some(p) = &m.proof {
+                let _ = writeln!(t, "      {:<13}{p}", "proof:");
+            }
+            if let Some(d) = &m.detail {
+                let _ = writeln!(t, "      {:<13}{d}", "detail:");
+            }
         }
     }
     if s.uncertain > 0 {
@@ -406,7 +410,21 @@ fn render_text(job: &JobView, s: &Summary, transcript: &[String], omitted: usize
     }
 
     t.push_str("\nHistory\n");
-    for h in &job.history {
+    // A recursive job's walk freezes one directory per `listed` event: shown as one line.
+    let listed: Vec<&str> = job
+        .history
+        .iter()
+        .filter(|h| h.event == "listed")
+        .map(|h| h.at.as_str())
+        .collect();
+    if let (Some(first), Some(last)) = (listed.first(), listed.last()) {
+        let _ = writeln!(
+            t,
+            "  {first}  listed  {} directories frozen, the last at {last}",
+            listed.len()
+        );
+    }
+    for h in job.history.iter().filter(|h| h.event != "listed") {
         let _ = write!(t, "  {}  {}", h.at, h.event);
         if let Some(d) = &h.detail {
             let _ = write!(t, "  {d}");

@@ -92,6 +92,7 @@ fn job(outcome: &str, members: Vec<MemberView>) -> JobView {
         notify: vec!["alice@example.org".into()],
         has_keyword: true,
         proof: None,
+        recursive: false,
         members,
         counts: Default::default(),
         history: vec![
@@ -591,4 +592,67 @@ fn each_file_names_its_proof() {
     let json: serde_json::Value = serde_json::from_str(&r.json).unwrap();
     assert_eq!(json["job"]["members"][0]["proof"], "hash", "{json:#}");
     assert_eq!(json["job"]["members"][1]["proof"], "size", "{json:#}");
+}
+
+/// Issue 16: a recursive job of 10,000 files in 1,000 directories reads counts first (one line
+/// per directory), then the files not copied with their detail, then the copied ones one line
+/// each under their directory; the walk's `listed` events are one line; the JSON has every
+/// member.
+#[test]
+fn a_tree_of_ten_thousand_files_reads_by_directory() {
+    let mut members = Vec::new();
+    for d in 0..1000 {
+        for f in 0..10 {
+            let i = (d * 10 + f) as u32;
+            let name = format!("dir{d:04}/f{f}.dat");
+            let mut m = if i == 4321 {
+                let mut m = member(i, &name, "failed_permanent", None);
+                m.detail = Some("550 Permission denied".into());
+                m
+            } else {
+                member(i, &name, "succeeded", Some(100))
+            };
+            m.proof = (i != 4321).then(|| "size".to_string());
+            members.push(m);
+        }
+    }
+    let mut j = job("partial", members);
+    j.recursive = true;
+    for d in 0..1000 {
+        j.history.push(event(
+            "2025-11-30T10:00:01Z",
+            "listed",
+            Some(&format!("directory {d}")),
+        ));
+    }
+    let r = rendered(&j, &[], &[]);
+    let text = shown(&r);
+    let lines = text.lines().count();
+    // One line per file and two per directory (its count, its heading among the copied).
+    assert!(lines < 10_000 + 2 * 1000 + 100, "{lines} lines");
+    let counts = text
+        .find("Files (10000) in 1000 directories")
+        .expect("counts");
+    let failed = text.find("Not copied (1)").expect("failures");
+    let copied = text.find("Copied (9999;").expect("the rest");
+    assert!(counts < failed && failed < copied);
+    let line = text[counts..failed]
+        .lines()
+        .find(|l| l.trim_start().starts_with("dir0432/"))
+        .expect("a count line for dir0432/");
+    assert!(
+        line.ends_with("10 files: 1 failed_permanent, 9 succeeded"),
+        "{line:?}"
+    );
+    assert!(text[failed..copied].contains("550 Permission denied"));
+    assert!(text[failed..copied].contains("dir0432/f1.dat"));
+    assert!(text[copied..].contains("         100 size     f0.dat"));
+    assert_eq!(
+        text.matches("  listed  ").count(),
+        1,
+        "the walk is one line"
+    );
+    assert!(text.contains("1000 directories frozen"));
+    let json: serde_json::Value = serde_json::from_str(&r.json).unwrap();
+    assert_eq!(json["job"]["members"].as_array().unwrap().len(), 10_000);
 }

@@ -51,6 +51,7 @@ fn job(i: u64) -> NewJob {
             notify: vec!["someone@example.org".into()],
             keyword_present: true,
             proof: None,
+            recursive: false,
         },
         keyword_hash: Some(KeyHash([(i % 200) as u8; 32])),
         request: Some(RequestKey {

@@ -129,6 +129,9 @@ pub(crate) struct SpecV1 {
     /// The weakest proof the job accepts: `hash`, `size`, `replies`; absent: any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<String>,
+    /// A recursive job (the source path is a directory tree).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recursive: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -634,6 +637,7 @@ impl SpecV1 {
             notify: s.notify.clone(),
             kw: s.keyword_present,
             proof: s.proof.map(|p| p.as_str().to_owned()),
+            recursive: s.recursive,
         }
     }
 }
@@ -987,6 +991,7 @@ pub(crate) fn job_to_api(id: JobId, r: &JobV1) -> Result<Job, StoreError> {
                         .map_err(|_| bad(format!("unknown proof {p:?}")))
                 })
                 .transpose()?,
+            recursive: s.recursive,
         },
         state: r.state.to_api(),
         attempts: r.attempts,

@@ -75,6 +75,8 @@ pub struct SealedSpec {
     pub keyword_present: bool,
     /// The weakest proof the job accepts (see `JobSpec::proof`).
     pub proof: Option<bftp_core::proof::ProofLevel>,
+    /// A recursive job (see `JobSpec::recursive`).
+    pub recursive: bool,
 }
 
 /// The idempotency key of a submission (RULES.md §4.5), both parts hashed by the daemon.

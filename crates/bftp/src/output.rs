@@ -511,6 +511,7 @@ pub(crate) mod tests {
             notify: vec!["alice@example.org".into()],
             has_keyword: true,
             proof: None,
+            recursive: false,
             members: vec![MemberView {
                 index: 0,
                 name: "a.csv".into(),

@@ -66,6 +66,12 @@ pub struct RequestArgs {
           value_parser = parse_with::<bftp_core::proof::ProofLevel>)]
     pub proof: Option<bftp_core::proof::ProofLevel>,
 
+    /// The source is a directory: copy its whole tree (each file by its path below it;
+    /// directories made on the destination, parents first; links and special files reported,
+    /// not followed)
+    #[arg(long, short = 'r')]
+    pub recursive: bool,
+
     /// ACCT for the source server
     #[arg(long, value_name = "ACCT")]
     pub source_acct: Option<String>,
@@ -283,6 +289,7 @@ pub fn prepare(
         notify: schedule.notify.clone(),
         keyword: schedule.keyword.clone(),
         proof: args.proof,
+        recursive: args.recursive,
     };
     validation_failure(&spec)?;
 
@@ -346,6 +353,7 @@ pub fn prepare(
         notify: schedule.notify,
         keyword: schedule.keyword,
         proof: args.proof.map(|p| p.as_str().to_owned()),
+        recursive: args.recursive,
     };
     Ok(Prepared { request, warnings })
 }

@@ -325,6 +325,7 @@ mod tests {
             notify: vec!["alice@example.org".into(), "ops@example.org".into()],
             keyword: Some("nightly".into()),
             proof: Some("hash".into()),
+            recursive: false,
         };
         assert_eq!(p.prepared.request, want);
         assert_eq!(p.request_key, "k-123");

@@ -233,6 +233,7 @@ fn seal_spec(secrets: &Secrets, spec: &JobSpec) -> SealedSpec {
         notify: spec.notify.clone(),
         keyword_present: spec.keyword.is_some(),
         proof: spec.proof,
+        recursive: spec.recursive,
     }
 }
 

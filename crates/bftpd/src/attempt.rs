@@ -238,6 +238,7 @@ pub fn unseal_spec(secrets: &Secrets, s: &SealedSpec) -> Result<JobSpec, String>
         notify: s.notify.clone(),
         keyword: None,
         proof: s.proof,
+        recursive: s.recursive,
     })
 }
 
@@ -637,7 +638,28 @@ impl Run {
                 return AttemptEnd::JobPermanent { reason };
             }
         }
-        if !job.members_frozen {
+        if spec.recursive {
+            // The whole tree is frozen before any file moves; then its directories are made.
+            let clock = self.clock.clone();
+            let walked = crate::walk::walk(
+                &self.store,
+                id,
+                &mut pair,
+                &spec,
+                move || clock.now(),
+                |t| self.keep(t),
+            )
+            .await;
+            let made = match walked {
+                Ok(walk) => crate::walk::make_dirs(&mut pair, &spec, &walk).await,
+                Err(end) => Err(end),
+            };
+            self.keep(&pair.take_transcript());
+            if let Err(end) = made {
+                self.close(pair).await;
+                return end;
+            }
+        } else if !job.members_frozen {
             if let Err(end) = self.freeze(&mut pair, &spec).await {
                 pair.mark_errored();
                 self.close(pair).await;

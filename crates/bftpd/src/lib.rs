@@ -30,6 +30,7 @@ pub mod submit;
 mod testkit;
 pub mod unique;
 pub mod views;
+pub mod walk;
 pub mod work;
 
 use std::future::Future;

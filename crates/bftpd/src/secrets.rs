@@ -276,6 +276,7 @@ mod tests {
                     notify: Vec::new(),
                     keyword_present: false,
                     proof: None,
+                    recursive: false,
                 },
                 keyword_hash: None,
                 request: None,

@@ -119,6 +119,7 @@ pub fn build_spec(
                 .map_err(|e| errs.push(e))
                 .ok()
         }),
+        recursive: req.recursive,
     };
     if let Err(ValidationErrors(more)) = spec.validate() {
         errs.extend(more);

@@ -39,6 +39,7 @@ pub fn submit_one_file_job(store: &dyn JobStore, retry: RetryPolicy) -> JobId {
         notify: vec!["ops@example.org".into()],
         keyword_present: false,
         proof: None,
+        recursive: false,
     };
     let job = NewJob {
         owner_uid: 1000,

@@ -131,6 +131,7 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
         notify: spec.notify.clone(),
         has_keyword: job.keyword_hash.is_some(),
         proof: job.spec.proof.map(|p| p.as_str().to_owned()),
+        recursive: job.spec.recursive,
         members: members
             .iter()
             .map(|m| MemberView {

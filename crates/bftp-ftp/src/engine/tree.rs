@@ -8,7 +8,9 @@ use crate::parse::{check_argument, parse_mlsd, EntryKind};
 use crate::transcript::{Side, Transcript};
 
 use super::listing::DataReply;
-use super::{ListError, Pair, RejectedName};
+use bftp_core::reply::{CommandKind, Disposition, PermanentKind};
+
+use super::{ActionError, ListError, Pair, RejectedName};
 
 /// How a directory was listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,5 +167,40 @@ impl Pair {
         }
         listing.transcript = self.recorder.take();
         Ok(listing)
+    }
+
+    /// Make the directory `path` on the destination: MKD; a refused MKD of a directory that
+    /// exists already (CWD into it works, then back to the login directory) is success.
+    /// `Ok(true)`: made now; `Ok(false)`: it was there.
+    pub async fn make_dir(&mut self, path: &str) -> Result<bool, ActionError> {
+        let side = Side::Destination;
+        self.usable_for(side, "MKD", path)?;
+        let result = self.exchange(side, &format!("MKD {path}")).await;
+        let refused = match (self.classify(side, CommandKind::Other, &result), result) {
+            (Disposition::Done, Ok(_)) => return Ok(true),
+            (Disposition::Permanent(_), Ok(reply)) => reply,
+            (disposition, result) => {
+                return Err(self.action_error(side, "MKD", result, disposition))
+            }
+        };
+        let home = self.home(side).await;
+        let result = self.exchange(side, &format!("CWD {path}")).await;
+        if self.classify(side, CommandKind::Cwd, &result) != Disposition::Done {
+            return Err(self.action_error(
+                side,
+                "MKD",
+                Ok(refused),
+                Disposition::Permanent(PermanentKind::FileUnavailable),
+            ));
+        }
+        let back = match home {
+            Some(home) => format!("CWD {home}"),
+            None => "CDUP".into(),
+        };
+        let result = self.exchange(side, &back).await;
+        if self.classify(side, CommandKind::Cwd, &result) != Disposition::Done {
+            self.dst.close("could not return to the login directory");
+        }
+        Ok(false)
     }
 }

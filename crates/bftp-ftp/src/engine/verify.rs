@@ -28,6 +28,8 @@ pub struct VerifyRequest {
     pub dest_command: bftp_core::DestCommand,
     /// The weakest proof the job accepts, if it requires one.
     pub proof: Option<bftp_core::proof::ProofLevel>,
+    /// The source path is a directory tree (a recursive job): it is listed, not sized.
+    pub recursive: bool,
 }
 
 /// One check and what it found.
@@ -139,7 +141,11 @@ pub async fn verify(
         }
     }
     if params_ok && pair.is_usable() {
-        checks.push(source_file(&mut pair, &request.source_path).await);
+        checks.push(if request.recursive {
+            source_tree(&mut pair, &request.source_path).await
+        } else {
+            source_file(&mut pair, &request.source_path).await
+        });
         checks.push(destination_directory(&mut pair, &request.destination_path).await);
         checks.push(data_connection(&mut pair).await);
         checks.push(proof_check(&mut pair, params, request).await);
@@ -157,6 +163,31 @@ async fn proof_check(pair: &mut Pair, params: FtpParams, request: &VerifyRequest
     match bftp_core::proof::require(request.proof, &plan) {
         Ok(()) => check(CHECK_PROOF, true, plan.describe()),
         Err(why) => check(CHECK_PROOF, false, why),
+    }
+}
+
+/// A recursive job's source: its top directory lists (MLSD, or LIST where there is none).
+async fn source_tree(pair: &mut Pair, path: &str) -> Check {
+    let dir = path.trim_end_matches('/');
+    match pair.list_dir(dir).await {
+        Ok(listing) => {
+            let dirs = listing
+                .entries
+                .iter()
+                .filter(|e| e.kind == super::TreeKind::Dir)
+                .count();
+            check(
+                CHECK_SOURCE_FILE,
+                true,
+                format!(
+                    "directory {:?} lists {} entries ({dirs} directories) by {:?}",
+                    display_dir(dir),
+                    listing.entries.len(),
+                    listing.method
+                ),
+            )
+        }
+        Err(e) => check(CHECK_SOURCE_FILE, false, e.to_string()),
     }
 }
 

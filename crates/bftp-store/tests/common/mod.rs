@@ -198,6 +198,7 @@ pub fn spec() -> SealedSpec {
         notify: vec!["alice@example.org".into(), "ops@example.org".into()],
         keyword_present: true,
         proof: None,
+        recursive: false,
     }
 }
 

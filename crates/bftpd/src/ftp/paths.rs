@@ -14,7 +14,9 @@ pub fn join_path(dir: &str, name: &str) -> String {
 
 /// The source path of a member: the job's source directory and the member's name.
 pub fn source_path(spec: &JobSpec, name: &str) -> String {
-    if spec.is_multi_file() {
+    if spec.recursive {
+        join_path(spec.source_root(), name)
+    } else if spec.is_multi_file() {
         join_path(spec.source.dir(), name)
     } else {
         spec.source.path.clone()
@@ -72,6 +74,7 @@ mod tests {
             notify: vec![],
             keyword: None,
             proof: None,
+            recursive: false,
         }
     }
 

@@ -64,6 +64,13 @@ async fn run_transfer(
             ..empty_summary()
         })
     };
+    if spec.recursive {
+        let error = "bftp transfer does not copy directory trees yet: submit the job with \
+                     `bftp submit --recursive`, which walks the tree durably"
+            .to_owned();
+        let _ = tx.send(fail(error, vec![])).await;
+        return;
+    }
     let Some((src, dst)) = logins(spec) else {
         let _ = tx
             .send(fail("a transfer needs a destination".into(), vec![]))

@@ -42,6 +42,7 @@ pub async fn verify(
             .unwrap_or_default(),
         dest_command: spec.dest_command,
         proof: spec.proof,
+        recursive: spec.recursive,
     };
     let report = bftp_ftp::verify(&src, &dst, spec.params, limits, check, &request).await;
     VerifyResponse {
