@@ -625,3 +625,69 @@ fn vsftpd_and_pure_ftpd_cannot_encrypt_their_data_required_fails_preferred_says_
     let tls = v["members"][0]["tls"].as_str().unwrap_or_default();
     assert!(tls.contains("data in clear"), "{v:#}");
 }
+
+/// `bftp verify` shows what each server offers (FEAT: AUTH TLS, PROT, SSCN, CPSV), what its
+/// control connection got, and what the job's data would get; it fails when the data policy
+/// requires TLS the pair cannot give.
+#[test]
+fn verify_shows_what_each_server_offers_and_what_the_data_would_get() {
+    let pki = Pki::new();
+    let vs = tls_server(&pki, ServerKind::Vsftpd);
+    let pro = tls_server(&pki, ServerKind::Proftpd);
+    let pure = tls_server(&pki, ServerKind::PureFtpd);
+    vs.put_file("out/f.bin", b"verify me").unwrap();
+    pro.mkdir("in").unwrap();
+    pure.mkdir("in").unwrap();
+    let d = daemon(&ca_entry(&pki));
+    let verify = |dst: &FtpServer| {
+        let o = d.bftp_env(
+            None,
+            &[
+                "--json",
+                "verify",
+                &vs.url("out/f.bin"),
+                &dst.url("in/"),
+                "--tls",
+                "required",
+                "--data-tls",
+                "required",
+            ],
+            &[
+                ("BFTP_SOURCE_PASSWORD", vs.password()),
+                ("BFTP_DEST_PASSWORD", dst.password()),
+            ],
+        );
+        let out = text(&o);
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+        let check = |name: &str| -> (bool, String) {
+            let c = v["checks"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+                .unwrap_or_else(|| panic!("no check {name:?}: {out}"));
+            (
+                c["ok"].as_bool().unwrap_or(false),
+                c["detail"].as_str().unwrap_or("").to_owned(),
+            )
+        };
+        (
+            check("source TLS"),
+            check("destination TLS"),
+            check("data TLS"),
+            out,
+        )
+    };
+    let ((_, src), (_, dst), (ok, data), out) = verify(&pro);
+    assert!(
+        src.contains("AUTH TLS: yes") && src.contains("SSCN: no"),
+        "{out}"
+    );
+    assert!(src.contains("control TLS 1."), "{out}");
+    assert!(dst.contains("SSCN: yes"), "proFTPD offers SSCN: {out}");
+    assert!(ok && data.contains("TLS client: destination"), "{out}");
+    let (_, (_, dst), (ok, data), out) = verify(&pure);
+    assert!(
+        dst.contains("AUTH TLS: yes") && dst.contains("SSCN: no"),
+        "{out}"
+    );
+    assert!(!ok && data.contains("TLS client"), "{out}");
+}

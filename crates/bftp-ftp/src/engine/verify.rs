@@ -136,6 +136,7 @@ pub async fn verify(
     if params_ok && pair.is_usable() {
         checks.push(source_file(&mut pair, &request.source_path).await);
         checks.push(destination_directory(&mut pair, &request.destination_path).await);
+        checks.extend(pair.tls_checks().await);
         checks.push(data_connection(&mut pair).await);
     }
     let transcript = pair.recorder.take();
