@@ -691,3 +691,68 @@ fn verify_shows_what_each_server_offers_and_what_the_data_would_get() {
     );
     assert!(!ok && data.contains("TLS client"), "{out}");
 }
+
+/// Implicit FTPS (`ftps://`): proFTPD with `UseImplicitSSL` greets inside TLS; bftp speaks
+/// TLS from the first byte, as source and as destination.
+#[test]
+fn implicit_tls_with_ftps_urls_on_proftpd() {
+    let pki = Pki::new();
+    let (mut tls, _) = pki.server("implicit", Flaw::None, true);
+    tls.implicit = true;
+    let imp = FtpServer::start(
+        ServerKind::Proftpd,
+        FtpOptions {
+            tls: Some(tls),
+            ..FtpOptions::default()
+        },
+    )
+    .unwrap();
+    let plain = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let data = bftp_tests::payload(250_000, 99);
+    imp.put_file("out/f.bin", &data).unwrap();
+    plain.mkdir("in").unwrap();
+    imp.mkdir("in").unwrap();
+    let d = daemon(&ca_entry(&pki));
+    let ftps = |s: &FtpServer, path: &str| s.url(path).replacen("ftp://", "ftps://", 1);
+    let run = |source: String, dest: String, src_pw: &str, dst_pw: &str| {
+        let o = d.bftp_env(
+            None,
+            &["--json", "transfer", &source, &dest, "--data-tls", "off"],
+            &[
+                ("BFTP_SOURCE_PASSWORD", src_pw),
+                ("BFTP_DEST_PASSWORD", dst_pw),
+            ],
+        );
+        let out = text(&o);
+        let events: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        (o.status.code(), out, events)
+    };
+    let (code, out, events) = run(
+        ftps(&imp, "out/f.bin"),
+        plain.url("in/"),
+        imp.password(),
+        plain.password(),
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(plain.read_file("in/f.bin").unwrap(), data);
+    assert!(
+        file_tls(&events, "f.bin").contains("source control TLS 1."),
+        "{out}"
+    );
+    plain.put_file("out/g.bin", &data).unwrap();
+    let (code, out, events) = run(
+        plain.url("out/g.bin"),
+        ftps(&imp, "in/"),
+        plain.password(),
+        imp.password(),
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(imp.read_file("in/g.bin").unwrap(), data);
+    assert!(
+        file_tls(&events, "g.bin").contains("destination control TLS 1."),
+        "{out}"
+    );
+}
