@@ -236,6 +236,14 @@ impl Pair {
     /// and what the job's data would get (the copy's plan, run now: SSCN and PROT are sent).
     pub(super) async fn tls_checks(&mut self) -> Vec<super::Check> {
         let mut checks = Vec::new();
+        let asked = self
+            .logins
+            .iter()
+            .any(|l| l.tls.control_policy() != TlsPolicy::Off || l.tls.data != TlsPolicy::Off);
+        // Nothing for a job whose sides ask for no TLS and got none.
+        if !asked && self.src.tls().is_none() && self.dst.tls().is_none() {
+            return checks;
+        }
         for (name, side) in [
             (CHECK_SOURCE_TLS, Side::Source),
             (CHECK_DESTINATION_TLS, Side::Destination),
