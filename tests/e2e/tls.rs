@@ -625,3 +625,134 @@ fn vsftpd_and_pure_ftpd_cannot_encrypt_their_data_required_fails_preferred_says_
     let tls = v["members"][0]["tls"].as_str().unwrap_or_default();
     assert!(tls.contains("data in clear"), "{v:#}");
 }
+
+/// `bftp verify` shows what each server offers (FEAT: AUTH TLS, PROT, SSCN, CPSV), what its
+/// control connection got, and what the job's data would get; it fails when the data policy
+/// requires TLS the pair cannot give.
+#[test]
+fn verify_shows_what_each_server_offers_and_what_the_data_would_get() {
+    let pki = Pki::new();
+    let vs = tls_server(&pki, ServerKind::Vsftpd);
+    let pro = tls_server(&pki, ServerKind::Proftpd);
+    let pure = tls_server(&pki, ServerKind::PureFtpd);
+    vs.put_file("out/f.bin", b"verify me").unwrap();
+    pro.mkdir("in").unwrap();
+    pure.mkdir("in").unwrap();
+    let d = daemon(&ca_entry(&pki));
+    let verify = |dst: &FtpServer| {
+        let o = d.bftp_env(
+            None,
+            &[
+                "--json",
+                "verify",
+                &vs.url("out/f.bin"),
+                &dst.url("in/"),
+                "--tls",
+                "required",
+                "--data-tls",
+                "required",
+            ],
+            &[
+                ("BFTP_SOURCE_PASSWORD", vs.password()),
+                ("BFTP_DEST_PASSWORD", dst.password()),
+            ],
+        );
+        let out = text(&o);
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+        let check = |name: &str| -> (bool, String) {
+            let c = v["checks"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+                .unwrap_or_else(|| panic!("no check {name:?}: {out}"));
+            (
+                c["ok"].as_bool().unwrap_or(false),
+                c["detail"].as_str().unwrap_or("").to_owned(),
+            )
+        };
+        (
+            check("source TLS"),
+            check("destination TLS"),
+            check("data TLS"),
+            out,
+        )
+    };
+    let ((_, src), (_, dst), (ok, data), out) = verify(&pro);
+    assert!(
+        src.contains("AUTH TLS: yes") && src.contains("SSCN: no"),
+        "{out}"
+    );
+    assert!(src.contains("control TLS 1."), "{out}");
+    assert!(dst.contains("SSCN: yes"), "proFTPD offers SSCN: {out}");
+    assert!(ok && data.contains("TLS client: destination"), "{out}");
+    let (_, (_, dst), (ok, data), out) = verify(&pure);
+    assert!(
+        dst.contains("AUTH TLS: yes") && dst.contains("SSCN: no"),
+        "{out}"
+    );
+    assert!(!ok && data.contains("TLS client"), "{out}");
+}
+
+/// Implicit FTPS (`ftps://`): proFTPD with `UseImplicitSSL` greets inside TLS; bftp speaks
+/// TLS from the first byte, as source and as destination.
+#[test]
+fn implicit_tls_with_ftps_urls_on_proftpd() {
+    let pki = Pki::new();
+    let (mut tls, _) = pki.server("implicit", Flaw::None, true);
+    tls.implicit = true;
+    let imp = FtpServer::start(
+        ServerKind::Proftpd,
+        FtpOptions {
+            tls: Some(tls),
+            ..FtpOptions::default()
+        },
+    )
+    .unwrap();
+    let plain = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let data = bftp_tests::payload(250_000, 99);
+    imp.put_file("out/f.bin", &data).unwrap();
+    plain.mkdir("in").unwrap();
+    imp.mkdir("in").unwrap();
+    let d = daemon(&ca_entry(&pki));
+    let ftps = |s: &FtpServer, path: &str| s.url(path).replacen("ftp://", "ftps://", 1);
+    let run = |source: String, dest: String, src_pw: &str, dst_pw: &str| {
+        let o = d.bftp_env(
+            None,
+            &["--json", "transfer", &source, &dest, "--data-tls", "off"],
+            &[
+                ("BFTP_SOURCE_PASSWORD", src_pw),
+                ("BFTP_DEST_PASSWORD", dst_pw),
+            ],
+        );
+        let out = text(&o);
+        let events: Vec<Value> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        (o.status.code(), out, events)
+    };
+    let (code, out, events) = run(
+        ftps(&imp, "out/f.bin"),
+        plain.url("in/"),
+        imp.password(),
+        plain.password(),
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(plain.read_file("in/f.bin").unwrap(), data);
+    assert!(
+        file_tls(&events, "f.bin").contains("source control TLS 1."),
+        "{out}"
+    );
+    plain.put_file("out/g.bin", &data).unwrap();
+    let (code, out, events) = run(
+        plain.url("out/g.bin"),
+        ftps(&imp, "in/"),
+        plain.password(),
+        imp.password(),
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(imp.read_file("in/g.bin").unwrap(), data);
+    assert!(
+        file_tls(&events, "g.bin").contains("destination control TLS 1."),
+        "{out}"
+    );
+}

@@ -482,6 +482,13 @@ impl FtpServer {
             .with_context(|| format!("spawning {:?}", cmd.get_program()))?;
         let addr = self.addr();
         let child = self.child.insert(child);
+        if self.opts.tls.as_ref().is_some_and(|t| t.implicit) {
+            // Implicit FTPS greets inside TLS: the listener accepting is the sign of life
+            // (the port was reserved for this server, so no neighbour holds it).
+            return crate::wait_for_listener(child, addr).with_context(|| {
+                format!("{} on {}\n{}", self.kind, self.addr(), self.diagnostics())
+            });
+        }
         crate::wait_for_greeting(child, addr, &token)
             .with_context(|| format!("{} on {}\n{}", self.kind, self.addr(), self.diagnostics()))
     }

@@ -143,6 +143,21 @@ fn reserve_port_range(ip: IpAddr, count: u16) -> Result<std::ops::RangeInclusive
 
 /// Waits until `addr` accepts a connection that greets with a 220 line containing `token`,
 /// then says QUIT (FTP and SMTP alike). Fails early if `child` exits.
+/// Waits until `addr` accepts a TCP connection (for servers whose greeting is inside TLS).
+fn wait_for_listener(child: &Child, addr: SocketAddr) -> Result<()> {
+    let deadline = Instant::now() + STARTUP_DEADLINE;
+    loop {
+        if has_exited(child) {
+            bail!("exited before it was ready on {addr}");
+        }
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            Ok(_) => return Ok(()),
+            Err(_) if Instant::now() < deadline => std::thread::sleep(POLL_INTERVAL),
+            Err(e) => bail!("nothing listening on {addr} after {STARTUP_DEADLINE:?}: {e}"),
+        }
+    }
+}
+
 fn wait_for_greeting(child: &Child, addr: SocketAddr, token: &str) -> Result<()> {
     let deadline = Instant::now() + STARTUP_DEADLINE;
     loop {

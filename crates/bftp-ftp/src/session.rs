@@ -387,12 +387,18 @@ impl Session {
         }
     }
 
-    /// PBSZ 0 and, when the data policy asks for it, PROT P, once logged in over TLS. A
+    /// PBSZ 0 and PROT P (when the data policy asks for it) or PROT C, once logged in over TLS. A
     /// refused PROT P leaves the data path in clear; whether that is allowed is decided per
     /// copy and per listing, by the data policy.
     async fn protect(&mut self, data: TlsPolicy) -> Result<(), ConnectError> {
         let pbsz = self.command("PBSZ 0").await?;
-        if pbsz.code().get() / 100 != 2 || data == TlsPolicy::Off {
+        if pbsz.code().get() / 100 != 2 {
+            return Ok(());
+        }
+        if data == TlsPolicy::Off {
+            // Said explicitly: a server in implicit mode may start with PROT P (proFTPD).
+            let reply = self.command("PROT C").await?;
+            self.prot_private = reply.code().get() / 100 != 2;
             return Ok(());
         }
         self.set_prot(true).await?;

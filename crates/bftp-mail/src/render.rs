@@ -384,6 +384,9 @@ fn render_text(job: &JobView, s: &Summary, transcript: &[String], omitted: usize
             if let Some(r) = &m.dest_reply {
                 let _ = writeln!(t, "      {:<13}{}", "destination:", reply_line(r));
             }
+            if let Some(tls) = &m.tls {
+                let _ = writeln!(t, "      {:<13}{tls}", "tls:");
+            }
             if let Some(p) = &m.proof {
                 let _ = writeln!(t, "      {:<13}{p}", "proof:");
             }

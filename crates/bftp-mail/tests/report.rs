@@ -655,4 +655,28 @@ fn a_tree_of_ten_thousand_files_reads_by_directory() {
     assert!(text.contains("1000 directories frozen"));
     let json: serde_json::Value = serde_json::from_str(&r.json).unwrap();
     assert_eq!(json["job"]["members"].as_array().unwrap().len(), 10_000);
+/// A file's TLS line (each control connection, the data's encryption and TLS client) is in
+/// the report's text and its JSON.
+#[test]
+fn a_files_tls_line_is_in_the_report() {
+    let mut m = member(1, "report.pdf", "succeeded", Some(734_003));
+    let line = "source control TLS 1.3 (system roots); destination control TLS 1.2 (system roots); data encrypted (TLS client: source)";
+    m.tls = Some(line.into());
+    let r = rendered(&job("succeeded", vec![m]), &login_transcript(), &[]);
+    assert!(
+        r.text.contains(&format!("tls:         {line}")),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.json.contains("data encrypted (TLS client: source)"),
+        "{}",
+        r.json
+    );
+    let plain = rendered(
+        &job("succeeded", vec![member(1, "a", "succeeded", Some(1))]),
+        &login_transcript(),
+        &[],
+    );
+    assert!(!plain.text.contains("tls:"), "{}", plain.text);
 }

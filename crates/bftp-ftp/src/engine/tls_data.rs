@@ -204,3 +204,126 @@ impl Pair {
         }
     }
 }
+
+/// The `bftp verify` check names of TLS.
+pub const CHECK_SOURCE_TLS: &str = "source TLS";
+pub const CHECK_DESTINATION_TLS: &str = "destination TLS";
+pub const CHECK_DATA_TLS: &str = "data TLS";
+
+/// What a FEAT reply offers of TLS: the extensions bftpd uses, each `yes` or `no`.
+pub(crate) fn offered(features: &[String]) -> String {
+    let has = |name: &str| {
+        features.iter().any(|l| {
+            let l = l.trim().to_ascii_uppercase();
+            l == name || l.starts_with(&format!("{name} "))
+        })
+    };
+    let auth = features.iter().any(|l| {
+        l.trim().to_ascii_uppercase().starts_with("AUTH") && l.to_ascii_uppercase().contains("TLS")
+    });
+    let yn = |b: bool| if b { "yes" } else { "no" };
+    format!(
+        "offers AUTH TLS: {}, PROT P: {}, SSCN: {}, CPSV: {}",
+        yn(auth),
+        yn(has("PROT")),
+        yn(has("SSCN")),
+        yn(has("CPSV"))
+    )
+}
+
+impl Pair {
+    /// `bftp verify`: what each server offers of TLS (FEAT), what its control connection got,
+    /// and what the job's data would get (the copy's plan, run now: SSCN and PROT are sent).
+    pub(super) async fn tls_checks(&mut self) -> Vec<super::Check> {
+        let mut checks = Vec::new();
+        let asked = self
+            .logins
+            .iter()
+            .any(|l| l.tls.control_policy() != TlsPolicy::Off || l.tls.data != TlsPolicy::Off);
+        // Nothing for a job whose sides ask for no TLS and got none.
+        if !asked && self.src.tls().is_none() && self.dst.tls().is_none() {
+            return checks;
+        }
+        for (name, side) in [
+            (CHECK_SOURCE_TLS, Side::Source),
+            (CHECK_DESTINATION_TLS, Side::Destination),
+        ] {
+            let result = self.exchange(side, "FEAT").await;
+            let features = match &result {
+                Ok(reply) if reply.code().get() == 211 => reply.lines().to_vec(),
+                _ => Vec::new(),
+            };
+            let session = self.session(side);
+            let got = match (session.tls(), session.tls_note()) {
+                (Some(t), _) => format!("control {} ({})", t.version, t.trust),
+                (None, Some(_)) => "control in clear (AUTH TLS refused)".to_owned(),
+                (None, None) => "control in clear (policy off)".to_owned(),
+            };
+            let policy = self.logins[index(side)].tls;
+            checks.push(super::Check {
+                name: name.to_owned(),
+                ok: true,
+                detail: format!(
+                    "{}; {got}; policy control {}, data {}",
+                    offered(&features),
+                    policy.control_policy(),
+                    policy.data
+                ),
+            });
+        }
+        let (ok, detail) = match self.protect_data().await {
+            Ok(()) => (
+                true,
+                self.data_tls
+                    .as_ref()
+                    .map(DataTls::describe)
+                    .unwrap_or_else(|| "data in clear (policy off)".to_owned()),
+            ),
+            Err(e) => (false, e.failure.to_string()),
+        };
+        checks.push(super::Check {
+            name: CHECK_DATA_TLS.to_owned(),
+            ok,
+            detail,
+        });
+        checks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feat_lines_show_what_a_server_offers_of_tls() {
+        let lines = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // proFTPD 1.3.8 with mod_tls (abridged), vsftpd 3.0.3 with ssl_enable.
+        let proftpd = lines(&[
+            "Features:",
+            " AUTH TLS",
+            " PBSZ",
+            " PROT",
+            " SSCN",
+            " SIZE",
+            "End",
+        ]);
+        assert_eq!(
+            offered(&proftpd),
+            "offers AUTH TLS: yes, PROT P: yes, SSCN: yes, CPSV: no"
+        );
+        let vsftpd = lines(&[
+            "Features:",
+            " AUTH SSL",
+            " AUTH TLS",
+            " PBSZ",
+            " PROT",
+            "End",
+        ]);
+        assert!(offered(&vsftpd).contains("SSCN: no"));
+        let clear = lines(&["Features:", " SIZE", " PROTX", "End"]);
+        assert_eq!(
+            offered(&clear),
+            "offers AUTH TLS: no, PROT P: no, SSCN: no, CPSV: no"
+        );
+    }
+}

@@ -147,6 +147,7 @@ pub async fn verify(
             source_file(&mut pair, &request.source_path).await
         });
         checks.push(destination_directory(&mut pair, &request.destination_path).await);
+        checks.extend(pair.tls_checks().await);
         checks.push(data_connection(&mut pair).await);
         checks.push(proof_check(&mut pair, params, request).await);
     }
