@@ -256,6 +256,9 @@ fn kill9_of_a_node_mid_job_repeated_its_jobs_are_taken_over_and_finish_correct()
     );
 }
 
+/// A file of a job: source path, destination path (empty for a delete), bytes.
+type FileCase = (String, String, Vec<u8>);
+
 /// Three nodes on one database drain 300 mixed jobs (replace, append, move, delete, and
 /// wildcard jobs of three files) submitted round-robin to the three: every job succeeds,
 /// every destination holds exactly its bytes (an append once), every moved or deleted source
@@ -290,8 +293,7 @@ fn three_nodes_drain_300_mixed_jobs_with_every_member_correct() {
         "--max-attempts",
         "50",
     ];
-    // (job id, kind, files: (source path, destination path, bytes))
-    let mut jobs: Vec<(u64, usize, Vec<(String, String, Vec<u8>)>)> = Vec::new();
+    let mut jobs: Vec<(u64, usize, Vec<FileCase>)> = Vec::new();
     let started = Instant::now();
     for k in 0..JOBS {
         let d = &nodes[k % NODES];
