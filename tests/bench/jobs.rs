@@ -63,6 +63,8 @@ struct Args {
     src: ServerKind,
     dst: ServerKind,
     log: String,
+    /// `sled` or `postgres` (a fresh fsync'ing PostgreSQL cluster on loopback, one node).
+    store: String,
 }
 
 fn kind(name: &str) -> Result<ServerKind> {
@@ -82,6 +84,7 @@ fn parse_args() -> Result<Args> {
         src: ServerKind::PureFtpd,
         dst: ServerKind::Proftpd,
         log: "info".into(),
+        store: "sled".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -96,10 +99,11 @@ fn parse_args() -> Result<Args> {
             "--src" => a.src = kind(&val()?)?,
             "--dst" => a.dst = kind(&val()?)?,
             "--log" => a.log = val()?,
+            "--store" => a.store = val()?,
             "-h" | "--help" => {
                 println!(
                     "bench-jobs [--jobs N | --quick] [--size BYTES] [--running M] \
-                     [--start-in SECS] [--timeout SECS] [--src KIND] [--dst KIND] [--log LEVEL]"
+                     [--start-in SECS] [--timeout SECS] [--src KIND] [--dst KIND] [--log LEVEL] [--store sled|postgres]"
                 );
                 std::process::exit(0);
             }
@@ -327,9 +331,23 @@ fn main() -> Result<()> {
 
     let running = a.running;
     let log = a.log.clone();
+    let (_cluster, store) = match a.store.as_str() {
+        "sled" => (None, String::new()),
+        "postgres" => {
+            let c =
+                bftp_tests::postgres::Cluster::private_durable().map_err(|e| anyhow::anyhow!(e))?;
+            let url = c.fresh_database();
+            (
+                Some(c),
+                format!("[store]\nkind = \"postgres\"\nurl = \"{url}\"\nnode = \"bench\"\npool_size = 16\n"),
+            )
+        }
+        other => bail!("--store {other:?}: sled or postgres"),
+    };
+    println!("store: {}", a.store);
     let d = Bftpd::start_with(move |dir| {
         format!(
-            "{}[scheduler]\nmax_running_jobs = {running}\n[ftp]\nmax_connections_per_host = {}\n",
+            "{}[scheduler]\nmax_running_jobs = {running}\n[ftp]\nmax_connections_per_host = {}\n{store}",
             Bftpd::default_config(dir).replace("level = \"debug\"", &format!("level = \"{log}\"")),
             2 * running + 8,
         )

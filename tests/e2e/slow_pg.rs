@@ -255,3 +255,159 @@ fn kill9_of_a_node_mid_job_repeated_its_jobs_are_taken_over_and_finish_correct()
         "takeover p99 {p99:?} with a 2 s lease"
     );
 }
+
+/// A file of a job: source path, destination path (empty for a delete), bytes.
+type FileCase = (String, String, Vec<u8>);
+
+/// Three nodes on one database drain 300 mixed jobs (replace, append, move, delete, and
+/// wildcard jobs of three files) submitted round-robin to the three: every job succeeds,
+/// every destination holds exactly its bytes (an append once), every moved or deleted source
+/// is gone and every other source is still there.
+#[test]
+fn three_nodes_drain_300_mixed_jobs_with_every_member_correct() {
+    const JOBS: usize = 300;
+    let url = postgres::fresh_database();
+    let opts = FtpOptions {
+        passive_ports: 400,
+        ..FtpOptions::default()
+    };
+    let src = FtpServer::start(ServerKind::Vsftpd, opts.clone()).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, opts).unwrap();
+    for d in ["r", "a", "m", "w"] {
+        dst.mkdir(d).unwrap();
+    }
+    let extra = "[scheduler]\nmax_running_jobs = 6\n";
+    let mut nodes: Vec<Bftpd> =
+        vec![Bftpd::start_with(node_config_plus(&url, "n0", None, extra)).unwrap()];
+    let key = nodes[0].state_dir().join("secret.key");
+    for i in 1..NODES {
+        nodes.push(
+            Bftpd::start_with(node_config_plus(&url, &format!("n{i}"), Some(&key), extra)).unwrap(),
+        );
+    }
+    let retry = [
+        "--retry-first",
+        "1s",
+        "--retry-cap",
+        "2s",
+        "--max-attempts",
+        "50",
+    ];
+    let mut jobs: Vec<(u64, usize, Vec<FileCase>)> = Vec::new();
+    let started = Instant::now();
+    for k in 0..JOBS {
+        let d = &nodes[k % NODES];
+        let kind = k % 5;
+        let one = |dir: &str| {
+            let (s, t) = (format!("out/{dir}/{k}.bin"), format!("{dir}/{k}.bin"));
+            let data = content(&s, 20_000 + k * 7);
+            src.put_file(&s, &data).unwrap();
+            (s, t, data)
+        };
+        let (id, files) = match kind {
+            0 | 1 => {
+                let f = one("r");
+                (submit(d, &src, &dst, &f.0, &f.1, &retry), vec![f])
+            }
+            2 => {
+                let f = one("a");
+                dst.put_file(&f.1, &prefix(&f.1)).unwrap();
+                let mut args = retry.to_vec();
+                args.extend(["--dest-command", "append"]);
+                (submit(d, &src, &dst, &f.0, &f.1, &args), vec![f])
+            }
+            3 if k % 10 == 3 => {
+                let f = one("m");
+                let mut args = retry.to_vec();
+                args.extend(["--disposition", "move"]);
+                (submit(d, &src, &dst, &f.0, &f.1, &args), vec![f])
+            }
+            3 => {
+                let s = format!("out/d/{k}.bin");
+                src.put_file(&s, b"to be deleted").unwrap();
+                let u = src.url(&s);
+                let mut args = vec!["--json", "submit", &u, "--disposition", "delete"];
+                args.extend_from_slice(&retry);
+                let o = d.bftp_env(None, &args, &[("BFTP_SOURCE_PASSWORD", src.password())]);
+                assert_eq!(o.status.code(), Some(0), "{}", bftp_tests::daemon::text(&o));
+                let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+                (
+                    v["job"]["id"].as_u64().unwrap(),
+                    vec![(s, String::new(), vec![])],
+                )
+            }
+            _ => {
+                let files: Vec<_> = (0..3)
+                    .map(|i| {
+                        let s = format!("out/w{k}/f{i}.dat");
+                        let data = content(&s, 10_000 + i * 11);
+                        src.put_file(&s, &data).unwrap();
+                        (s, format!("w/{k}-f{i}.dat"), data)
+                    })
+                    .collect();
+                dst.mkdir(&format!("w/{k}")).unwrap();
+                let id = submit(
+                    d,
+                    &src,
+                    &dst,
+                    &format!("out/w{k}/*.dat"),
+                    &format!("w/{k}/"),
+                    &retry,
+                );
+                let files = files
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (s, _, data))| (s, format!("w/{k}/f{i}.dat"), data))
+                    .collect();
+                (id, files)
+            }
+        };
+        jobs.push((id, kind, files));
+    }
+    let deadline = Instant::now() + Duration::from_secs(240);
+    for (id, kind, files) in &jobs {
+        let v = loop {
+            let v = status(&nodes[0], *id);
+            if v["state"] == "finished" {
+                break v;
+            }
+            assert!(Instant::now() < deadline, "job {id} not final: {v:#}");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(v["outcome"], "succeeded", "job {id}: {v:#}");
+        for (s, t, data) in files {
+            match kind {
+                3 if t.is_empty() => assert!(!src.path(s).exists(), "{s} not deleted"),
+                3 => {
+                    assert!(!src.path(s).exists(), "{s} not moved");
+                    assert!(dst.read_file(t).unwrap() == *data, "{t}");
+                }
+                2 => {
+                    let want = [prefix(t), data.clone()].concat();
+                    assert!(
+                        dst.read_file(t).unwrap() == want,
+                        "{t}: not prefix + content once"
+                    );
+                    assert!(src.path(s).exists(), "{s}");
+                }
+                _ => {
+                    assert!(dst.read_file(t).unwrap() == *data, "{t}");
+                    assert!(src.path(s).exists(), "{s}");
+                }
+            }
+        }
+    }
+    let logs: Vec<String> = nodes.iter().map(|n| n.logs()).collect();
+    let started_per_node: Vec<usize> = logs
+        .iter()
+        .map(|l| l.matches("attempt started").count())
+        .collect();
+    eprintln!(
+        "{JOBS} jobs drained by {NODES} nodes in {:?}; attempts started per node {started_per_node:?}",
+        started.elapsed()
+    );
+    assert!(
+        started_per_node.iter().all(|&n| n > 0),
+        "every node ran jobs: {started_per_node:?}"
+    );
+}

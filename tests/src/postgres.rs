@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 pub struct Cluster {
     pub port: u16,
+    /// Whether the server fsyncs (off for the tests, on for a benchmark against sled).
+    fsync: bool,
     dir: PathBuf,
     bin: PathBuf,
     /// The user the server runs as, when this process is root.
@@ -83,7 +85,17 @@ impl Cluster {
         Cluster::start_new().unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e}"))
     }
 
+    /// A cluster of the caller's own that fsyncs its commits, as a production server does
+    /// (for benchmarks against sled's fsync'd store).
+    pub fn private_durable() -> Result<Cluster, String> {
+        Cluster::start_with(true)
+    }
+
     fn start_new() -> Result<Cluster, String> {
+        Cluster::start_with(false)
+    }
+
+    fn start_with(fsync: bool) -> Result<Cluster, String> {
         let bin = bin_dir()?;
         let as_user = is_root().then_some("postgres");
         let dir = std::env::temp_dir().join(format!(
@@ -108,6 +120,7 @@ impl Cluster {
         let port = free_port()?;
         let c = Cluster {
             port,
+            fsync,
             dir,
             bin,
             as_user,
@@ -170,9 +183,10 @@ impl Cluster {
     /// Starts the server (again) and waits until it accepts connections.
     pub fn start(&self) -> Result<(), String> {
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync={}",
             self.port,
-            self.dir.display()
+            self.dir.display(),
+            if self.fsync { "on" } else { "off" }
         );
         let data = self.data();
         let log = self.dir.join("server.log");

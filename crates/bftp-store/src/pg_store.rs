@@ -544,9 +544,14 @@ impl Inner {
         let mut c = self.client("migrate").await?;
         let tx = c.transaction().await.map_err(pg("migrate"))?;
         // One node migrates at a time; the others wait here and find the work done.
-        tx.execute("SELECT pg_advisory_xact_lock(4242020215)", &[])
-            .await
-            .map_err(pg("migrate"))?;
+        tx.execute(
+            &tx.prepare_cached("SELECT pg_advisory_xact_lock(4242020215)")
+                .await
+                .map_err(pg("prepare"))?,
+            &[],
+        )
+        .await
+        .map_err(pg("migrate"))?;
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS bftp_schema (
                 version integer PRIMARY KEY,
@@ -555,7 +560,12 @@ impl Inner {
         .await
         .map_err(pg("migrate"))?;
         let have: i32 = tx
-            .query_one("SELECT coalesce(max(version), 0) FROM bftp_schema", &[])
+            .query_one(
+                &tx.prepare_cached("SELECT coalesce(max(version), 0) FROM bftp_schema")
+                    .await
+                    .map_err(pg("prepare"))?,
+                &[],
+            )
             .await
             .map_err(pg("migrate"))?
             .get(0);
@@ -567,9 +577,14 @@ impl Inner {
         }
         for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > have) {
             tx.batch_execute(sql).await.map_err(pg("migrate"))?;
-            tx.execute("INSERT INTO bftp_schema (version) VALUES ($1)", &[version])
-                .await
-                .map_err(pg("migrate"))?;
+            tx.execute(
+                &tx.prepare_cached("INSERT INTO bftp_schema (version) VALUES ($1)")
+                    .await
+                    .map_err(pg("prepare"))?,
+                &[version],
+            )
+            .await
+            .map_err(pg("migrate"))?;
             tracing::info!(
                 version,
                 "applied a schema migration of the PostgreSQL store"
@@ -588,7 +603,9 @@ impl Inner {
         let tx = c.transaction().await.map_err(pg(op))?;
         if let Some(epoch) = id.and_then(|id| self.epoch_of(id)) {
             tx.execute(
-                "SELECT set_config('bftp.epoch', $1, true)",
+                &tx.prepare_cached("SELECT set_config('bftp.epoch', $1, true)")
+                    .await
+                    .map_err(pg("prepare"))?,
                 &[&epoch.to_string()],
             )
             .await
@@ -601,7 +618,9 @@ impl Inner {
 async fn tx_job(tx: &Transaction<'_>, op: &'static str, id: JobId) -> Result<JobV1, StoreError> {
     let row = tx
         .query_opt(
-            "SELECT rec FROM jobs WHERE id = $1 FOR UPDATE",
+            &tx.prepare_cached("SELECT rec FROM jobs WHERE id = $1 FOR UPDATE")
+                .await
+                .map_err(pg("prepare"))?,
             &[&id_of(id)],
         )
         .await
@@ -653,7 +672,9 @@ async fn tx_history(
     detail: Option<&str>,
 ) -> Result<(), StoreError> {
     tx.execute(
-        "INSERT INTO history (job, seq, rec) VALUES ($1, $2, $3)",
+        &tx.prepare_cached("INSERT INTO history (job, seq, rec) VALUES ($1, $2, $3)")
+            .await
+            .map_err(pg("prepare"))?,
         &[
             &id_of(id),
             &(rec.hist as i32),
@@ -674,7 +695,9 @@ async fn tx_member(
 ) -> Result<Option<MemberV1>, StoreError> {
     let row = tx
         .query_opt(
-            "SELECT rec FROM members WHERE job = $1 AND idx = $2",
+            &tx.prepare_cached("SELECT rec FROM members WHERE job = $1 AND idx = $2")
+                .await
+                .map_err(pg("prepare"))?,
             &[&id_of(id), &(index as i32)],
         )
         .await
@@ -693,7 +716,9 @@ async fn tx_put_member(
     m: &MemberV1,
 ) -> Result<(), StoreError> {
     tx.execute(
-        "UPDATE members SET rec = $3 WHERE job = $1 AND idx = $2",
+        &tx.prepare_cached("UPDATE members SET rec = $3 WHERE job = $1 AND idx = $2")
+            .await
+            .map_err(pg("prepare"))?,
         &[&id_of(id), &(index as i32), &encode(m)],
     )
     .await
@@ -715,8 +740,7 @@ async fn tx_insert_members(
             .iter()
             .map(|i| encode(&MemberV1::new(&members[*i], now)))
             .collect();
-        tx.execute(
-            "INSERT INTO members (job, idx, rec) SELECT $1, i, r FROM unnest($2::int4[], $3::bytea[]) AS u(i, r)",
+        tx.execute(&tx.prepare_cached("INSERT INTO members (job, idx, rec) SELECT $1, i, r FROM unnest($2::int4[], $3::bytea[]) AS u(i, r)").await.map_err(pg("prepare"))?,
             &[&id_of(id), &idx, &recs],
         )
         .await
@@ -737,7 +761,9 @@ async fn tx_settle_pending(
 ) -> Result<Vec<MemberState>, StoreError> {
     let rows = tx
         .query(
-            "SELECT idx, rec FROM members WHERE job = $1 ORDER BY idx",
+            &tx.prepare_cached("SELECT idx, rec FROM members WHERE job = $1 ORDER BY idx")
+                .await
+                .map_err(pg("prepare"))?,
             &[&id_of(id)],
         )
         .await
@@ -774,9 +800,13 @@ async fn tx_outbox_new(
 ) -> Result<(), StoreError> {
     let rec = OutboxV1::new(now);
     tx.execute(
-        "INSERT INTO outbox (job, state, next_at, rec) VALUES ($1, $2, $3, $4)
+        &tx.prepare_cached(
+            "INSERT INTO outbox (job, state, next_at, rec) VALUES ($1, $2, $3, $4)
          ON CONFLICT (job) DO UPDATE SET state = $2, next_at = $3, rec = $4,
              claim_node = NULL, claim_until = NULL",
+        )
+        .await
+        .map_err(pg("prepare"))?,
         &[
             &id_of(id),
             &outbox_code(rec.state),
@@ -810,8 +840,12 @@ impl Inner {
             // the first one's transaction and then finds its job.
             let inserted = tx
                 .execute(
-                    "INSERT INTO requests (key_hash, job, fingerprint) VALUES ($1, NULL, $2)
+                    &tx.prepare_cached(
+                        "INSERT INTO requests (key_hash, job, fingerprint) VALUES ($1, NULL, $2)
                      ON CONFLICT (key_hash) DO NOTHING",
+                    )
+                    .await
+                    .map_err(pg("prepare"))?,
                     &[&&rk.key_hash.0[..], &&rk.fingerprint.0[..]],
                 )
                 .await
@@ -819,8 +853,12 @@ impl Inner {
             if inserted == 0 {
                 let row = tx
                     .query_one(
-                        "SELECT r.job, r.fingerprint, j.rec FROM requests r
+                        &tx.prepare_cached(
+                            "SELECT r.job, r.fingerprint, j.rec FROM requests r
                          LEFT JOIN jobs j ON j.id = r.job WHERE r.key_hash = $1",
+                        )
+                        .await
+                        .map_err(pg("prepare"))?,
                         &[&&rk.key_hash.0[..]],
                     )
                     .await
@@ -857,9 +895,8 @@ impl Inner {
             count,
         );
         let id = tx
-            .query_one(
-                "INSERT INTO jobs (owner, keyword, state, due_at, rec) VALUES ($1, $2, $3, $4, $5)
-                 RETURNING id",
+            .query_one(&tx.prepare_cached("INSERT INTO jobs (owner, keyword, state, due_at, rec) VALUES ($1, $2, $3, $4, $5)
+                 RETURNING id").await.map_err(pg("prepare"))?,
                 &[
                     &i64::from(job.owner_uid),
                     &job.keyword_hash.as_ref().map(|h| h.0.to_vec()),
@@ -874,7 +911,9 @@ impl Inner {
         tx_insert_members(&tx, OP, id, 0, &job.members, job.created_at).await?;
         if let Some(rk) = &job.request {
             tx.execute(
-                "UPDATE requests SET job = $2 WHERE key_hash = $1",
+                &tx.prepare_cached("UPDATE requests SET job = $2 WHERE key_hash = $1")
+                    .await
+                    .map_err(pg("prepare"))?,
                 &[&&rk.key_hash.0[..], &id_of(id)],
             )
             .await
@@ -889,7 +928,12 @@ impl Inner {
     async fn get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
         let c = self.client("get").await?;
         let row = c
-            .query_opt("SELECT id, rec FROM jobs WHERE id = $1", &[&id_of(id)])
+            .query_opt(
+                &c.prepare_cached("SELECT id, rec FROM jobs WHERE id = $1")
+                    .await
+                    .map_err(pg("prepare"))?,
+                &[&id_of(id)],
+            )
             .await
             .map_err(pg("get"))?;
         row.as_ref().map(decode_job_row).transpose()
@@ -908,12 +952,16 @@ impl Inner {
         let state = filter.state.map(|s| i16::from(keys::state_code(s)));
         let rows = c
             .query(
-                "SELECT id, rec FROM jobs
+                &c.prepare_cached(
+                    "SELECT id, rec FROM jobs
                  WHERE id > $1
                    AND ($2::bigint IS NULL OR owner = $2)
                    AND ($3::bytea IS NULL OR keyword = $3)
                    AND ($4::smallint IS NULL OR state = $4)
                  ORDER BY id LIMIT $5",
+                )
+                .await
+                .map_err(pg("prepare"))?,
                 &[
                     &after.map_or(0, id_of),
                     &filter.owner.map(i64::from),
@@ -934,7 +982,12 @@ impl Inner {
         id: JobId,
     ) -> Result<(), StoreError> {
         let row = c
-            .query_opt("SELECT 1 FROM jobs WHERE id = $1", &[&id_of(id)])
+            .query_opt(
+                &c.prepare_cached("SELECT 1 FROM jobs WHERE id = $1")
+                    .await
+                    .map_err(pg("prepare"))?,
+                &[&id_of(id)],
+            )
             .await
             .map_err(pg(op))?;
         if row.is_none() {
@@ -948,7 +1001,9 @@ impl Inner {
         self.require_job(&c, "history", id).await?;
         let rows = c
             .query(
-                "SELECT seq, rec FROM history WHERE job = $1 ORDER BY seq",
+                &c.prepare_cached("SELECT seq, rec FROM history WHERE job = $1 ORDER BY seq")
+                    .await
+                    .map_err(pg("prepare"))?,
                 &[&id_of(id)],
             )
             .await
@@ -969,7 +1024,9 @@ impl Inner {
         self.require_job(&c, "members", id).await?;
         let rows = c
             .query(
-                "SELECT idx, rec FROM members WHERE job = $1 ORDER BY idx",
+                &c.prepare_cached("SELECT idx, rec FROM members WHERE job = $1 ORDER BY idx")
+                    .await
+                    .map_err(pg("prepare"))?,
                 &[&id_of(id)],
             )
             .await
@@ -1004,8 +1061,12 @@ impl Inner {
             // life's jobs): only while no other node's lease is running.
             let free: bool = tx
                 .query_one(
-                    "SELECT lease_node IS NULL OR lease_node = $2 OR lease_until < now()
+                    &tx.prepare_cached(
+                        "SELECT lease_node IS NULL OR lease_node = $2 OR lease_until < now()
                      FROM jobs WHERE id = $1",
+                    )
+                    .await
+                    .map_err(pg("prepare"))?,
                     &[&id_of(id), &self.node],
                 )
                 .await
@@ -1024,16 +1085,22 @@ impl Inner {
                 // Started without a claim (a single node that never called `due`): claim now.
                 let epoch: i64 = tx
                     .query_one(
-                        "UPDATE jobs SET epoch = epoch + 1, lease_node = $2,
+                        &tx.prepare_cached(
+                            "UPDATE jobs SET epoch = epoch + 1, lease_node = $2,
                              lease_until = now() + make_interval(secs => $3)
                          WHERE id = $1 RETURNING epoch",
+                        )
+                        .await
+                        .map_err(pg("prepare"))?,
                         &[&id_of(id), &self.node, &lease_interval(self.lease)],
                     )
                     .await
                     .map_err(pg(OP))?
                     .get(0);
                 tx.execute(
-                    "SELECT set_config('bftp.epoch', $1, true)",
+                    &tx.prepare_cached("SELECT set_config('bftp.epoch', $1, true)")
+                        .await
+                        .map_err(pg("prepare"))?,
                     &[&epoch.to_string()],
                 )
                 .await
@@ -1043,8 +1110,7 @@ impl Inner {
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(id, Held { epoch, lost: false });
             } else {
-                tx.execute(
-                    "UPDATE jobs SET lease_until = now() + make_interval(secs => $2) WHERE id = $1",
+                tx.execute(&tx.prepare_cached("UPDATE jobs SET lease_until = now() + make_interval(secs => $2) WHERE id = $1").await.map_err(pg("prepare"))?,
                     &[&id_of(id), &lease_interval(self.lease)],
                 )
                 .await
@@ -1210,7 +1276,12 @@ impl Inner {
         let tx = self.begin(&mut c, OP, Some(id)).await?;
         // The job row first, locked: the same order as every other write of the job.
         let job = tx
-            .query_opt("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", &[&id_of(id)])
+            .query_opt(
+                &tx.prepare_cached("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE")
+                    .await
+                    .map_err(pg("prepare"))?,
+                &[&id_of(id)],
+            )
             .await
             .map_err(pg(OP))?;
         if job.is_none() {
@@ -1288,9 +1359,13 @@ impl Inner {
         let tx = self.begin(&mut c, OP, None).await?;
         let rows = tx
             .query(
-                "SELECT id, rec, lease_node FROM jobs
+                &tx.prepare_cached(
+                    "SELECT id, rec, lease_node FROM jobs
                  WHERE state = 2 AND (lease_until IS NULL OR lease_until < now())
                  ORDER BY id LIMIT 64 FOR UPDATE SKIP LOCKED",
+                )
+                .await
+                .map_err(pg("prepare"))?,
                 &[],
             )
             .await
@@ -1335,7 +1410,8 @@ impl Inner {
         let c = self.client(OP).await?;
         let rows = c
             .query(
-                "UPDATE jobs j SET epoch = j.epoch + 1, lease_node = $3,
+                &c.prepare_cached(
+                    "UPDATE jobs j SET epoch = j.epoch + 1, lease_node = $3,
                      lease_until = now() + make_interval(secs => $4)
                  FROM (SELECT id FROM jobs
                        WHERE state = 1 AND due_at <= $1
@@ -1343,6 +1419,9 @@ impl Inner {
                        ORDER BY due_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) c
                  WHERE j.id = c.id
                  RETURNING j.id, j.due_at, j.epoch",
+                )
+                .await
+                .map_err(pg("prepare"))?,
                 &[
                     &ms(until),
                     &(limit as i64),
@@ -1374,8 +1453,12 @@ impl Inner {
         let c = self.client("next_due").await?;
         let row = c
             .query_one(
-                "SELECT min(due_at) FROM jobs WHERE state = 1
+                &c.prepare_cached(
+                    "SELECT min(due_at) FROM jobs WHERE state = 1
                    AND (lease_node IS NULL OR lease_until < now() OR lease_node = $1)",
+                )
+                .await
+                .map_err(pg("prepare"))?,
                 &[&self.node],
             )
             .await
@@ -1388,7 +1471,12 @@ impl Inner {
     async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
         let c = self.client("count_by_state").await?;
         let rows = c
-            .query("SELECT state, count(*) FROM jobs GROUP BY state", &[])
+            .query(
+                &c.prepare_cached("SELECT state, count(*) FROM jobs GROUP BY state")
+                    .await
+                    .map_err(pg("prepare"))?,
+                &[],
+            )
             .await
             .map_err(pg("count_by_state"))?;
         let mut counts = StateCounts::default();
@@ -1409,7 +1497,11 @@ impl Inner {
         let c = self.client("running_jobs").await?;
         let rows = c
             .query(
-                "SELECT id FROM jobs WHERE state = 2 AND lease_node = $1 ORDER BY id",
+                &c.prepare_cached(
+                    "SELECT id FROM jobs WHERE state = 2 AND lease_node = $1 ORDER BY id",
+                )
+                .await
+                .map_err(pg("prepare"))?,
                 &[&self.node],
             )
             .await
@@ -1420,7 +1512,12 @@ impl Inner {
     async fn outbox_entry(&self, id: JobId) -> Result<Option<OutboxEntry>, StoreError> {
         let c = self.client("outbox_entry").await?;
         let row = c
-            .query_opt("SELECT job, rec FROM outbox WHERE job = $1", &[&id_of(id)])
+            .query_opt(
+                &c.prepare_cached("SELECT job, rec FROM outbox WHERE job = $1")
+                    .await
+                    .map_err(pg("prepare"))?,
+                &[&id_of(id)],
+            )
             .await
             .map_err(pg("outbox_entry"))?;
         row.as_ref().map(decode_outbox_row).transpose()
@@ -1436,7 +1533,8 @@ impl Inner {
         let c = self.client("outbox_due").await?;
         let rows = c
             .query(
-                "UPDATE outbox o SET claim_node = $3,
+                &c.prepare_cached(
+                    "UPDATE outbox o SET claim_node = $3,
                      claim_until = now() + make_interval(secs => $4)
                  FROM (SELECT job FROM outbox
                        WHERE state = 0 AND next_at <= $1
@@ -1444,6 +1542,9 @@ impl Inner {
                        ORDER BY next_at, job LIMIT $2 FOR UPDATE SKIP LOCKED) c
                  WHERE o.job = c.job
                  RETURNING o.job, o.rec, o.next_at",
+                )
+                .await
+                .map_err(pg("prepare"))?,
                 &[
                     &ms(until),
                     &(limit as i64),
@@ -1465,8 +1566,12 @@ impl Inner {
         let c = self.client("outbox_next_due").await?;
         let row = c
             .query_one(
-                "SELECT min(next_at) FROM outbox WHERE state = 0
+                &c.prepare_cached(
+                    "SELECT min(next_at) FROM outbox WHERE state = 0
                    AND (claim_node IS NULL OR claim_until < now() OR claim_node = $1)",
+                )
+                .await
+                .map_err(pg("prepare"))?,
                 &[&self.node],
             )
             .await
@@ -1479,7 +1584,12 @@ impl Inner {
     async fn outbox_pending(&self) -> Result<u64, StoreError> {
         let c = self.client("outbox_pending").await?;
         let n: i64 = c
-            .query_one("SELECT count(*) FROM outbox WHERE state = 0", &[])
+            .query_one(
+                &c.prepare_cached("SELECT count(*) FROM outbox WHERE state = 0")
+                    .await
+                    .map_err(pg("prepare"))?,
+                &[],
+            )
             .await
             .map_err(pg("outbox_pending"))?
             .get(0);
@@ -1497,7 +1607,9 @@ impl Inner {
         let tx = self.begin(&mut c, OP, None).await?;
         let row = tx
             .query_opt(
-                "SELECT rec FROM outbox WHERE job = $1 FOR UPDATE",
+                &tx.prepare_cached("SELECT rec FROM outbox WHERE job = $1 FOR UPDATE")
+                    .await
+                    .map_err(pg("prepare"))?,
                 &[&id_of(id)],
             )
             .await
@@ -1532,8 +1644,12 @@ impl Inner {
         }
         rec.updated = now.0;
         tx.execute(
-            "UPDATE outbox SET rec = $2, state = $3, next_at = $4,
+            &tx.prepare_cached(
+                "UPDATE outbox SET rec = $2, state = $3, next_at = $4,
                  claim_node = NULL, claim_until = NULL WHERE job = $1",
+            )
+            .await
+            .map_err(pg("prepare"))?,
             &[
                 &id_of(id),
                 &encode(&rec),
@@ -1557,15 +1673,24 @@ impl Inner {
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, Some(id)).await?;
         let job = tx
-            .query_opt("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE", &[&id_of(id)])
+            .query_opt(
+                &tx.prepare_cached("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE")
+                    .await
+                    .map_err(pg("prepare"))?,
+                &[&id_of(id)],
+            )
             .await
             .map_err(pg(OP))?;
         if job.is_none() {
             return Err(StoreError::NotFound(id));
         }
         tx.execute(
-            "INSERT INTO transcripts (job, rec) VALUES ($1, $2)
+            &tx.prepare_cached(
+                "INSERT INTO transcripts (job, rec) VALUES ($1, $2)
              ON CONFLICT (job) DO UPDATE SET rec = $2",
+            )
+            .await
+            .map_err(pg("prepare"))?,
             &[&id_of(id), &value],
         )
         .await
@@ -1576,7 +1701,12 @@ impl Inner {
     async fn transcript(&self, id: JobId) -> Result<Option<AttemptTranscript>, StoreError> {
         let c = self.client("transcript").await?;
         let row = c
-            .query_opt("SELECT rec FROM transcripts WHERE job = $1", &[&id_of(id)])
+            .query_opt(
+                &c.prepare_cached("SELECT rec FROM transcripts WHERE job = $1")
+                    .await
+                    .map_err(pg("prepare"))?,
+                &[&id_of(id)],
+            )
             .await
             .map_err(pg("transcript"))?;
         match row {
@@ -1591,7 +1721,12 @@ impl Inner {
     async fn is_empty(&self) -> Result<bool, StoreError> {
         let c = self.client("is_empty").await?;
         let any: bool = c
-            .query_one("SELECT EXISTS (SELECT 1 FROM jobs)", &[])
+            .query_one(
+                &c.prepare_cached("SELECT EXISTS (SELECT 1 FROM jobs)")
+                    .await
+                    .map_err(pg("prepare"))?,
+                &[],
+            )
             .await
             .map_err(pg("is_empty"))?
             .get(0);
@@ -1602,7 +1737,9 @@ impl Inner {
         let c = self.client("key_fingerprint").await?;
         let row = c
             .query_opt(
-                "SELECT value FROM bftp_meta WHERE key = 'key_fingerprint'",
+                &c.prepare_cached("SELECT value FROM bftp_meta WHERE key = 'key_fingerprint'")
+                    .await
+                    .map_err(pg("prepare"))?,
                 &[],
             )
             .await
@@ -1625,8 +1762,12 @@ impl Inner {
     async fn set_key_fingerprint(&self, fp: [u8; 32]) -> Result<(), StoreError> {
         let c = self.client("set_key_fingerprint").await?;
         c.execute(
-            "INSERT INTO bftp_meta (key, value) VALUES ('key_fingerprint', $1)
+            &c.prepare_cached(
+                "INSERT INTO bftp_meta (key, value) VALUES ('key_fingerprint', $1)
              ON CONFLICT (key) DO UPDATE SET value = $1",
+            )
+            .await
+            .map_err(pg("prepare"))?,
             &[&&fp[..]],
         )
         .await
@@ -1638,7 +1779,12 @@ impl Inner {
         let k = keys::refusal(&key);
         let c = self.client("refusal").await?;
         let row = c
-            .query_opt("SELECT rec FROM refusals WHERE key = $1", &[&k])
+            .query_opt(
+                &c.prepare_cached("SELECT rec FROM refusals WHERE key = $1")
+                    .await
+                    .map_err(pg("prepare"))?,
+                &[&k],
+            )
             .await
             .map_err(pg("refusal"))?;
         match row {
@@ -1661,13 +1807,22 @@ impl Inner {
         let tx = self.begin(&mut c, OP, None).await?;
         // A row to lock, so two nodes' sightings of one refusal are merged one after the other.
         tx.execute(
-            "INSERT INTO refusals (key, rec) VALUES ($1, '') ON CONFLICT (key) DO NOTHING",
+            &tx.prepare_cached(
+                "INSERT INTO refusals (key, rec) VALUES ($1, '') ON CONFLICT (key) DO NOTHING",
+            )
+            .await
+            .map_err(pg("prepare"))?,
             &[&k],
         )
         .await
         .map_err(pg(OP))?;
         let row = tx
-            .query_one("SELECT rec FROM refusals WHERE key = $1 FOR UPDATE", &[&k])
+            .query_one(
+                &tx.prepare_cached("SELECT rec FROM refusals WHERE key = $1 FOR UPDATE")
+                    .await
+                    .map_err(pg("prepare"))?,
+                &[&k],
+            )
             .await
             .map_err(pg(OP))?;
         let bytes: &[u8] = row.get(0);
@@ -1678,7 +1833,9 @@ impl Inner {
         };
         let memory = observe(previous.as_ref(), &seen, now);
         tx.execute(
-            "UPDATE refusals SET rec = $2 WHERE key = $1",
+            &tx.prepare_cached("UPDATE refusals SET rec = $2 WHERE key = $1")
+                .await
+                .map_err(pg("prepare"))?,
             &[&k, &encode(&RefusalV1::from_core(&memory))],
         )
         .await
@@ -1869,7 +2026,9 @@ impl JobStore for PgStore {
             let c = i.client("job_node").await?;
             let row = c
                 .query_opt(
-                    "SELECT lease_node FROM jobs WHERE id = $1 AND state = 2",
+                    &c.prepare_cached("SELECT lease_node FROM jobs WHERE id = $1 AND state = 2")
+                        .await
+                        .map_err(pg("prepare"))?,
                     &[&id_of(id)],
                 )
                 .await
