@@ -315,7 +315,11 @@ impl Bench {
         let deadline = Instant::now() + self.limit;
         let limit = ids.len() + 10;
         loop {
-            ensure!(Instant::now() < deadline, "jobs not done after {:?}", self.limit);
+            ensure!(
+                Instant::now() < deadline,
+                "jobs not done after {:?}",
+                self.limit
+            );
             let path = format!("/v1/jobs?state=finished&all=true&limit={limit}");
             let (st, body) = http(d.socket(), "GET", &path, None, &[])?;
             ensure!(st == 200, "list: {st} {body}");

@@ -655,6 +655,8 @@ fn a_tree_of_ten_thousand_files_reads_by_directory() {
     assert!(text.contains("1000 directories frozen"));
     let json: serde_json::Value = serde_json::from_str(&r.json).unwrap();
     assert_eq!(json["job"]["members"].as_array().unwrap().len(), 10_000);
+}
+
 /// A file's TLS line (each control connection, the data's encryption and TLS client) is in
 /// the report's text and its JSON.
 #[test]

@@ -28,11 +28,11 @@ mod sled_store;
 mod types;
 
 pub use error::{BackendError, StoreError};
+#[cfg(feature = "postgres")]
+pub use pg_store::{PgOptions, PgStore, PG_SCHEMA_VERSION};
 pub use sled_store::{
     BackupReport, SledStore, StoreOptions, VerifyReport, MAX_MEMBERS, SCHEMA_VERSION,
 };
-#[cfg(feature = "postgres")]
-pub use pg_store::{PgOptions, PgStore, PG_SCHEMA_VERSION};
 pub use types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, KeyHash, LastReply,
     Member, MemberUpdate, NewJob, NewMember, OutboxEntry, OutboxState, RequestKey, Sealed,

@@ -14,8 +14,8 @@
 
 mod listing;
 mod outcome;
-mod proof;
 mod pipeline;
+mod proof;
 mod size_watch;
 mod tls_data;
 mod transfer;

@@ -72,12 +72,25 @@ pub fn hash_wait(limits: &Limits, size: Option<u64>) -> Duration {
 }
 
 impl Pair {
+    /// Whether the proof step after a copy of `transfer_type` written with `dest` sends
+    /// nothing: both sessions' capabilities are known and the plan asks no digest. Only then
+    /// may the next copy's first commands travel ahead (pipelining): a command sent between
+    /// two copies would otherwise read a reply meant for the next copy.
+    pub(super) fn proof_is_quiet(&self, transfer_type: TransferType, dest: DestCommand) -> bool {
+        match &self.proof.caps {
+            [Some(src), Some(dst)] => proof::plan(src, dst, transfer_type, dest).hash.is_none(),
+            _ => false,
+        }
+    }
+
     /// FEAT's proof capabilities of `side`, asked once per session (the source's FEAT is the
     /// listing's).
     pub async fn capabilities(&mut self, side: Side) -> Capabilities {
         if let Some(caps) = &self.proof.caps[index(side)] {
             return caps.clone();
         }
+        // A command between copies: steps taken ahead for a next copy are settled first.
+        self.before_action().await;
         let lines = match side {
             Side::Source => self.features().await,
             Side::Destination => {
@@ -116,6 +129,7 @@ impl Pair {
                 disposition: super::outcome::connection_gone(),
             };
         }
+        self.before_action().await;
         let wait = hash_wait(&self.limits, size);
         let limits = &self.limits;
         let [src_host, dst_host] = [&self.logins[0].host, &self.logins[1].host];

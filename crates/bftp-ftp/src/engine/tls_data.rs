@@ -78,12 +78,18 @@ impl Pair {
 
     /// PROT and SSCN on both servers for the next copy, by the data policies; the plan
     /// taken is kept for [`Pair::data_tls`].
-    pub(super) async fn protect_data(&mut self) -> Result<(), PairError> {
-        let policies = [self.logins[0].tls.data, self.logins[1].tls.data];
-        if policies == [TlsPolicy::Off, TlsPolicy::Off]
+    /// No data protection is in play on this pair: `protect_data` sends nothing, so the
+    /// next copy's first commands may travel ahead (pipelining). With TLS data, SSCN and PROT
+    /// may go out between two copies, and a reply sent ahead would be read as theirs.
+    pub(super) fn plain_data(&self) -> bool {
+        [self.logins[0].tls.data, self.logins[1].tls.data] == [TlsPolicy::Off, TlsPolicy::Off]
             && !self.src.prot_private()
             && !self.dst.prot_private()
-        {
+    }
+
+    pub(super) async fn protect_data(&mut self) -> Result<(), PairError> {
+        let policies = [self.logins[0].tls.data, self.logins[1].tls.data];
+        if self.plain_data() {
             self.data_tls = None;
             return Ok(());
         }

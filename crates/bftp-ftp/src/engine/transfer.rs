@@ -1042,7 +1042,13 @@ impl Attempt<'_> {
         let behind = self
             .hint
             .take()
-            .filter(|next| may_pipeline(self.request, next, passive, job_type))
+            .filter(|next| {
+                self.pair.plain_data()
+                    && self
+                        .pair
+                        .proof_is_quiet(job_type, self.request.dest_command)
+                    && may_pipeline(self.request, next, passive, job_type)
+            })
             .map(|next| Behind {
                 next,
                 passive_verb: self.passive_verb,
