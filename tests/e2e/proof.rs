@@ -399,3 +399,43 @@ fn a_slow_hash_reply_is_waited_for_by_size_and_a_silent_one_is_not_forever() {
         );
     });
 }
+
+/// Issue 14 meets issue 16: on one pair, a copy's next file may start ahead (pipelining) only
+/// when nothing goes out between the two copies. A hash proof sends HASH after each copy, so
+/// a multi-file copy job between proFTPDs with mod_digest on a single pair must keep every
+/// reply in step: every file hash-proven, once per file on each side, bytes right.
+#[test]
+fn hash_proofs_between_pipelined_copies_stay_in_step() {
+    let src = proftpd_with_digest();
+    let dst = proftpd_with_digest();
+    let names: Vec<String> = (0..6).map(|i| format!("f{i}.dat")).collect();
+    for (i, n) in names.iter().enumerate() {
+        src.put_file(&format!("out/{n}"), &content(n, 2000 + i * 10_000))
+            .unwrap();
+    }
+    dst.mkdir("in").unwrap();
+    let d =
+        Bftpd::start_with(crate::scheduler::config_plus("[ftp]\nparallel_pairs = 1\n")).unwrap();
+    let id = submit(&d, &src, &dst, "out/*.dat", "in/", &["--proof", "hash"]);
+    let v = wait_final(&d, id, Duration::from_secs(60));
+    assert_eq!(v["outcome"], "succeeded", "{v:#}");
+    assert_eq!(members(&v).len(), names.len(), "{v:#}");
+    for m in members(&v) {
+        assert_eq!(m["state"], "succeeded", "{m:#}");
+        assert_eq!(m["proof"], "hash", "{m:#}");
+        assert_eq!(m["attempts"], 1, "{m:#}");
+    }
+    for (i, n) in names.iter().enumerate() {
+        assert_eq!(
+            dst.read_file(&format!("in/{n}")).unwrap(),
+            content(n, 2000 + i * 10_000),
+            "{n}"
+        );
+    }
+    assert_eq!(proftpd_commands(&src, "HASH"), names.len(), "source log");
+    assert_eq!(
+        proftpd_commands(&dst, "HASH"),
+        names.len(),
+        "destination log"
+    );
+}

@@ -1803,6 +1803,7 @@ impl crate::lanes::Work for Members<'_> {
 
     async fn item(&self, pair: &mut Pair, m: Member, _second: bool) -> Step<Member, AttemptEnd> {
         let (run, spec) = (self.run, self.spec);
+        crate::proof::learn(pair, spec).await;
         // A copy's progress, in memory for the views, while it is worked on.
         let result = if spec.destination.is_some() {
             let follow = crate::live::follow(

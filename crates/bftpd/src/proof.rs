@@ -43,6 +43,17 @@ fn needed(spec: &JobSpec, plan: &Plan) -> ProofLevel {
     }
 }
 
+/// Learns what the pair can prove before its first copy, so that the copies after it know
+/// whether commands go out between them (a digest) or the next copy may start ahead; a
+/// no-op once known, and for a job without a destination.
+pub async fn learn(pair: &mut Pair, spec: &JobSpec) {
+    if spec.destination.is_some() && spec.disposition != Disposition::Delete && !pair.proof_known()
+    {
+        pair.proof_plan(spec.params.transfer_type, spec.dest_command)
+            .await;
+    }
+}
+
 /// The job's required proof against what the pair can give: `Err(reason)` when it cannot.
 pub async fn check_required(pair: &mut Pair, spec: &JobSpec) -> Result<Plan, String> {
     let plan = pair

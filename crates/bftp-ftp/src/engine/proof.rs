@@ -76,11 +76,21 @@ impl Pair {
     /// nothing: both sessions' capabilities are known and the plan asks no digest. Only then
     /// may the next copy's first commands travel ahead (pipelining): a command sent between
     /// two copies would otherwise read a reply meant for the next copy.
+    ///
+    /// Unknown capabilities count as quiet: a caller that proves copies learns them before
+    /// its first copy ([`Pair::proof_known`], [`Pair::proof_plan`]); one that asks later still
+    /// stays in step, since asking settles what went ahead first (at the price of calling a
+    /// started transfer off).
     pub(super) fn proof_is_quiet(&self, transfer_type: TransferType, dest: DestCommand) -> bool {
         match &self.proof.caps {
             [Some(src), Some(dst)] => proof::plan(src, dst, transfer_type, dest).hash.is_none(),
-            _ => false,
+            _ => true,
         }
+    }
+
+    /// Whether both sessions' proof capabilities are known (asked since they were opened).
+    pub fn proof_known(&self) -> bool {
+        self.proof.caps.iter().all(Option::is_some)
     }
 
     /// FEAT's proof capabilities of `side`, asked once per session (the source's FEAT is the

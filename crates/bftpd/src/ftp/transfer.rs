@@ -409,6 +409,7 @@ impl lanes::Work for Transfer<'_> {
     }
 
     async fn item(&self, pair: &mut Pair, file: File, _second: bool) -> Step<File, ()> {
+        crate::proof::learn(pair, self.spec).await;
         let File { name, .. } = file;
         // Polled alongside the copy in this task (no task spawned per file), and dropped
         // with it.
