@@ -756,3 +756,57 @@ fn implicit_tls_with_ftps_urls_on_proftpd() {
         "{out}"
     );
 }
+
+/// Issue 13 meets issue 14: with encrypted data the first copy sets SSCN and PROT, and the
+/// copies after it start ahead of each other (pipelining) with nothing sent between them; a
+/// PROT or SSCN that had to change would first settle what went ahead. A multi-file job on
+/// one pair (vsftpd -> proFTPD, proFTPD the TLS client) keeps every reply in step: every
+/// file byte-exact and encrypted, each copied once.
+#[test]
+fn several_files_on_one_pair_with_encrypted_data_stay_in_step() {
+    let pki = Pki::new();
+    let vs = tls_server(&pki, ServerKind::Vsftpd);
+    let pro = tls_server(&pki, ServerKind::Proftpd);
+    let section = ca_entry(&pki);
+    let d = Bftpd::start_with(move |dir| {
+        format!(
+            "{}\n[ftp]\nparallel_pairs = 1\n[ftp.tls]\n{section}",
+            Bftpd::default_config(dir)
+        )
+    })
+    .unwrap();
+    let files: Vec<(String, Vec<u8>)> = (0..5)
+        .map(|i| {
+            (
+                format!("m{i}.bin"),
+                bftp_tests::payload(50_000 + i * 1000, i as u8),
+            )
+        })
+        .collect();
+    for (name, data) in &files {
+        vs.put_file(&format!("out/{name}"), data).unwrap();
+    }
+    pro.mkdir("in").unwrap();
+    let id = submit_urls(
+        &d,
+        (&vs.url("out/*.bin"), vs.password()),
+        (&pro.url("in/"), pro.password()),
+        &["--tls", "required", "--data-tls", "required"],
+    );
+    let v = wait_final(&d, id, Duration::from_secs(60));
+    assert_eq!(v["outcome"], "succeeded", "{v:#}");
+    for m in v["members"].as_array().unwrap() {
+        assert_eq!(m["attempts"], 1, "{m:#}");
+        let tls = m["tls"].as_str().unwrap_or_default();
+        assert!(
+            tls.contains("data encrypted (TLS client: destination)"),
+            "{m:#}"
+        );
+    }
+    for (name, data) in &files {
+        assert!(
+            pro.read_file(&format!("in/{name}")).unwrap() == *data,
+            "{name}: bytes differ"
+        );
+    }
+}

@@ -461,6 +461,11 @@ impl Session {
         }
     }
 
+    /// Whether SSCN ON is in force on this connection.
+    pub fn sscn_on(&self) -> bool {
+        self.sscn_on
+    }
+
     /// Whether SSCN ON may work: a TLS connection whose server has not refused it.
     pub fn sscn_possible(&self) -> bool {
         self.tls.is_some() && !self.sscn_refused

@@ -62,7 +62,20 @@ impl Pair {
         }
     }
 
+    /// Before PROT or SSCN goes out on `side`: a command there must not overtake replies
+    /// owed to commands sent ahead for a next copy, so those are settled first (rare: the
+    /// states stay as the first copy set them for the rest of a job).
+    async fn before_tls_command(&mut self, side: Side) -> Result<(), PairError> {
+        self.settle_ahead("PROT or SSCN before the next copy")
+            .await?;
+        self.drain_owed(side).await;
+        Ok(())
+    }
+
     async fn prot(&mut self, side: Side, private: bool) -> Result<bool, PairError> {
+        if self.session(side).prot_private() != private {
+            self.before_tls_command(side).await?;
+        }
         match self.session(side).set_prot(private).await {
             Ok(done) => Ok(done),
             Err(e) => Err(self.session_error(side, "PROT", e)),
@@ -70,6 +83,9 @@ impl Pair {
     }
 
     async fn sscn(&mut self, side: Side, on: bool) -> Result<bool, PairError> {
+        if self.session(side).sscn_on() != on {
+            self.before_tls_command(side).await?;
+        }
         match self.session(side).set_sscn(on).await {
             Ok(done) => Ok(done),
             Err(e) => Err(self.session_error(side, "SSCN", e)),
@@ -78,10 +94,8 @@ impl Pair {
 
     /// PROT and SSCN on both servers for the next copy, by the data policies; the plan
     /// taken is kept for [`Pair::data_tls`].
-    /// No data protection is in play on this pair: `protect_data` sends nothing, so the
-    /// next copy's first commands may travel ahead (pipelining). With TLS data, SSCN and PROT
-    /// may go out between two copies, and a reply sent ahead would be read as theirs.
-    pub(super) fn plain_data(&self) -> bool {
+    /// No data protection is in play on this pair.
+    fn plain_data(&self) -> bool {
         [self.logins[0].tls.data, self.logins[1].tls.data] == [TlsPolicy::Off, TlsPolicy::Off]
             && !self.src.prot_private()
             && !self.dst.prot_private()

@@ -1043,10 +1043,8 @@ impl Attempt<'_> {
             .hint
             .take()
             .filter(|next| {
-                self.pair.plain_data()
-                    && self
-                        .pair
-                        .proof_is_quiet(job_type, self.request.dest_command)
+                self.pair
+                    .proof_is_quiet(job_type, self.request.dest_command)
                     && may_pipeline(self.request, next, passive, job_type)
             })
             .map(|next| Behind {
