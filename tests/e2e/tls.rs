@@ -3,106 +3,25 @@
 //! AUTH TLS under `required`/`preferred`, a handshake that fails after 234, the bytes on the
 //! wire (PASS never in clear), listings under PROT P.
 //!
-//! Certificates are made by the test (rcgen): a CA, and server certificates with IP SANs
-//! for the loopback addresses the servers listen on.
+//! Certificates come from `bftp_tests::pki` (rcgen): a CA, and server certificates with IP
+//! SANs for the loopback addresses the servers listen on.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bftp_tests::daemon::{text, Bftpd};
 use bftp_tests::hostile::{Action, HostileServer, Script};
-use bftp_tests::{FtpOptions, FtpServer, ServerKind, ServerTls};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+use bftp_tests::pki::{Flaw, Pki};
+use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
 
 use crate::scheduler::{submit_urls, wait_final};
 
-/// A test PKI in a temporary directory: one CA, and server certificates it (or a stranger
-/// CA) signs.
-pub(crate) struct Pki {
-    dir: tempfile::TempDir,
-    ca: rcgen::Certificate,
-    ca_key: KeyPair,
-}
-
-/// How a server certificate is made wrong.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Flaw {
-    None,
-    /// Its only SAN is another address.
-    WrongName,
-    /// Its validity ended in 2020.
-    Expired,
-    /// Signed by a CA bftpd does not know.
-    UnknownIssuer,
-}
-
-fn ca(name: &str) -> (rcgen::Certificate, KeyPair) {
-    let key = KeyPair::generate().unwrap();
-    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    p.distinguished_name.push(DnType::CommonName, name);
-    (p.self_signed(&key).unwrap(), key)
-}
-
-impl Pki {
-    pub(crate) fn new() -> Pki {
-        let dir = tempfile::Builder::new()
-            .prefix("bftp-pki-")
-            .tempdir()
-            .unwrap();
-        // The FTP servers read their keys as root before they drop privileges; the files
-        // stay private.
-        let (ca, ca_key) = ca("bftp test CA");
-        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
-        Pki { dir, ca, ca_key }
-    }
-
-    pub(crate) fn ca_file(&self) -> PathBuf {
-        self.dir.path().join("ca.pem")
-    }
-
-    /// A server certificate for the loopback addresses the tests use, with `flaw`; returns
-    /// the server's TLS options and the certificate's DER (for a fingerprint).
-    pub(crate) fn server(&self, name: &str, flaw: Flaw, required: bool) -> (ServerTls, Vec<u8>) {
-        let sans: Vec<String> = match flaw {
-            Flaw::WrongName => vec!["127.0.0.9".into()],
-            _ => vec!["127.0.0.1".into(), "127.0.0.2".into(), "127.0.0.3".into()],
-        };
-        let key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(sans).unwrap();
-        p.distinguished_name.push(DnType::CommonName, name);
-        if flaw == Flaw::Expired {
-            p.not_before = rcgen::date_time_ymd(2019, 1, 1);
-            p.not_after = rcgen::date_time_ymd(2020, 1, 1);
-        }
-        let cert = if flaw == Flaw::UnknownIssuer {
-            let (other, other_key) = ca("a stranger CA");
-            p.signed_by(&key, &other, &other_key).unwrap()
-        } else {
-            p.signed_by(&key, &self.ca, &self.ca_key).unwrap()
-        };
-        let cert_path = self.dir.path().join(format!("{name}.pem"));
-        let key_path = self.dir.path().join(format!("{name}.key"));
-        std::fs::write(&cert_path, cert.pem()).unwrap();
-        std::fs::write(&key_path, key.serialize_pem()).unwrap();
-        let tls = ServerTls {
-            cert: cert_path,
-            key: key_path,
-            ca: self.ca_file(),
-            required,
-            implicit: false,
-        };
-        (tls, cert.der().to_vec())
-    }
-}
-
 /// A server of `kind` with a good certificate, TLS required for the login.
 fn tls_server(pki: &Pki, kind: ServerKind) -> FtpServer {
-    let (tls, _) = pki.server(kind.name(), Flaw::None, true);
+    let (tls, _) = pki.server(kind.name(), Flaw::None, true).unwrap();
     FtpServer::start(
         kind,
         FtpOptions {
@@ -179,7 +98,7 @@ fn saw_user(s: &FtpServer) -> bool {
 
 #[test]
 fn explicit_tls_on_all_three_servers_as_source_and_destination_of_jobs_and_transfers() {
-    let pki = Pki::new();
+    let pki = Pki::new().unwrap();
     let servers: Vec<FtpServer> = ServerKind::ALL
         .iter()
         .map(|k| tls_server(&pki, *k))
@@ -248,7 +167,7 @@ fn explicit_tls_on_all_three_servers_as_source_and_destination_of_jobs_and_trans
 /// fingerprint is accepted.
 #[test]
 fn refused_certificates_fail_permanently_with_the_reason_and_send_no_user() {
-    let pki = Pki::new();
+    let pki = Pki::new().unwrap();
     let dst = tls_server(&pki, ServerKind::Proftpd);
     dst.mkdir("in").unwrap();
     let cases = [
@@ -258,7 +177,7 @@ fn refused_certificates_fail_permanently_with_the_reason_and_send_no_user() {
     ];
     let mut bad = Vec::new();
     for (flaw, _) in cases {
-        let (tls, der) = pki.server(&format!("bad-{flaw:?}"), flaw, false);
+        let (tls, der) = pki.server(&format!("bad-{flaw:?}"), flaw, false).unwrap();
         let s = FtpServer::start(
             ServerKind::Vsftpd,
             FtpOptions {
@@ -447,7 +366,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 /// capture does see them, so the check can fail.
 #[test]
 fn no_password_crosses_the_wire_in_clear_under_tls() {
-    let pki = Pki::new();
+    let pki = Pki::new().unwrap();
     let server = tls_server(&pki, ServerKind::Vsftpd);
     let plain = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
     server.put_file("out/f.bin", b"captured").unwrap();
@@ -511,7 +430,7 @@ fn no_password_crosses_the_wire_in_clear_under_tls() {
 /// TLS after PROT P).
 #[test]
 fn the_source_listing_uses_tls_under_prot_p() {
-    let pki = Pki::new();
+    let pki = Pki::new().unwrap();
     let src = tls_server(&pki, ServerKind::Vsftpd);
     let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
     for n in ["a", "b"] {
@@ -545,7 +464,7 @@ fn the_source_listing_uses_tls_under_prot_p() {
 /// ledger line says so and names the TLS client; one pair moves a large file.
 #[test]
 fn tls_fxp_on_every_ordered_pair_with_proftpd_is_byte_exact_and_encrypted() {
-    let pki = Pki::new();
+    let pki = Pki::new().unwrap();
     let pro = tls_server(&pki, ServerKind::Proftpd);
     let vs = tls_server(&pki, ServerKind::Vsftpd);
     let pure = tls_server(&pki, ServerKind::PureFtpd);
@@ -590,7 +509,7 @@ fn tls_fxp_on_every_ordered_pair_with_proftpd_is_byte_exact_and_encrypted() {
 /// moves in clear and the file's ledger line says so.
 #[test]
 fn vsftpd_and_pure_ftpd_cannot_encrypt_their_data_required_fails_preferred_says_clear() {
-    let pki = Pki::new();
+    let pki = Pki::new().unwrap();
     let vs = tls_server(&pki, ServerKind::Vsftpd);
     let pure = tls_server(&pki, ServerKind::PureFtpd);
     let data = bftp_tests::payload(100_000, 77);
@@ -631,7 +550,7 @@ fn vsftpd_and_pure_ftpd_cannot_encrypt_their_data_required_fails_preferred_says_
 /// requires TLS the pair cannot give.
 #[test]
 fn verify_shows_what_each_server_offers_and_what_the_data_would_get() {
-    let pki = Pki::new();
+    let pki = Pki::new().unwrap();
     let vs = tls_server(&pki, ServerKind::Vsftpd);
     let pro = tls_server(&pki, ServerKind::Proftpd);
     let pure = tls_server(&pki, ServerKind::PureFtpd);
@@ -696,8 +615,8 @@ fn verify_shows_what_each_server_offers_and_what_the_data_would_get() {
 /// TLS from the first byte, as source and as destination.
 #[test]
 fn implicit_tls_with_ftps_urls_on_proftpd() {
-    let pki = Pki::new();
-    let (mut tls, _) = pki.server("implicit", Flaw::None, true);
+    let pki = Pki::new().unwrap();
+    let (mut tls, _) = pki.server("implicit", Flaw::None, true).unwrap();
     tls.implicit = true;
     let imp = FtpServer::start(
         ServerKind::Proftpd,

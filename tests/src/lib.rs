@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod delay;
 pub mod ftpserver;
 pub mod hostile;
+pub mod pki;
 pub mod postgres;
 pub mod procstat;
 pub mod rawftp;
