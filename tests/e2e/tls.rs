@@ -683,7 +683,7 @@ fn implicit_tls_with_ftps_urls_on_proftpd() {
 /// file byte-exact and encrypted, each copied once.
 #[test]
 fn several_files_on_one_pair_with_encrypted_data_stay_in_step() {
-    let pki = Pki::new();
+    let pki = Pki::new().unwrap();
     let vs = tls_server(&pki, ServerKind::Vsftpd);
     let pro = tls_server(&pki, ServerKind::Proftpd);
     let section = ca_entry(&pki);
@@ -728,4 +728,74 @@ fn several_files_on_one_pair_with_encrypted_data_stay_in_step() {
             "{name}: bytes differ"
         );
     }
+}
+
+/// `insecure` is only an explicit per-host setting, and it is named: a server whose
+/// certificate is refused otherwise (wrong name) is accepted with it, and the file's TLS line
+/// says the certificate was not checked. A daemon with `forbid_off` refuses a submit that
+/// asks for `off` on a side, saying why, and creates no job.
+#[test]
+fn insecure_is_named_in_the_ledger_and_forbid_off_refuses_off() {
+    let pki = Pki::new().unwrap();
+    let (tls, _) = pki.server("bad-name", Flaw::WrongName, false).unwrap();
+    let s = FtpServer::start(
+        ServerKind::Vsftpd,
+        FtpOptions {
+            tls: Some(tls),
+            ..FtpOptions::default()
+        },
+    )
+    .unwrap();
+    s.put_file("out/f.bin", b"insecure source").unwrap();
+    let plain = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    plain.mkdir("in").unwrap();
+    let d = daemon("[[ftp.tls.hosts]]\nhost = \"127.0.0.2\"\ninsecure = true\n");
+    let id = submit_urls(
+        &d,
+        (&s.url("out/f.bin"), s.password()),
+        (&plain.url("in/"), plain.password()),
+        &["--tls", "required,off"],
+    );
+    let v = wait_final(&d, id, Duration::from_secs(30));
+    assert_eq!(v["outcome"], "succeeded", "{v:#}");
+    let line = v["members"][0]["tls"].as_str().unwrap_or_default();
+    assert!(line.contains("INSECURE"), "not named: {v:#}");
+    assert_eq!(plain.read_file("in/f.bin").unwrap(), b"insecure source");
+
+    // Without the entry the same server is refused (the setting is what lets it through).
+    let checked = daemon("");
+    let id = submit_urls(
+        &checked,
+        (&s.url("out/f.bin"), s.password()),
+        (&plain.url("in/"), plain.password()),
+        &["--tls", "required,off"],
+    );
+    let v = wait_final(&checked, id, Duration::from_secs(30));
+    assert_eq!(v["outcome"], "failed", "{v:#}");
+
+    let strict = daemon("control = \"preferred\"\ndata = \"preferred\"\nforbid_off = true\n");
+    let env = [
+        ("BFTP_SOURCE_PASSWORD", s.password()),
+        ("BFTP_DEST_PASSWORD", plain.password()),
+    ];
+    let o = strict.bftp_env(
+        None,
+        &[
+            "--json",
+            "submit",
+            &s.url("out/f.bin"),
+            &plain.url("in/"),
+            "--tls",
+            "required,off",
+        ],
+        &env,
+    );
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("forbid_off"), "{}", text(&o));
+    let o = strict.bftp(&["--json", "status"]);
+    assert!(
+        !text(&o).contains("out/f.bin"),
+        "a job was made: {}",
+        text(&o)
+    );
 }
