@@ -213,7 +213,7 @@ fn the_attempt_transcript_labels_each_pair_on_one_clock() {
 /// single-file member carries the size SIZE gave.
 #[test]
 fn a_running_copy_shows_its_progress_and_the_single_file_size_is_recorded() {
-    const LEN: usize = 8_000_000;
+    const LEN: usize = 32_000_000;
     let src = FtpServer::start(
         ServerKind::Vsftpd,
         FtpOptions {
