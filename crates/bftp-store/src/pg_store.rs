@@ -37,8 +37,8 @@ use bftp_core::{transition, JobEvent, JobOutcome, JobState, MemberState, Timesta
 use crate::error::{BackendError, StoreError};
 use crate::keys;
 use crate::record::{
-    decode, encode, job_to_api, HistoryV1, IntentV1, JobV1, MemberStateV1, MemberV1, OutboxStateV1,
-    OutboxV1, RefusalV1, ReplyV1, StateV1, TranscriptV1, WalkV1, RECORD_VERSION,
+    decode, encode, job_to_api, HistoryV1, JobV1, MemberStateV1, MemberV1, OutboxStateV1, OutboxV1,
+    RefusalV1, StateV1, TranscriptV1, WalkV1, RECORD_VERSION,
 };
 use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
@@ -1290,43 +1290,7 @@ impl Inner {
         let Some(mut m) = tx_member(&tx, OP, id, index).await? else {
             return Err(StoreError::MemberNotFound { job: id, index });
         };
-        if let Some(s) = update.state {
-            let cur = m.state.to_api();
-            if cur.is_terminal() && s != cur {
-                return Err(StoreError::MemberIsTerminal {
-                    job: id,
-                    index,
-                    state: cur.as_str(),
-                });
-            }
-            m.state = MemberStateV1::from_api(s);
-        }
-        let u = &update;
-        if let Some(a) = u.attempts {
-            m.attempts = a;
-        }
-        if let Some(b) = u.bytes {
-            m.bytes = Some(b);
-        }
-        if let Some(s) = u.size {
-            m.size = Some(s);
-        }
-        if let Some(r) = &u.source_reply {
-            m.src_reply = Some(ReplyV1::from_api(r));
-        }
-        if let Some(r) = &u.dest_reply {
-            m.dst_reply = Some(ReplyV1::from_api(r));
-        }
-        if let Some(d) = &u.detail {
-            m.detail = Some(d.clone());
-        }
-        if let Some(i) = &u.intent {
-            m.intent = i.as_ref().map(IntentV1::from_api);
-        }
-        if let Some(n) = &u.stored_as {
-            m.stored = Some(n.clone());
-        }
-        m.updated = now.0;
+        m.apply(id, index, &update, now)?;
         tx_put_member(&tx, OP, id, index, &m).await?;
         tx.commit().await.map_err(pg(OP))?;
         Ok(m.to_api(index))

@@ -18,8 +18,8 @@ use bftp_core::{
 
 use crate::error::StoreError;
 use crate::types::{
-    AttemptTranscript, HistoryEvent, Job, JobId, KeyHash, LastReply, Member, OutboxEntry,
-    OutboxState, Sealed, SealedEndpoint, SealedSpec,
+    AttemptTranscript, HistoryEvent, Job, JobId, KeyHash, LastReply, Member, MemberUpdate,
+    OutboxEntry, OutboxState, Sealed, SealedEndpoint, SealedSpec,
 };
 
 /// The record version this code writes. Also the schema version in the `meta` tree.
@@ -753,6 +753,61 @@ impl crate::types::NewMember {
 }
 
 impl MemberV1 {
+    /// Applies one member change (every field `update` sets; `None` leaves a field as it
+    /// is) at `now`: the one place both stores change a member. A terminal member keeps its
+    /// state: `Err` names it, and nothing is changed.
+    pub(crate) fn apply(
+        &mut self,
+        job: JobId,
+        index: u32,
+        u: &MemberUpdate,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        if let Some(s) = u.state {
+            let cur = self.state.to_api();
+            if cur.is_terminal() && s != cur {
+                return Err(StoreError::MemberIsTerminal {
+                    job,
+                    index,
+                    state: cur.as_str(),
+                });
+            }
+            self.state = MemberStateV1::from_api(s);
+        }
+        if let Some(a) = u.attempts {
+            self.attempts = a;
+        }
+        if let Some(b) = u.bytes {
+            self.bytes = Some(b);
+        }
+        if let Some(s) = u.size {
+            self.size = Some(s);
+        }
+        if let Some(r) = &u.source_reply {
+            self.src_reply = Some(ReplyV1::from_api(r));
+        }
+        if let Some(r) = &u.dest_reply {
+            self.dst_reply = Some(ReplyV1::from_api(r));
+        }
+        if let Some(d) = &u.detail {
+            self.detail = Some(d.clone());
+        }
+        if let Some(i) = &u.intent {
+            self.intent = i.as_ref().map(IntentV1::from_api);
+        }
+        if let Some(n) = &u.stored_as {
+            self.stored = Some(n.clone());
+        }
+        if let Some(t) = &u.tls {
+            self.tls = Some(t.clone());
+        }
+        if let Some(p) = &u.proof {
+            self.proof = Some(p.clone());
+        }
+        self.updated = now.0;
+        Ok(())
+    }
+
     pub(crate) fn new(m: &crate::types::NewMember, now: Timestamp) -> MemberV1 {
         MemberV1 {
             v: RECORD_VERSION,

@@ -20,8 +20,8 @@ use crate::error::{backend, StoreError};
 use crate::files::{self, SledFlush, Watermark};
 use crate::keys;
 use crate::record::{
-    decode, encode, job_to_api, HistoryV1, IntentV1, JobV1, MemberStateV1, MemberV1, OutboxStateV1,
-    OutboxV1, RefusalV1, ReplyV1, RequestV1, StateV1, TranscriptV1, WalkV1, RECORD_VERSION,
+    decode, encode, job_to_api, HistoryV1, JobV1, MemberStateV1, MemberV1, OutboxStateV1, OutboxV1,
+    RefusalV1, RequestV1, StateV1, TranscriptV1, WalkV1, RECORD_VERSION,
 };
 use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
@@ -1566,49 +1566,9 @@ fn tx_update_member(
         }
         return abort(StoreError::MemberNotFound { job: id, index });
     };
-    if let Some(s) = update.state {
-        let cur = m.state.to_api();
-        if cur.is_terminal() && s != cur {
-            return abort(StoreError::MemberIsTerminal {
-                job: id,
-                index,
-                state: cur.as_str(),
-            });
-        }
-        m.state = MemberStateV1::from_api(s);
+    if let Err(e) = m.apply(id, index, update, now) {
+        return abort(e);
     }
-    let u = update;
-    if let Some(a) = u.attempts {
-        m.attempts = a;
-    }
-    if let Some(b) = u.bytes {
-        m.bytes = Some(b);
-    }
-    if let Some(s) = u.size {
-        m.size = Some(s);
-    }
-    if let Some(r) = &u.source_reply {
-        m.src_reply = Some(ReplyV1::from_api(r));
-    }
-    if let Some(r) = &u.dest_reply {
-        m.dst_reply = Some(ReplyV1::from_api(r));
-    }
-    if let Some(d) = &u.detail {
-        m.detail = Some(d.clone());
-    }
-    if let Some(i) = &u.intent {
-        m.intent = i.as_ref().map(IntentV1::from_api);
-    }
-    if let Some(n) = &u.stored_as {
-        m.stored = Some(n.clone());
-    }
-    if let Some(t) = &u.tls {
-        m.tls = Some(t.clone());
-    }
-    if let Some(p) = &u.proof {
-        m.proof = Some(p.clone());
-    }
-    m.updated = now.0;
     tx.members
         .insert(&keys::member(id, index)[..], encode(&m))?;
     Ok(m.to_api(index))

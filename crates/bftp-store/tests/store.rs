@@ -740,9 +740,15 @@ fn member_updates_set_fields_and_terminal_states_are_final(fx: &Fixture) {
             before: 100,
             source_size: 4096,
         })),
+        tls: Some("data encrypted (TLS client: source)".into()),
+        proof: Some("hash".into()),
         ..Default::default()
     };
     let m = store.update_member(id, 0, u, at(70)).unwrap();
+    assert_eq!(
+        (m.tls.as_deref(), m.proof.as_deref()),
+        (Some("data encrypted (TLS client: source)"), Some("hash"))
+    );
     assert_eq!(
         (m.attempts, m.bytes, m.updated_at, m.state),
         (1, Some(4096), at(70), MemberState::Pending)
