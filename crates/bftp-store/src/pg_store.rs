@@ -1582,31 +1582,9 @@ impl Inner {
             return Err(StoreError::NoReport(id));
         };
         let mut rec: OutboxV1 = decode("outbox", &keys::job(id), row.get::<_, &[u8]>(0))?;
-        if rec.state != OutboxStateV1::Pending {
+        if !rec.apply(&result, now) {
             return rec.to_api(id);
         }
-        match &result {
-            DeliveryTry::Delivered => {
-                rec.tries += 1;
-                rec.state = OutboxStateV1::Delivered;
-                rec.done = Some(now.0);
-                rec.next = None;
-            }
-            DeliveryTry::Failed { error, next_try_at } => {
-                rec.tries += 1;
-                rec.err = Some(error.clone());
-                rec.next = Some(next_try_at.0);
-            }
-            DeliveryTry::GaveUp { error } => {
-                rec.tries += 1;
-                rec.err = Some(error.clone());
-                rec.state = OutboxStateV1::GaveUp;
-                rec.done = Some(now.0);
-                rec.next = None;
-            }
-            DeliveryTry::Postponed { next_try_at } => rec.next = Some(next_try_at.0),
-        }
-        rec.updated = now.0;
         tx.execute(
             &tx.prepare_cached(
                 "UPDATE outbox SET rec = $2, state = $3, next_at = $4,

@@ -18,8 +18,8 @@ use bftp_core::{
 
 use crate::error::StoreError;
 use crate::types::{
-    AttemptTranscript, HistoryEvent, Job, JobId, KeyHash, LastReply, Member, MemberUpdate,
-    OutboxEntry, OutboxState, Sealed, SealedEndpoint, SealedSpec,
+    AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobId, KeyHash, LastReply, Member,
+    MemberUpdate, OutboxEntry, OutboxState, Sealed, SealedEndpoint, SealedSpec,
 };
 
 /// The record version this code writes. Also the schema version in the `meta` tree.
@@ -903,6 +903,38 @@ impl OutboxV1 {
         }
     }
 
+    /// Records one delivery try at `now`: the one place both stores change a report's entry.
+    /// A delivered or given-up report never changes again (`false`: nothing was changed); a
+    /// postponed try counts no try.
+    pub(crate) fn apply(&mut self, result: &DeliveryTry, now: Timestamp) -> bool {
+        if self.state != OutboxStateV1::Pending {
+            return false;
+        }
+        match result {
+            DeliveryTry::Delivered => {
+                self.tries += 1;
+                self.state = OutboxStateV1::Delivered;
+                self.done = Some(now.0);
+                self.next = None;
+            }
+            DeliveryTry::Failed { error, next_try_at } => {
+                self.tries += 1;
+                self.err = Some(error.clone());
+                self.next = Some(next_try_at.0);
+            }
+            DeliveryTry::GaveUp { error } => {
+                self.tries += 1;
+                self.err = Some(error.clone());
+                self.state = OutboxStateV1::GaveUp;
+                self.done = Some(now.0);
+                self.next = None;
+            }
+            DeliveryTry::Postponed { next_try_at } => self.next = Some(next_try_at.0),
+        }
+        self.updated = now.0;
+        true
+    }
+
     pub(crate) fn to_api(&self, job: JobId) -> Result<OutboxEntry, StoreError> {
         let state = match (self.state, self.done) {
             (OutboxStateV1::Pending, _) => OutboxState::Pending,
@@ -1061,6 +1093,50 @@ pub(crate) fn job_to_api(id: JobId, r: &JobV1) -> Result<Job, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delivery_try_changes_the_outbox_entry_by_the_table() {
+        let t0 = Timestamp(1_000);
+        let now = Timestamp(5_000);
+        let later = Timestamp(9_000);
+        let err = || "421 busy".to_string();
+        // (try, starting state, changed?, tries, state, next, done, err)
+        type Row = (
+            DeliveryTry,
+            OutboxStateV1,
+            bool,
+            u32,
+            OutboxStateV1,
+            Option<u64>,
+            Option<u64>,
+            Option<String>,
+        );
+        #[rustfmt::skip]
+        let rows: Vec<Row> = vec![
+            (DeliveryTry::Delivered, OutboxStateV1::Pending, true, 1, OutboxStateV1::Delivered, None, Some(now.0), None),
+            (DeliveryTry::Failed { error: err(), next_try_at: later }, OutboxStateV1::Pending, true, 1, OutboxStateV1::Pending, Some(later.0), None, Some(err())),
+            (DeliveryTry::GaveUp { error: err() }, OutboxStateV1::Pending, true, 1, OutboxStateV1::GaveUp, None, Some(now.0), Some(err())),
+            (DeliveryTry::Postponed { next_try_at: later }, OutboxStateV1::Pending, true, 0, OutboxStateV1::Pending, Some(later.0), None, None),
+            (DeliveryTry::Failed { error: err(), next_try_at: later }, OutboxStateV1::Delivered, false, 0, OutboxStateV1::Delivered, None, Some(t0.0), None),
+            (DeliveryTry::Delivered, OutboxStateV1::GaveUp, false, 0, OutboxStateV1::GaveUp, None, Some(t0.0), None),
+        ];
+        for (i, (try_, start, changed, tries, state, next, done, e)) in rows.into_iter().enumerate()
+        {
+            let mut rec = OutboxV1::new(t0);
+            if start != OutboxStateV1::Pending {
+                rec.state = start;
+                rec.done = Some(t0.0);
+                rec.next = None;
+            }
+            assert_eq!(rec.apply(&try_, now), changed, "row {i}");
+            assert_eq!(
+                (rec.tries, rec.state, rec.next, rec.done, rec.err.clone()),
+                (tries, state, next, done, e),
+                "row {i}"
+            );
+            assert_eq!(rec.updated, if changed { now.0 } else { t0.0 }, "row {i}");
+        }
+    }
 
     /// Yesterday's queue must stay readable: these files are frozen. If a change to the
     /// records makes this test fail, add a new record version instead of editing a fixture.

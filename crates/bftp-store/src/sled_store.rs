@@ -1304,32 +1304,10 @@ impl JobStore for SledStore {
                 Some(v) => decode("outbox", &k, &v).or_abort()?,
                 None => return abort(StoreError::NoReport(id)),
             };
-            if rec.state != OutboxStateV1::Pending {
+            let old_next = rec.next;
+            if !rec.apply(&result, now) {
                 return rec.to_api(id).or_abort();
             }
-            let old_next = rec.next;
-            match &result {
-                DeliveryTry::Delivered => {
-                    rec.tries += 1;
-                    rec.state = OutboxStateV1::Delivered;
-                    rec.done = Some(now.0);
-                    rec.next = None;
-                }
-                DeliveryTry::Failed { error, next_try_at } => {
-                    rec.tries += 1;
-                    rec.err = Some(error.clone());
-                    rec.next = Some(next_try_at.0);
-                }
-                DeliveryTry::GaveUp { error } => {
-                    rec.tries += 1;
-                    rec.err = Some(error.clone());
-                    rec.state = OutboxStateV1::GaveUp;
-                    rec.done = Some(now.0);
-                    rec.next = None;
-                }
-                DeliveryTry::Postponed { next_try_at } => rec.next = Some(next_try_at.0),
-            }
-            rec.updated = now.0;
             tx_outbox_put(tx, id, &rec, old_next)?;
             rec.to_api(id).or_abort()
         })
