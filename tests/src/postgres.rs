@@ -306,6 +306,29 @@ impl Cluster {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+
+    /// A new database owned by a new role that must log in with `password` (scram-sha-256
+    /// over TCP; every other role keeps trust): its URL, which names the role and holds no
+    /// password.
+    pub fn password_database(&self, password: &str) -> String {
+        let n = NEXT_DB.fetch_add(1, Ordering::Relaxed);
+        let role = format!("pw{}_{n}", std::process::id());
+        let hba = self.data().join("pg_hba.conf");
+        let old = std::fs::read_to_string(&hba).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(
+            &hba,
+            format!("host all {role} 127.0.0.1/32 scram-sha-256\n{old}"),
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", hba.display()));
+        let ok = |r: Result<String, String>| r.unwrap_or_else(|e| panic!("{e}"));
+        ok(self.psql(
+            "postgres",
+            &format!("CREATE ROLE {role} LOGIN PASSWORD '{password}'"),
+        ));
+        ok(self.psql("postgres", &format!("CREATE DATABASE {role} OWNER {role}")));
+        ok(self.psql("postgres", "SELECT pg_reload_conf()"));
+        format!("postgres://{role}@127.0.0.1:{}/{role}", self.port)
+    }
 }
 
 /// Waits up to `limit` for `f` to hold, looking every 50 ms.

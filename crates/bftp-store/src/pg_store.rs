@@ -23,7 +23,7 @@
 //! caller's thread waits on a channel, so a call from any thread (the daemon's blocking pool,
 //! a test) neither needs nor disturbs the caller's runtime.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -307,12 +307,16 @@ impl PgStore {
                 path: "the PostgreSQL store".into(),
                 source,
             })?;
-        let config: tokio_postgres::Config = opts.url.parse().map_err(|e| StoreError::Backend {
-            op: "parse the URL of",
-            source: BackendError::new(e),
-        })?;
+        let mut config: tokio_postgres::Config =
+            opts.url.parse().map_err(|e| StoreError::Backend {
+                op: "parse the URL of",
+                source: BackendError::new(e),
+            })?;
+        if let Some(p) = &opts.password {
+            config.password(p.as_bytes());
+        }
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -351,7 +355,7 @@ impl PgStore {
             async move { inner.migrate().await }
         })?;
         if let Some(rt) = &store.rt {
-            rt.spawn(heartbeat(inner));
+            rt.spawn(heartbeat(inner, config));
         }
         Ok(store)
     }
@@ -448,9 +452,15 @@ impl Drop for PgStore {
     }
 }
 
-/// Renews the leases of this node's running jobs every third of the lease.
-async fn heartbeat(inner: Arc<Inner>) {
+/// Renews the leases of this node's running jobs every third of the lease, on a connection
+/// of its own: a pool busy with long transactions (or exhausted) must not make a live node's
+/// leases run out. All of the node's leases are renewed by one statement, and a renewal that
+/// comes later than a third of the lease after the last one is logged with its delay, so a
+/// lost lease can be told apart from a stalled node.
+async fn heartbeat(inner: Arc<Inner>, config: tokio_postgres::Config) {
     let every = (inner.lease / 3).max(Duration::from_millis(100));
+    let mut conn: Option<tokio_postgres::Client> = None;
+    let mut last_renewal = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(every).await;
         let held: Vec<(JobId, i64)> = inner
@@ -462,45 +472,83 @@ async fn heartbeat(inner: Arc<Inner>) {
             .map(|(id, h)| (*id, h.epoch))
             .collect();
         if held.is_empty() {
+            last_renewal = tokio::time::Instant::now();
             continue;
         }
-        let Ok(client) = inner.pool.get().await else {
+        if conn.as_ref().is_none_or(|c| c.is_closed()) {
+            conn = connect_for_heartbeat(&config).await;
+        }
+        let Some(client) = &conn else {
             tracing::warn!("cannot renew leases: the database is unreachable");
             continue;
         };
+        let late = last_renewal.elapsed().saturating_sub(every);
+        if late > every {
+            tracing::warn!(
+                late_ms = late.as_millis() as u64,
+                lease_ms = inner.lease.as_millis() as u64,
+                "renewing leases later than planned (this node or its database is stalled)"
+            );
+        }
+        let ids: Vec<i64> = held.iter().map(|(id, _)| id_of(*id)).collect();
+        let epochs: Vec<i64> = held.iter().map(|(_, e)| *e).collect();
+        // A queued job claimed by `due` and not started yet is not renewed: its claim runs out
+        // by itself if the node does not start it. A lease that already ran out is not renewed
+        // either: another node may be taking the job over right now.
+        let renewed = client
+            .query(
+                "UPDATE jobs j SET lease_until = now() + make_interval(secs => $4)
+                 FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)
+                 WHERE j.id = h.id AND j.epoch = h.epoch AND j.lease_node = $3
+                   AND j.state = 2 AND j.lease_until > now()
+                 RETURNING j.id",
+                &[&ids, &epochs, &inner.node, &lease_interval(inner.lease)],
+            )
+            .await;
+        let renewed: HashSet<i64> = match renewed {
+            Ok(rows) => rows.iter().map(|r| r.get::<_, i64>(0)).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot renew leases");
+                conn = None;
+                continue;
+            }
+        };
+        last_renewal = tokio::time::Instant::now();
         for (id, epoch) in held {
-            // A queued job claimed by `due` and not started yet is not renewed: its claim
-            // runs out by itself if the node does not start it. A lease that already ran out
-            // is not renewed either: another node may be taking the job over right now.
-            let r = client
+            if renewed.contains(&id_of(id)) {
+                continue;
+            }
+            let still = client
                 .query_opt(
-                    "UPDATE jobs SET lease_until = now() + make_interval(secs => $4)
-                     WHERE id = $1 AND epoch = $2 AND lease_node = $3 AND state = 2
-                       AND lease_until > now()
-                     RETURNING id",
-                    &[
-                        &id_of(id),
-                        &epoch,
-                        &inner.node,
-                        &lease_interval(inner.lease),
-                    ],
+                    "SELECT 1 FROM jobs WHERE id = $1 AND epoch = $2 AND state = 1",
+                    &[&id_of(id), &epoch],
                 )
                 .await;
-            match r {
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    let still: Result<Option<Row>, _> = client
-                        .query_opt(
-                            "SELECT 1 FROM jobs WHERE id = $1 AND epoch = $2 AND state = 1",
-                            &[&id_of(id), &epoch],
-                        )
-                        .await;
-                    if matches!(still, Ok(None)) {
-                        inner.mark_lost(id, epoch);
-                    }
-                }
-                Err(e) => tracing::warn!(job = id.0, error = %e, "cannot renew a lease"),
+            if matches!(still, Ok(None)) {
+                inner.mark_lost(id, epoch);
             }
+        }
+    }
+}
+
+/// The heartbeat's own connection, or `None` (logged) when the database cannot be reached.
+async fn connect_for_heartbeat(config: &tokio_postgres::Config) -> Option<tokio_postgres::Client> {
+    match tokio::time::timeout(Duration::from_secs(5), config.connect(NoTls)).await {
+        Ok(Ok((client, connection))) => {
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "the heartbeat's connection ended");
+                }
+            });
+            Some(client)
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot connect to renew leases");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("cannot connect to renew leases: no answer within 5 s");
+            None
         }
     }
 }

@@ -267,3 +267,84 @@ fn migrations_are_versioned_and_a_newer_schema_is_refused() {
         "{e:?}"
     );
 }
+
+#[test]
+fn the_password_from_the_options_is_used_to_log_in() {
+    let c = pgcluster::cluster();
+    let url = c.password_database("s3cret-pw");
+    let with = |password: Option<&str>| {
+        let mut o = PgOptions::new(&url, "node-pw");
+        o.pool_size = 1;
+        o.password = password.map(str::to_string);
+        PgStore::open(o)
+    };
+    for wrong in [None, Some("not-it")] {
+        let e = with(wrong).expect_err("a login without the right password must fail");
+        let text = format!("{e}: {:?}", std::error::Error::source(&e));
+        assert!(
+            text.contains("password authentication failed") || text.contains("password missing"),
+            "the reason must say why: {text}"
+        );
+    }
+    let store = with(Some("s3cret-pw")).expect("the password from the options logs in");
+    let id = store.submit(job(1)).unwrap().job().id;
+    assert_eq!(store.get(id).unwrap().map(|j| j.id), Some(id));
+}
+
+#[test]
+fn a_busy_pool_does_not_let_a_live_nodes_lease_run_out() {
+    let url = pgcluster::fresh_database();
+    let db = pgcluster::Cluster::db_of(&url).to_string();
+    // One pool connection, a 1 s lease: the heartbeat renews every third of a second.
+    let mut o = PgOptions::new(&url, "node-a");
+    o.pool_size = 1;
+    o.lease = Duration::from_secs(1);
+    let a = std::sync::Arc::new(PgStore::open(o).unwrap());
+    let b = node(&url, "node-b", Duration::from_secs(30));
+    let id = a
+        .submit(with_members(job(1), &["x", "y"]))
+        .unwrap()
+        .job()
+        .id;
+    assert_eq!(a.due(at(60), 10).unwrap(), [(at(60), id)]);
+    a.apply(id, JobEvent::Start { attempt: 1 }, at(61), None)
+        .unwrap();
+    let held = epoch(&url, id);
+
+    // A read of a waits 3 s (3 leases) on a locked table, holding a's only pool connection
+    // all that time (and no lock on the job's row); b looks for jobs to take over meanwhile.
+    let locker = {
+        let db = db.clone();
+        std::thread::spawn(move || {
+            pgcluster::cluster()
+                .psql(
+                    &db,
+                    "BEGIN; LOCK TABLE members IN ACCESS EXCLUSIVE MODE; \
+                     SELECT pg_sleep(3); COMMIT;",
+                )
+                .unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let reader = {
+        let a = a.clone();
+        std::thread::spawn(move || a.members(id).map(|m| m.len()))
+    };
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        assert_eq!(
+            b.due(at(63), 10).unwrap(),
+            [],
+            "b took over a live node's job"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    locker.join().unwrap();
+    assert_eq!(reader.join().unwrap().unwrap(), 2);
+    a.update_member(id, 0, succeeded(), at(64))
+        .expect("a still holds its lease");
+    assert_eq!(b.due(at(64), 10).unwrap(), []);
+    assert!(a.lost_leases().is_empty(), "a gave up a lease it held");
+    assert_eq!(epoch(&url, id), held, "the job was never taken over");
+    assert_eq!(a.job_node(id).unwrap().as_deref(), Some("node-a"));
+}
