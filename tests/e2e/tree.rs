@@ -355,3 +355,74 @@ fn a_file_added_to_a_frozen_directory_is_not_copied_a_directory_under_one_not_wa
     // Each directory frozen once: root, a, b, a/deep, b/new, a/deep/new.
     assert_eq!(listed_events(&v).len(), 6, "{v:#}");
 }
+
+/// Issue 16, loops: proFTPD with `ShowSymlinks off` lists a symbolic link to a directory as
+/// a directory (`type=dir`) with its target's `unique` fact, so a link back to an ancestor
+/// would be walked forever (to the depth limit) and a second path to a directory copied
+/// twice. The walk reports each as a `refused` member naming the directory it is, and walks
+/// neither: only the real files are copied, each once.
+#[test]
+fn a_directory_reached_again_through_a_followed_link_is_reported_not_walked() {
+    use crate::scheduler::{submit, wait_final};
+    use bftp_tests::daemon::Bftpd;
+    let src = FtpServer::start(
+        ServerKind::Proftpd,
+        FtpOptions {
+            proftpd_extra: "ShowSymlinks off\n".into(),
+            ..FtpOptions::default()
+        },
+    )
+    .unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    src.put_file("tree/a/file.dat", b"once").unwrap();
+    src.put_file("tree/b/other.dat", b"b").unwrap();
+    std::os::unix::fs::symlink("..", src.path("tree/a/up")).unwrap();
+    std::os::unix::fs::symlink("../a", src.path("tree/b/to a")).unwrap();
+    dst.mkdir("in").unwrap();
+    // The server really shows both links as directories.
+    let listing = block_on(async {
+        let mut pair = open(&src, &dst, image()).await.unwrap();
+        pair.list_dir("tree/a").await.unwrap()
+    });
+    let up = listing.entries.iter().find(|e| e.name == "up").unwrap();
+    assert_eq!(up.kind, TreeKind::Dir, "{listing:#?}");
+    assert!(up.unique.is_some(), "{listing:#?}");
+
+    let d = Bftpd::start().unwrap();
+    let id = submit(&d, &src, &dst, "tree", "in/copy", &["--recursive"]);
+    let v = wait_final(&d, id, std::time::Duration::from_secs(60));
+    let mut got: Vec<(String, String, String)> = v["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().to_owned(),
+                m["state"].as_str().unwrap().to_owned(),
+                m["detail"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    got.sort();
+    let names: Vec<(&str, &str)> = got
+        .iter()
+        .map(|(n, s, _)| (n.as_str(), s.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("a/file.dat", "succeeded"),
+            ("a/up", "refused"),
+            ("b/other.dat", "succeeded"),
+            ("b/to a", "refused"),
+        ],
+        "{v:#}"
+    );
+    assert!(got[1].2.contains("the directory \".\" again"), "{}", got[1].2);
+    assert!(got[3].2.contains("the directory \"a\" again"), "{}", got[3].2);
+    assert_eq!(v["outcome"], "partial", "{v:#}");
+    // Three directories walked: the root, a, b.
+    assert_eq!(listed_events(&v).len(), 3, "{v:#}");
+    assert_eq!(dst.read_file("in/copy/a/file.dat").unwrap(), b"once");
+    assert!(!dst.path("in/copy/b/to a").exists());
+}
