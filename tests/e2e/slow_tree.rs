@@ -177,7 +177,11 @@ fn a_recursive_job_over_10000_entries_survives_32_kill_9s() {
             }
         }
     }
-    assert_eq!(listed_events(&v).len(), dirs.len(), "each directory frozen once");
+    assert_eq!(
+        listed_events(&v).len(),
+        dirs.len(),
+        "each directory frozen once"
+    );
     let repeats = listings.len() - dirs.len();
     let copies = arrivals(&dst);
     eprintln!(
@@ -271,30 +275,32 @@ fn a_tree_of_2000_entries_is_copied_between_every_pair() {
         .iter()
         .map(|&(s, t)| {
             let dst = format!("in/from {}", s.name());
-            (s, t, submit(&d, of(s), of(t), "tree", &dst, &["--recursive"]))
+            (
+                s,
+                t,
+                submit(&d, of(s), of(t), "tree", &dst, &["--recursive"]),
+            )
         })
         .collect();
     for (s, t, id) in jobs {
         let v = wait_final(&d, id, Duration::from_secs(300));
         let what = format!("{s} -> {t}");
-        assert_eq!(v["outcome"], "partial", "{what}: only the link is not copied");
+        assert_eq!(
+            v["outcome"], "partial",
+            "{what}: only the link is not copied"
+        );
         let dst_root = of(t).path(&format!("in/from {}", s.name()));
         let members = check_tree_copy(&what, &v, &of(s).path("tree"), &dst_root);
         assert_eq!(members, files + 1, "{what}");
-        assert_eq!(listed_events(&v).len(), dirs, "{what}: each directory frozen once");
+        assert_eq!(
+            listed_events(&v).len(),
+            dirs,
+            "{what}: each directory frozen once"
+        );
     }
     eprintln!(
         "six pairs of {} entries each: {:.1} s",
         files + dirs,
         started.elapsed().as_secs_f64()
     );
-    let t = Instant::now();
-    drop(d);
-    eprintln!("daemon dropped in {:.1} s", t.elapsed().as_secs_f64());
-    for s in servers {
-        let t = Instant::now();
-        let k = s.kind();
-        drop(s);
-        eprintln!("{k} dropped in {:.1} s", t.elapsed().as_secs_f64());
-    }
 }

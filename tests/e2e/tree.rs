@@ -418,8 +418,16 @@ fn a_directory_reached_again_through_a_followed_link_is_reported_not_walked() {
         ],
         "{v:#}"
     );
-    assert!(got[1].2.contains("the directory \".\" again"), "{}", got[1].2);
-    assert!(got[3].2.contains("the directory \"a\" again"), "{}", got[3].2);
+    assert!(
+        got[1].2.contains("the directory \".\" again"),
+        "{}",
+        got[1].2
+    );
+    assert!(
+        got[3].2.contains("the directory \"a\" again"),
+        "{}",
+        got[3].2
+    );
     assert_eq!(v["outcome"], "partial", "{v:#}");
     // Three directories walked: the root, a, b.
     assert_eq!(listed_events(&v).len(), 3, "{v:#}");

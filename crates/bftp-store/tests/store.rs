@@ -1307,12 +1307,26 @@ fn a_walk_freezes_each_directory_once_and_the_membership_at_its_end() {
         assert_eq!(w.frontier, ["d1", "d2"]);
         // The root again (a walk resumed after a crash before it knew): nothing changes.
         let again = store
-            .record_directory(id, "", vec![nm("a"), nm("b")], vec!["d1".into()], vec![], at(11))
+            .record_directory(
+                id,
+                "",
+                vec![nm("a"), nm("b")],
+                vec!["d1".into()],
+                vec![],
+                at(11),
+            )
             .unwrap();
         assert_eq!(again, w);
         assert_eq!(store.members(id).unwrap().len(), 2);
         let w = store
-            .record_directory(id, "d1", vec![nm("d1/c")], vec!["d1/e".into()], vec![], at(12))
+            .record_directory(
+                id,
+                "d1",
+                vec![nm("d1/c")],
+                vec!["d1/e".into()],
+                vec![],
+                at(12),
+            )
             .unwrap();
         assert_eq!(w.frontier, ["d2", "d1/e"]);
         assert!(!store.get(id).unwrap().unwrap().members_frozen);

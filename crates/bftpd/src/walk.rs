@@ -55,10 +55,8 @@ fn refused(name: String, why: String) -> NewMember {
 /// links are then shown as links and never followed.
 pub fn sort(dir: &str, listing: &DirListing, seen: &BTreeMap<String, String>) -> Sorted {
     let mut out = Sorted::default();
-    let mut known: BTreeMap<&str, String> = seen
-        .iter()
-        .map(|(u, d)| (u.as_str(), d.clone()))
-        .collect();
+    let mut known: BTreeMap<&str, String> =
+        seen.iter().map(|(u, d)| (u.as_str(), d.clone())).collect();
     if let Some(u) = &listing.unique {
         if !known.contains_key(u.as_str()) {
             known.insert(u, dir.to_owned());
@@ -295,7 +293,15 @@ mod tests {
         );
         let table: &[Row] = &[
             // No facts (LIST): everything walked, nothing kept.
-            ("", None, &[("a", None), ("b", None)], &[], &["a", "b"], &[], &[]),
+            (
+                "",
+                None,
+                &[("a", None), ("b", None)],
+                &[],
+                &["a", "b"],
+                &[],
+                &[],
+            ),
             // The root and two distinct subdirectories: all walked, all kept.
             (
                 "",
