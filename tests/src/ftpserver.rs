@@ -116,6 +116,8 @@ pub struct FtpOptions {
     /// proFTPD only: load mod_digest (Debian ships it, not loaded by default), which adds
     /// HASH (with OPTS HASH), XSHA256, XSHA1, XMD5, XCRC and friends to FEAT.
     pub digest: bool,
+    /// proFTPD only: lines added to its configuration (`ShowSymlinks off`, for one).
+    pub proftpd_extra: String,
 }
 
 /// A test server's TLS setup: its certificate and key (PEM files), the CA it trusts when it
@@ -143,6 +145,7 @@ impl Default for FtpOptions {
             max_rate: None,
             tls: None,
             digest: false,
+            proftpd_extra: String::new(),
         }
     }
 }
@@ -498,6 +501,11 @@ impl FtpServer {
         let d = self.dir.path();
         let (lo, hi) = (*self.passive.start(), *self.passive.end());
         ensure!(
+            self.opts.proftpd_extra.is_empty() || self.kind == ServerKind::Proftpd,
+            "proftpd_extra is only for proFTPD, not {}",
+            self.kind
+        );
+        ensure!(
             !self.opts.digest || self.kind == ServerKind::Proftpd,
             "digest is only for proFTPD, not {}",
             self.kind
@@ -628,7 +636,9 @@ RequireValidShell off
 DefaultRoot ~
 AllowOverwrite on
 {tls}
-{digest}",
+{digest}
+{extra}",
+                        extra = self.opts.proftpd_extra,
                         tls = self.proftpd_tls(),
                         host = self.opts.host,
                         port = self.port,

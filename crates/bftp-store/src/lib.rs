@@ -268,15 +268,18 @@ pub trait JobStore: Send + Sync {
     /// Freezes one directory of a recursive job's walk, in one durable transaction: its files
     /// (`files`, names relative to the root) become members after those already frozen, its
     /// subdirectories join the end of the frontier (unless listed or queued already), and
-    /// `dir` leaves the frontier for the listed ones. A directory not in the frontier changes
-    /// nothing (it was frozen before: never twice). When the frontier is empty, the job's
-    /// membership is frozen. Returns the walk after it.
+    /// `dir` leaves the frontier for the listed ones, and the MLSD `unique` facts its listing
+    /// showed (`unique`: fact, directory) are kept with the walk. A directory not in the
+    /// frontier changes nothing (it was frozen before: never twice). When the frontier is
+    /// empty, the job's membership is frozen. Returns the walk after it.
+    #[allow(clippy::too_many_arguments)]
     fn record_directory(
         &self,
         id: JobId,
         dir: &str,
         files: Vec<NewMember>,
         subdirs: Vec<String>,
+        unique: Vec<(String, String)>,
         now: Timestamp,
     ) -> Result<Walk, StoreError>;
     /// Several members' changes at once, as [`JobStore::update_member`] makes each (in this

@@ -1274,6 +1274,7 @@ impl Inner {
         dir: String,
         files: Vec<NewMember>,
         subdirs: Vec<String>,
+        unique: Vec<(String, String)>,
         now: Timestamp,
     ) -> Result<Walk, StoreError> {
         const OP: &str = "record_directory";
@@ -1292,7 +1293,7 @@ impl Inner {
             (None, true) => return Err(StoreError::MembersAlreadyFrozen { job: id }),
             (None, false) => WalkV1::start(),
         };
-        if !walk.record(&dir, &subdirs) {
+        if !walk.record(&dir, &subdirs, &unique) {
             return Ok(walk.to_api());
         }
         let count = check_member_count(rec.members as usize + files.len())?;
@@ -1910,10 +1911,14 @@ impl JobStore for PgStore {
         dir: &str,
         files: Vec<NewMember>,
         subdirs: Vec<String>,
+        unique: Vec<(String, String)>,
         now: Timestamp,
     ) -> Result<Walk, StoreError> {
         let dir = dir.to_owned();
-        self.with(|i| async move { i.record_directory(id, dir, files, subdirs, now).await })
+        self.with(|i| async move {
+            i.record_directory(id, dir, files, subdirs, unique, now)
+                .await
+        })
     }
 
     fn due(&self, until: Timestamp, limit: usize) -> Result<Vec<(Timestamp, JobId)>, StoreError> {

@@ -54,6 +54,10 @@ pub(crate) struct JobV1 {
 pub(crate) struct WalkV1 {
     pub todo: Vec<String>,
     pub done: Vec<String>,
+    /// MLSD `unique` facts seen, each with the directory that has it (absent in walks
+    /// written before they were kept, and in walks over LIST).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub unique: std::collections::BTreeMap<String, String>,
 }
 
 impl WalkV1 {
@@ -61,13 +65,20 @@ impl WalkV1 {
         WalkV1 {
             todo: vec![String::new()],
             done: Vec::new(),
+            unique: Default::default(),
         }
     }
 
-    /// Moves `dir` from the frontier to the listed directories and queues its
-    /// subdirectories not seen yet. `false` (and no change): `dir` is not in the frontier,
-    /// it was frozen before and is never frozen twice.
-    pub(crate) fn record(&mut self, dir: &str, subdirs: &[String]) -> bool {
+    /// Moves `dir` from the frontier to the listed directories, queues its subdirectories
+    /// not seen yet and keeps the `unique` facts its listing showed (fact, directory), a
+    /// fact seen before keeping its first directory. `false` (and no change): `dir` is not
+    /// in the frontier, it was frozen before and is never frozen twice.
+    pub(crate) fn record(
+        &mut self,
+        dir: &str,
+        subdirs: &[String],
+        unique: &[(String, String)],
+    ) -> bool {
         let Some(at) = self.todo.iter().position(|d| d == dir) else {
             return false;
         };
@@ -77,6 +88,9 @@ impl WalkV1 {
             if !self.done.contains(sub) && !self.todo.contains(sub) {
                 self.todo.push(sub.clone());
             }
+        }
+        for (fact, d) in unique {
+            self.unique.entry(fact.clone()).or_insert_with(|| d.clone());
         }
         true
     }
@@ -107,6 +121,7 @@ impl WalkV1 {
         crate::types::Walk {
             frontier: self.todo.clone(),
             listed: self.done.clone(),
+            unique: self.unique.clone(),
         }
     }
 }

@@ -1449,6 +1449,7 @@ impl JobStore for SledStore {
         dir: &str,
         files: Vec<NewMember>,
         subdirs: Vec<String>,
+        unique: Vec<(String, String)>,
         now: Timestamp,
     ) -> Result<Walk, StoreError> {
         self.write("record_directory", |tx| {
@@ -1465,7 +1466,7 @@ impl JobStore for SledStore {
                 (None, true) => return abort(StoreError::MembersAlreadyFrozen { job: id }),
                 (None, false) => WalkV1::start(),
             };
-            if !walk.record(dir, &subdirs) {
+            if !walk.record(dir, &subdirs, &unique) {
                 return Ok(walk.to_api());
             }
             let start = rec.members as usize;

@@ -338,4 +338,6 @@ pub struct AttemptTranscript {
 pub struct Walk {
     pub frontier: Vec<String>,
     pub listed: Vec<String>,
+    /// MLSD `unique` facts seen so far, each with the first directory that showed it.
+    pub unique: std::collections::BTreeMap<String, String>,
 }

@@ -1300,18 +1300,33 @@ fn a_walk_freezes_each_directory_once_and_the_membership_at_its_end() {
                 "",
                 vec![nm("a"), nm("b")],
                 vec!["d1".into(), "d2".into()],
+                vec![("u-root".into(), "".into()), ("u-d1".into(), "d1".into())],
                 at(10),
             )
             .unwrap();
         assert_eq!(w.frontier, ["d1", "d2"]);
         // The root again (a walk resumed after a crash before it knew): nothing changes.
         let again = store
-            .record_directory(id, "", vec![nm("a"), nm("b")], vec!["d1".into()], at(11))
+            .record_directory(
+                id,
+                "",
+                vec![nm("a"), nm("b")],
+                vec!["d1".into()],
+                vec![],
+                at(11),
+            )
             .unwrap();
         assert_eq!(again, w);
         assert_eq!(store.members(id).unwrap().len(), 2);
         let w = store
-            .record_directory(id, "d1", vec![nm("d1/c")], vec!["d1/e".into()], at(12))
+            .record_directory(
+                id,
+                "d1",
+                vec![nm("d1/c")],
+                vec!["d1/e".into()],
+                vec![],
+                at(12),
+            )
             .unwrap();
         assert_eq!(w.frontier, ["d2", "d1/e"]);
         assert!(!store.get(id).unwrap().unwrap().members_frozen);
@@ -1321,13 +1336,15 @@ fn a_walk_freezes_each_directory_once_and_the_membership_at_its_end() {
     let w = store.walk(id).unwrap();
     assert_eq!(w.listed, ["", "d1"]);
     store
-        .record_directory(id, "d2", vec![], vec![], at(13))
+        .record_directory(id, "d2", vec![], vec![], vec![], at(13))
         .unwrap();
     let w = store
-        .record_directory(id, "d1/e", vec![nm("d1/e/f")], vec![], at(14))
+        .record_directory(id, "d1/e", vec![nm("d1/e/f")], vec![], vec![], at(14))
         .unwrap();
     assert!(w.frontier.is_empty());
     assert_eq!(w.listed, ["", "d1", "d2", "d1/e"]);
+    assert_eq!(w.unique.get("u-d1").map(String::as_str), Some("d1"));
+    assert_eq!(w.unique.len(), 2);
     let job = store.get(id).unwrap().unwrap();
     assert!(job.members_frozen);
     let names: Vec<String> = store
@@ -1338,7 +1355,7 @@ fn a_walk_freezes_each_directory_once_and_the_membership_at_its_end() {
         .collect();
     assert_eq!(names, ["a", "b", "d1/c", "d1/e/f"]);
     let e = store
-        .record_directory(id, "x", vec![nm("x/y")], vec![], at(15))
+        .record_directory(id, "x", vec![nm("x/y")], vec![], vec![], at(15))
         .unwrap();
     assert_eq!(e, w, "a directory not in the frontier changes nothing");
     assert_eq!(store.members(id).unwrap().len(), 4);

@@ -11,6 +11,7 @@
 //! every listed directory is made on the destination, parents first, an existing one
 //! counting as made.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bftp_core::{JobSpec, Timestamp};
@@ -29,6 +30,8 @@ pub const MAX_DEPTH: usize = 64;
 pub struct Sorted {
     pub members: Vec<NewMember>,
     pub subdirs: Vec<String>,
+    /// The MLSD `unique` facts to keep with the walk: (fact, directory).
+    pub unique: Vec<(String, String)>,
 }
 
 fn refused(name: String, why: String) -> NewMember {
@@ -41,9 +44,25 @@ fn refused(name: String, why: String) -> NewMember {
 }
 
 /// The members and subdirectories of directory `dir` (relative to the root) from its
-/// listing, in name order. Pure.
-pub fn sort(dir: &str, listing: &DirListing) -> Sorted {
+/// listing, in name order. `seen` holds the MLSD `unique` facts the walk has seen so far,
+/// each with the first directory that had it. Pure.
+///
+/// The loop rule: a listed directory whose `unique` fact is already known (seen anywhere in
+/// the job: on the path from the root, as the listed directory itself, or as another
+/// directory already queued or walked) is the same directory reached a second way, through a
+/// link the server follows: it is a `refused` member naming the directory it is, not walked
+/// again. A listing without the fact (LIST, or MLSD without `unique`) cannot loop here:
+/// links are then shown as links and never followed.
+pub fn sort(dir: &str, listing: &DirListing, seen: &BTreeMap<String, String>) -> Sorted {
     let mut out = Sorted::default();
+    let mut known: BTreeMap<&str, String> =
+        seen.iter().map(|(u, d)| (u.as_str(), d.clone())).collect();
+    if let Some(u) = &listing.unique {
+        if !known.contains_key(u.as_str()) {
+            known.insert(u, dir.to_owned());
+            out.unique.push((u.clone(), dir.to_owned()));
+        }
+    }
     let depth = |p: &str| p.split('/').count();
     for e in &listing.entries {
         let rel = join_path(dir, &e.name);
@@ -58,7 +77,27 @@ pub fn sort(dir: &str, listing: &DirListing) -> Sorted {
                 rel,
                 format!("refused: a directory more than {MAX_DEPTH} levels deep: not walked"),
             )),
-            TreeKind::Dir => out.subdirs.push(rel),
+            TreeKind::Dir => match e.unique.as_deref() {
+                Some(u) => match known.get(u) {
+                    Some(first) => {
+                        let first = if first.is_empty() { "." } else { first };
+                        out.members.push(refused(
+                            rel,
+                            format!(
+                                "refused: the directory {first:?} again (the same MLSD unique \
+                                 fact, reached through a link): a loop or a second path, not \
+                                 walked again"
+                            ),
+                        ))
+                    }
+                    None => {
+                        known.insert(u, rel.clone());
+                        out.unique.push((u.to_owned(), rel.clone()));
+                        out.subdirs.push(rel);
+                    }
+                },
+                None => out.subdirs.push(rel),
+            },
             TreeKind::Symlink { target } => {
                 let to = if target.is_empty() {
                     String::new()
@@ -117,10 +156,10 @@ pub async fn walk(
             }
         })?;
         keep(&listing.transcript);
-        let sorted = sort(&dir, &listing);
+        let sorted = sort(&dir, &listing, &walk.unique);
         let at = now();
         walk = blocking(store, move |s| {
-            s.record_directory(id, &dir, sorted.members, sorted.subdirs, at)
+            s.record_directory(id, &dir, sorted.members, sorted.subdirs, sorted.unique, at)
         })
         .await?;
     }
@@ -181,6 +220,7 @@ mod tests {
             name: name.into(),
             kind,
             size: Some(3),
+            unique: None,
         };
         let listing = DirListing {
             entries: vec![
@@ -201,9 +241,10 @@ mod tests {
                 matched: true,
             }],
             method: WalkMethod::List,
+            unique: None,
             transcript: Default::default(),
         };
-        let s = sort("top", &listing);
+        let s = sort("top", &listing, &BTreeMap::new());
         assert_eq!(s.subdirs, ["top/sub"]);
         let names: Vec<(&str, bool)> = s
             .members
@@ -228,11 +269,133 @@ mod tests {
             .contains("symbolic link to \"b.dat\""));
         // At the root, names stay as listed; too deep a directory is not walked.
         let deep = "d/".repeat(MAX_DEPTH - 1) + "d";
-        let s = sort(&deep, &listing);
+        let s = sort(&deep, &listing, &BTreeMap::new());
         assert!(s.subdirs.is_empty());
         assert!(s.members.iter().any(
             |m| m.name.ends_with("/sub") && m.refused.as_ref().unwrap().contains("levels deep")
         ));
-        assert_eq!(sort("", &listing).subdirs, ["sub"]);
+        assert_eq!(sort("", &listing, &BTreeMap::new()).subdirs, ["sub"]);
+    }
+
+    /// The loop rule, one row per case: the listed directory (`dir`, its own unique fact),
+    /// its subdirectories (name, unique fact), the facts seen before; what is walked, what is
+    /// refused (and as which directory), and the facts kept.
+    #[test]
+    fn a_directory_already_seen_by_its_unique_fact_is_reported_not_walked() {
+        type Row<'a> = (
+            &'a str,
+            Option<&'a str>,
+            &'a [(&'a str, Option<&'a str>)],
+            &'a [(&'a str, &'a str)],
+            &'a [&'a str],
+            &'a [(&'a str, &'a str)],
+            &'a [(&'a str, &'a str)],
+        );
+        let table: &[Row] = &[
+            // No facts (LIST): everything walked, nothing kept.
+            (
+                "",
+                None,
+                &[("a", None), ("b", None)],
+                &[],
+                &["a", "b"],
+                &[],
+                &[],
+            ),
+            // The root and two distinct subdirectories: all walked, all kept.
+            (
+                "",
+                Some("R"),
+                &[("a", Some("A")), ("b", Some("B"))],
+                &[],
+                &["a", "b"],
+                &[],
+                &[("R", ""), ("A", "a"), ("B", "b")],
+            ),
+            // A link back to the root (proFTPD with ShowSymlinks off lists it as a dir).
+            (
+                "a",
+                Some("A"),
+                &[("up", Some("R")), ("c", Some("C"))],
+                &[("R", ""), ("A", "a")],
+                &["a/c"],
+                &[("a/up", ".")],
+                &[("C", "a/c")],
+            ),
+            // A link to the listed directory itself.
+            (
+                "a",
+                Some("A"),
+                &[("self", Some("A"))],
+                &[("R", ""), ("A", "a")],
+                &[],
+                &[("a/self", "a")],
+                &[],
+            ),
+            // A second path to a directory seen elsewhere in the job (not an ancestor).
+            (
+                "b",
+                Some("B"),
+                &[("to c", Some("C"))],
+                &[("R", ""), ("A", "a"), ("B", "b"), ("C", "a/c")],
+                &[],
+                &[("b/to c", "a/c")],
+                &[],
+            ),
+            // Two names for one directory in the same listing: the first (in listing order)
+            // is walked.
+            (
+                "",
+                None,
+                &[("x", Some("X")), ("y", Some("X"))],
+                &[],
+                &["x"],
+                &[("y", "x")],
+                &[("X", "x")],
+            ),
+        ];
+        for (dir, own, subs, seen, walked, refused, kept) in table {
+            let listing = DirListing {
+                entries: subs
+                    .iter()
+                    .map(|(name, unique)| TreeEntry {
+                        name: (*name).into(),
+                        kind: TreeKind::Dir,
+                        size: None,
+                        unique: unique.map(Into::into),
+                    })
+                    .collect(),
+                rejected: vec![],
+                method: WalkMethod::Mlsd,
+                unique: own.map(Into::into),
+                transcript: Default::default(),
+            };
+            let seen: BTreeMap<String, String> = seen
+                .iter()
+                .map(|(u, d)| ((*u).into(), (*d).into()))
+                .collect();
+            let s = sort(dir, &listing, &seen);
+            let row = format!("{dir:?} {subs:?} seen {seen:?}");
+            assert_eq!(s.subdirs, *walked, "{row}");
+            let got: Vec<(&str, &str)> = s
+                .members
+                .iter()
+                .map(|m| (m.name.as_str(), m.refused.as_deref().unwrap()))
+                .collect();
+            assert_eq!(got.len(), refused.len(), "{row}: {got:?}");
+            for ((name, why), (want_name, first)) in got.iter().zip(refused.iter()) {
+                assert_eq!(name, want_name, "{row}");
+                assert!(
+                    why.contains(&format!("the directory {first:?} again")),
+                    "{row}: {why}"
+                );
+                assert!(why.contains("not walked again"), "{row}: {why}");
+            }
+            let kept: Vec<(String, String)> = kept
+                .iter()
+                .map(|(u, d)| ((*u).into(), (*d).into()))
+                .collect();
+            assert_eq!(s.unique, kept, "{row}");
+        }
     }
 }

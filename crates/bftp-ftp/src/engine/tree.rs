@@ -41,6 +41,8 @@ pub struct TreeEntry {
     pub name: String,
     pub kind: TreeKind,
     pub size: Option<u64>,
+    /// MLSD's `unique` fact (the same for two paths to one directory), if the server sent it.
+    pub unique: Option<String>,
 }
 
 /// A directory's entries, in listing order, and the lines refused.
@@ -49,6 +51,8 @@ pub struct DirListing {
     pub entries: Vec<TreeEntry>,
     pub rejected: Vec<RejectedName>,
     pub method: WalkMethod,
+    /// MLSD's `unique` fact of the listed directory itself (`type=cdir`).
+    pub unique: Option<String>,
     pub transcript: Transcript,
 }
 
@@ -100,12 +104,14 @@ impl Pair {
             entries: Vec::new(),
             rejected: Vec::new(),
             method,
+            unique: None,
             transcript: Transcript::default(),
         };
         let holds_secret = |name: &str| scrubber.scrub(name) != name;
         match method {
             WalkMethod::Mlsd => {
                 let parsed = parse_mlsd(&data, dir);
+                listing.unique = parsed.cdir_unique;
                 for r in parsed.rejected {
                     listing.rejected.push(refuse(&r.line, r.reason.to_string()));
                 }
@@ -129,6 +135,7 @@ impl Pair {
                         name: e.name,
                         kind,
                         size: e.size,
+                        unique: e.unique,
                     });
                 }
             }
@@ -148,6 +155,7 @@ impl Pair {
                         name: e.name,
                         kind,
                         size: e.size,
+                        unique: None,
                     });
                 }
             }

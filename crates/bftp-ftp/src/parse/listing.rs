@@ -254,6 +254,8 @@ pub struct MlsdEntry {
     pub kind: EntryKind,
     pub size: Option<u64>,
     pub modify: Option<ModifyTime>,
+    /// The `unique` fact (RFC 3659 §7.5.2), as sent.
+    pub unique: Option<String>,
 }
 
 /// What one MLSD line is.
@@ -278,6 +280,7 @@ pub fn parse_mlsd_line(raw: &[u8], listed_dir: &str) -> Result<MlsdLine, MlsdErr
     let mut kind = EntryKind::Unspecified;
     let mut size = None;
     let mut modify = None;
+    let mut unique = None;
     for fact in facts.split(';').filter(|fact| !fact.is_empty()) {
         let (key, value) = fact
             .split_once('=')
@@ -295,6 +298,7 @@ pub fn parse_mlsd_line(raw: &[u8], listed_dir: &str) -> Result<MlsdLine, MlsdErr
             }
             "size" => size = Some(parse_size(value)?),
             "modify" => modify = Some(ModifyTime::parse(value)?),
+            "unique" if !value.is_empty() => unique = Some(value.to_owned()),
             _ => {}
         }
     }
@@ -307,6 +311,7 @@ pub fn parse_mlsd_line(raw: &[u8], listed_dir: &str) -> Result<MlsdLine, MlsdErr
         kind,
         size,
         modify,
+        unique,
     }))
 }
 
@@ -317,6 +322,25 @@ pub struct MlsdListing {
     pub entries: Vec<MlsdEntry>,
     /// Lines refused, for the report.
     pub rejected: Vec<RejectedLine<MlsdError>>,
+    /// The `unique` fact of the listed directory itself (its `type=cdir` line).
+    pub cdir_unique: Option<String>,
+}
+
+/// The `unique` fact of a `type=cdir` line, if it is one.
+fn cdir_unique(line: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(strip_line_end(line)).ok()?;
+    let (facts, _) = text.split_once(' ')?;
+    let mut cdir = false;
+    let mut unique = None;
+    for fact in facts.split(';').filter(|f| !f.is_empty()) {
+        let (key, value) = fact.split_once('=')?;
+        match key.to_ascii_lowercase().as_str() {
+            "type" => cdir = value.eq_ignore_ascii_case("cdir"),
+            "unique" if !value.is_empty() => unique = Some(value.to_owned()),
+            _ => {}
+        }
+    }
+    unique.filter(|_| cdir)
 }
 
 /// Sort out the data of `MLSD listed_dir`.
@@ -328,6 +352,11 @@ pub fn parse_mlsd(listing: &[u8], listed_dir: &str) -> MlsdListing {
             Ok(MlsdLine::Entry(entry)) => {
                 if seen.insert(entry.name.clone()) {
                     out.entries.push(entry);
+                }
+            }
+            Ok(MlsdLine::Skip(SkipReason::CurrentOrParent)) => {
+                if let Some(u) = cdir_unique(line) {
+                    out.cdir_unique = Some(u);
                 }
             }
             Ok(MlsdLine::Skip(_)) => {}
@@ -573,7 +602,26 @@ mod tests {
             kind,
             size,
             modify: modify.map(|m| ModifyTime::parse(m).unwrap()),
+            unique: None,
         })
+    }
+
+    fn entry_of(name: &str, kind: EntryKind) -> MlsdEntry {
+        match entry(name, kind, None, None) {
+            MlsdLine::Entry(e) => e,
+            MlsdLine::Skip(_) => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn the_listed_directory_s_unique_fact_is_kept() {
+        let l = parse_mlsd(
+            b"type=cdir;unique=FD00U2; /pub\r\ntype=pdir;unique=FD00U1; ..\r\ntype=dir;unique=FD00U3; sub\r\n",
+            "/pub",
+        );
+        assert_eq!(l.cdir_unique.as_deref(), Some("FD00U2"));
+        assert_eq!(l.entries[0].unique.as_deref(), Some("FD00U3"));
+        assert_eq!(parse_mlsd(b"type=dir; sub\r\n", "/pub").cdir_unique, None);
     }
 
     #[test]
@@ -594,7 +642,10 @@ mod tests {
             ),
             (
                 "type=file;unique=801U1; name with spaces; and=semis",
-                Ok(entry("name with spaces; and=semis", File, None, None)),
+                Ok(MlsdLine::Entry(MlsdEntry {
+                    unique: Some("801U1".into()),
+                    ..entry_of("name with spaces; and=semis", File)
+                })),
             ),
             (
                 "type=file;size=5;  two spaces",
