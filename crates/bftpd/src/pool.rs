@@ -213,7 +213,7 @@ pub async fn acquire(hosts: &HostLimits, key: &PoolKey, a: &str, b: &str) -> Acq
             return Acquired::Kept(Box::new(pair), slots);
         }
         // Closes kept pairs of other keys on these hosts if that frees a slot.
-        if let Some(slots) = hosts.try_acquire(a, b) {
+        if let Some(slots) = hosts.try_acquire(a, b).await {
             return Acquired::Slots(slots);
         }
         tokio::select! {
