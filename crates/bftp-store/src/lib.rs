@@ -62,6 +62,13 @@ pub trait HostSlots: Send + Sync {
     /// A number that moves when another node may have given slots back: a waiter tries
     /// again when it moves (or after its own backoff), instead of polling the database.
     fn generation(&self) -> u64;
+
+    /// Tells the other nodes that this one waits for a slot on `hosts` (without waiting):
+    /// they close their kept idle connections there ([`HostSlots::wanted`]).
+    fn want(&self, hosts: &[String]);
+
+    /// The hosts other nodes announced they wait for since the last call.
+    fn wanted(&self) -> Vec<String>;
 }
 
 /// Slots taken by [`HostSlots::try_take`], named by the store.

@@ -168,6 +168,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         },
         store.host_slots(),
     );
+    hosts.spawn_give_way();
     let metrics = Arc::new(metrics::Metrics::new());
     let live = Arc::new(live::Live::default());
     let clock = clock::Clock::system();

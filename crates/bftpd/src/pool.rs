@@ -161,6 +161,19 @@ impl PairPool {
         any
     }
 
+    /// Closes the kept pairs that hold a slot on `host` (QUIT, then their slots go).
+    pub async fn close_touching(&self, host: &str) {
+        let gone: Vec<Idle> = {
+            let mut idle = self.idle();
+            let (gone, kept) = std::mem::take(&mut *idle)
+                .into_iter()
+                .partition(|e| e.key.touches(host, host));
+            *idle = kept;
+            gone
+        };
+        close_all(gone).await;
+    }
+
     fn start_reaper(self: &Arc<Self>) {
         self.reaper.call_once(|| {
             let pool = Arc::downgrade(self);

@@ -28,6 +28,9 @@ use super::{lease_interval, pg, Inner};
 use crate::error::StoreError;
 use crate::{HostSlots, SlotHold};
 
+/// The channel on which a node announces a host it waits for.
+const WANTED: &str = "bftp_slots_wanted";
+
 /// The advisory lock class of a node's presence (the second key is `hashtext(node)`).
 const PRESENCE_CLASS: i32 = 4242;
 
@@ -105,6 +108,8 @@ pub(super) struct SlotState {
     generation: AtomicU64,
     /// Slots given back whose DELETE has not reached the database yet.
     unreleased: Mutex<Vec<i64>>,
+    /// Hosts other nodes wait for (`bftp_slots_wanted` notifications), not yet handed on.
+    wanted: Mutex<Vec<String>>,
 }
 
 impl SlotState {
@@ -191,6 +196,21 @@ pub(super) async fn presence(
                 let driver = tokio::spawn(async move {
                     while let Some(m) = poll_fn(|cx| conn.poll_message(cx)).await {
                         match m {
+                            Ok(AsyncMessage::Notification(n)) if n.channel() == WANTED => {
+                                // "node host": another node waits for a slot on host.
+                                if let Some((node, host)) = n.payload().split_once(' ') {
+                                    if node != state.node {
+                                        let mut w = state
+                                            .slots
+                                            .wanted
+                                            .lock()
+                                            .unwrap_or_else(|p| p.into_inner());
+                                        if !w.iter().any(|h| h == host) {
+                                            w.push(host.to_string());
+                                        }
+                                    }
+                                }
+                            }
                             Ok(AsyncMessage::Notification(_)) => {
                                 state.slots.generation.fetch_add(1, Ordering::SeqCst);
                             }
@@ -226,7 +246,11 @@ pub(super) async fn presence(
 /// LISTEN and take the presence lock (waiting while a dying previous life of this node
 /// still has it). Whether both happened.
 async fn hold_presence(inner: &Inner, client: &tokio_postgres::Client, warned: &mut bool) -> bool {
-    if client.batch_execute("LISTEN bftp_slots").await.is_err() {
+    if client
+        .batch_execute("LISTEN bftp_slots; LISTEN bftp_slots_wanted")
+        .await
+        .is_err()
+    {
         return false;
     }
     loop {
@@ -311,5 +335,32 @@ impl HostSlots for PgHostSlots {
 
     fn generation(&self) -> u64 {
         self.inner.slots.generation.load(Ordering::SeqCst)
+    }
+
+    fn want(&self, hosts: &[String]) {
+        let (inner, hosts) = (self.inner.clone(), hosts.to_vec());
+        self.rt.spawn(async move {
+            if let Ok(c) = inner.pool.get().await {
+                for h in hosts {
+                    let _ = c
+                        .execute(
+                            "SELECT pg_notify($1, $2)",
+                            &[&WANTED, &format!("{} {h}", inner.node)],
+                        )
+                        .await;
+                }
+            }
+        });
+    }
+
+    fn wanted(&self) -> Vec<String> {
+        std::mem::take(
+            &mut *self
+                .inner
+                .slots
+                .wanted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
     }
 }

@@ -143,6 +143,9 @@ impl HostLimits {
                 };
             }
             drop(local);
+            if let Some(c) = &self.cluster {
+                c.want(&self.slot_hosts(a, b));
+            }
             // Kept pairs of this node on these hosts hold slots of the count of all nodes.
             if self.pool.evict_touching(a, b) {
                 backoff = CLUSTER_BACKOFF.0;
@@ -158,6 +161,26 @@ impl HostLimits {
                 backoff = (backoff * 2).min(CLUSTER_BACKOFF.1);
             }
         }
+    }
+
+    /// With a count of all nodes: closes, as long as `self` lives, the kept pairs on hosts
+    /// another node waits for (a kept idle pair would hold its slots there until its idle
+    /// timeout). Each is closed with QUIT before its slots go back.
+    pub fn spawn_give_way(self: &Arc<Self>) {
+        if self.cluster.is_none() {
+            return;
+        }
+        let hosts = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let Some(hosts) = hosts.upgrade() else { return };
+                let Some(c) = &hosts.cluster else { return };
+                for h in c.wanted() {
+                    hosts.pool.close_touching(&h).await;
+                }
+            }
+        });
     }
 
     /// Waits for this daemon's own slots on both hosts.
