@@ -115,7 +115,12 @@ fn three_nodes_keep_max_connections_per_host_together() {
         let submits: Vec<_> = (0..9)
             .map(|j| {
                 let (node, src, dst) = (nodes[j % 3], &src, &dst);
-                s.spawn(move || (j % 3, submit(node, src, dst, &format!("out/j{j}_*.bin"), "in/", &[])))
+                s.spawn(move || {
+                    (
+                        j % 3,
+                        submit(node, src, dst, &format!("out/j{j}_*.bin"), "in/", &[]),
+                    )
+                })
             })
             .collect();
         let ids: Vec<(usize, u64)> = submits.into_iter().map(|h| h.join().unwrap()).collect();
@@ -125,7 +130,9 @@ fn three_nodes_keep_max_connections_per_host_together() {
             assert_eq!(v["outcome"], "succeeded", "job {id}: {v:#}");
         }
         eprintln!("nine jobs done in {:?}", started.elapsed());
-        for (i, n) in nodes.iter().enumerate() { std::fs::write(format!("/tmp/pgslots-{i}.log"), n.logs()).unwrap(); }
+        for (i, n) in nodes.iter().enumerate() {
+            std::fs::write(format!("/tmp/pgslots-{i}.log"), n.logs()).unwrap();
+        }
         stop.store(true, Ordering::SeqCst);
         (sampler.join().unwrap(), ids)
     });

@@ -312,7 +312,10 @@ fn host_slots_count_over_all_nodes_and_a_release_hands_one_on() {
     let seen = b_slots.generation();
     a.host_slots().unwrap().release(two);
     assert!(within(Duration::from_secs(5), || b_slots.generation() != seen));
-    assert!(take(&b, &["h", "h"]).is_some(), "both of a's slots came back");
+    assert!(
+        take(&b, &["h", "h"]).is_some(),
+        "both of a's slots came back"
+    );
     drop(g);
 }
 
@@ -332,7 +335,10 @@ fn a_dead_nodes_slots_come_back_after_its_lease_a_paused_nodes_do_not() {
     assert!(take(&b, &["h"]).is_none(), "a's lease still runs");
     assert!(within(Duration::from_secs(10), || take(&b, &["h"]).is_some()));
     let after = died.elapsed();
-    assert!(after >= lease, "taken back after {after:?}, before the lease ran out");
+    assert!(
+        after >= lease,
+        "taken back after {after:?}, before the lease ran out"
+    );
 
     // c pauses: its presence session stays (here a psql session holding c's presence
     // lock after c itself is gone, as a stopped process keeps its sockets).
@@ -354,7 +360,10 @@ fn a_dead_nodes_slots_come_back_after_its_lease_a_paused_nodes_do_not() {
             == "1"
     }));
     std::thread::sleep(lease * 2);
-    assert!(take(&b, &["p"]).is_none(), "a paused node's slots stay taken");
+    assert!(
+        take(&b, &["p"]).is_none(),
+        "a paused node's slots stay taken"
+    );
     let _ = paused.kill();
     let _ = paused.wait();
     assert!(within(Duration::from_secs(5), || take(&b, &["p"]).is_some()));

@@ -108,9 +108,12 @@ impl HostLimits {
         // The hold is wrapped in the blocking task itself: if this future is dropped while
         // the task runs, the slots it took are given back when its answer is dropped.
         let taken = tokio::task::spawn_blocking(move || {
-            cluster
-                .try_take(&hosts, per_host)
-                .map(|h| h.map(|hold| ClusterHold { slots: cluster.clone(), hold }))
+            cluster.try_take(&hosts, per_host).map(|h| {
+                h.map(|hold| ClusterHold {
+                    slots: cluster.clone(),
+                    hold,
+                })
+            })
         })
         .await;
         match taken {
@@ -245,7 +248,11 @@ impl HostLimits {
 
     /// This daemon's own slots on both hosts if free now, after closing kept pairs on them
     /// if needed.
-    fn try_acquire_local(&self, a: &str, b: &str) -> Option<Vec<tokio::sync::OwnedSemaphorePermit>> {
+    fn try_acquire_local(
+        &self,
+        a: &str,
+        b: &str,
+    ) -> Option<Vec<tokio::sync::OwnedSemaphorePermit>> {
         self.try_acquire_free(a, b).or_else(|| {
             self.pool
                 .evict_touching(a, b)
