@@ -306,7 +306,7 @@ fn three_nodes_drain_300_mixed_jobs_with_every_member_correct() {
             (s, t, data)
         };
         let (id, files) = match kind {
-            1 if k % 10 == 1 => {
+            1 if k % 10 == 1 && std::env::var("NO_STOU").is_err() => {
                 // A unique copy into a directory of its own: the server names the file.
                 let f = one("u");
                 dst.mkdir(&format!("u/{k}")).unwrap();
@@ -409,6 +409,11 @@ fn three_nodes_drain_300_mixed_jobs_with_every_member_correct() {
                 2 => {
                     let want = [prefix(t), data.clone()].concat();
                     let got = dst.read_file(t).unwrap();
+                    if got != want {
+                        for (i, n) in nodes.iter().enumerate() {
+                            let _ = std::fs::write(format!("/tmp/slowpg-{i}.log"), n.logs());
+                        }
+                    }
                     assert!(
                         got == want,
                         "{t}: not prefix + content once: {} bytes, want {} (prefix {}): {v:#}",
