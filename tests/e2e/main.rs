@@ -12,6 +12,7 @@ mod mail_delivery;
 mod months;
 mod observe;
 mod pg_nodes;
+mod pg_slots;
 mod pipeline;
 mod pool;
 mod proof;

@@ -395,6 +395,11 @@ impl FtpServer {
     }
 
     /// Whether the server process is still alive.
+    /// The server's (master) process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     pub fn is_running(&self) -> bool {
         self.child.as_ref().is_some_and(|c| !crate::has_exited(c))
     }

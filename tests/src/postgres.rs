@@ -276,6 +276,23 @@ impl Cluster {
         }
     }
 
+    /// A psql session on database `db` that runs `sql` and stays connected (holding what
+    /// its session holds, such as an advisory lock) until the child is killed.
+    pub fn psql_session(&self, db: &str, sql: &str) -> Result<std::process::Child, String> {
+        let mut child = Command::new(self.bin.join("psql"))
+            .args(["-X", "-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", "postgres", "-d", db])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("psql: {e}"))?;
+        let stdin = child.stdin.as_mut().ok_or("psql: no stdin")?;
+        std::io::Write::write_all(stdin, format!("{sql};\n").as_bytes())
+            .map_err(|e| format!("psql: {e}"))?;
+        Ok(child)
+    }
+
     /// The database name in one of this cluster's URLs.
     pub fn db_of(url: &str) -> &str {
         url.rsplit('/').next().unwrap_or("postgres")

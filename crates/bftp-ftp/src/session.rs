@@ -660,14 +660,25 @@ impl Session {
         }
     }
 
-    /// QUIT politely (bounded by a short wait), then close.
+    /// QUIT politely (bounded by a short wait), then close. After the 221 it waits (as
+    /// briefly) for the server to close its end: the server's session is over when this
+    /// returns, so the connection slot it held may go to another connection (a server that
+    /// counts sessions per client must not see the next one before this one ended).
     pub async fn quit(&mut self) {
         if self.conn.is_none() {
             return;
         }
         let wait = self.reply_timeout.min(Duration::from_secs(5));
-        if self.send("QUIT").await.is_ok() {
-            let _ = self.read_reply(wait).await;
+        if self.send("QUIT").await.is_ok() && self.read_reply(wait).await.is_ok() {
+            if let Some(conn) = self.conn.as_mut() {
+                let mut buf = [0u8; 512];
+                let until = Instant::now() + wait.min(Duration::from_secs(2));
+                while let Ok(Ok(n)) = tokio::time::timeout_at(until, conn.read(&mut buf)).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            }
         }
         self.conn = None;
     }

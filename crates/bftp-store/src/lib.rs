@@ -29,7 +29,7 @@ mod types;
 
 pub use error::{BackendError, StoreError};
 #[cfg(feature = "postgres")]
-pub use pg_store::{PgOptions, PgStore, PG_SCHEMA_VERSION};
+pub use pg_store::{PgHostSlots, PgOptions, PgStore, PG_SCHEMA_VERSION};
 pub use sled_store::{
     BackupReport, SledStore, StoreOptions, VerifyReport, MAX_MEMBERS, SCHEMA_VERSION,
 };
@@ -42,6 +42,40 @@ pub use types::{
 use bftp_core::refusal::{RefusalKey, RefusalMemory, Sighting};
 use bftp_core::retention::Keep;
 use bftp_core::{JobEvent, MemberState, Timestamp};
+
+/// Connection slots per FTP host shared by the nodes of one store, so that
+/// `max_connections_per_host` holds over all of them. A slot is held in the taking node's
+/// name until it is given back or the node is gone; the implementation decides when a node
+/// counts as gone, and must count a node that may still hold a server connection (a paused
+/// one) as present.
+pub trait HostSlots: Send + Sync {
+    /// Takes one slot on each host of `hosts` (a host named twice, two), with at most
+    /// `per_host` slots of a host taken over all nodes: all of them, or none and `Ok(None)`
+    /// when a host is full. Host names are compared as given (the caller lowercases).
+    /// Blocks on the database.
+    fn try_take(&self, hosts: &[String], per_host: u32) -> Result<Option<SlotHold>, StoreError>;
+
+    /// Gives slots back, without waiting: the store retries until the database has it. Call
+    /// only once the connections the slots were for are closed.
+    fn release(&self, hold: SlotHold);
+
+    /// A number that moves when another node may have given slots back: a waiter tries
+    /// again when it moves (or after its own backoff), instead of polling the database.
+    fn generation(&self) -> u64;
+
+    /// Tells the other nodes that this one waits for a slot on `hosts` (without waiting):
+    /// they close their kept idle connections there ([`HostSlots::wanted`]).
+    fn want(&self, hosts: &[String]);
+
+    /// The hosts other nodes announced they wait for since the last call.
+    fn wanted(&self) -> Vec<String>;
+}
+
+/// Slots taken by [`HostSlots::try_take`], named by the store.
+#[derive(Debug, Default)]
+pub struct SlotHold {
+    pub ids: Vec<i64>,
+}
 
 /// The durable job queue. All methods are synchronous and may block on disk I/O.
 pub trait JobStore: Send + Sync {
@@ -260,6 +294,13 @@ pub trait JobStore: Send + Sync {
     /// The node whose lease a running job is under, in a shared store.
     fn job_node(&self, _id: JobId) -> Result<Option<String>, StoreError> {
         Ok(None)
+    }
+
+    /// The FTP connection slots every node of a shared store counts against
+    /// (`max_connections_per_host` over all nodes); `None` for a store of one node, whose
+    /// daemon counts alone, in memory.
+    fn host_slots(&self) -> Option<std::sync::Arc<dyn HostSlots>> {
+        None
     }
     /// A recursive job's walk so far: a job not yet walked has the root (`""`) alone in its
     /// frontier.

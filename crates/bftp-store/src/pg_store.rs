@@ -44,7 +44,10 @@ use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
     NewJob, NewMember, OutboxEntry, StateCounts, StateFilter, Submitted, Walk,
 };
-use crate::{JobStore, MAX_MEMBERS};
+use crate::{HostSlots, JobStore, MAX_MEMBERS};
+
+mod slots;
+pub use slots::PgHostSlots;
 
 /// The schema migrations, in order; the database records the highest one applied in
 /// `bftp_schema`. Never edit one that shipped: add the next.
@@ -135,6 +138,7 @@ CREATE TRIGGER transcripts_fence BEFORE INSERT OR UPDATE OR DELETE ON transcript
     FOR EACH ROW EXECUTE FUNCTION bftp_fence();
 "#,
     ),
+    (3, slots::MIGRATION),
 ];
 
 /// The schema version this code writes: the last migration.
@@ -207,6 +211,8 @@ struct Inner {
     held: Mutex<HashMap<JobId, Held>>,
     /// Leases found lost by the heartbeat, not yet handed to the scheduler.
     lost: Mutex<Vec<JobId>>,
+    /// The cluster-wide connection slots' state (`slots.rs`).
+    slots: slots::SlotState,
 }
 
 /// The store several bftpd nodes share, on PostgreSQL. See the module documentation.
@@ -345,6 +351,7 @@ impl PgStore {
             poll: opts.poll,
             held: Mutex::new(HashMap::new()),
             lost: Mutex::new(Vec::new()),
+            slots: Default::default(),
         });
         let store = PgStore {
             inner: inner.clone(),
@@ -353,6 +360,26 @@ impl PgStore {
         store.run({
             let inner = inner.clone();
             async move { inner.migrate().await }
+        })?;
+        if let Some(rt) = &store.rt {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            rt.spawn(slots::presence(inner.clone(), config.clone(), tx));
+            // A node takes connection slots only once others can see it alive.
+            let held = rt.block_on(async { tokio::time::timeout(PRESENCE_WAIT, rx).await });
+            if !matches!(held, Ok(Ok(()))) {
+                return Err(StoreError::NotDurable {
+                    op: "open",
+                    reason: format!(
+                        "node {} is not alone with its name: its presence lock stayed taken \
+                         (or the database did not answer) for {PRESENCE_WAIT:?}",
+                        inner.node
+                    ),
+                });
+            }
+        }
+        store.run({
+            let inner = inner.clone();
+            async move { inner.forget_previous_slots().await }
         })?;
         if let Some(rt) = &store.rt {
             rt.spawn(heartbeat(inner, config));
@@ -452,17 +479,29 @@ impl Drop for PgStore {
     }
 }
 
-/// Renews the leases of this node's running jobs every third of the lease, on a connection
-/// of its own: a pool busy with long transactions (or exhausted) must not make a live node's
-/// leases run out. All of the node's leases are renewed by one statement, and a renewal that
-/// comes later than a third of the lease after the last one is logged with its delay, so a
-/// lost lease can be told apart from a stalled node.
+/// How long `open` waits for this node's presence lock (a killed previous life's session
+/// ends within moments).
+const PRESENCE_WAIT: Duration = Duration::from_secs(10);
+
+/// Renews the node's lease and the leases of its running jobs every third of the lease, on a
+/// connection of its own: a pool busy with long transactions (or exhausted) must not make a
+/// live node's leases run out. All of the node's job leases are renewed by one statement, and
+/// a renewal that comes later than a third of the lease after the last one is logged with its
+/// delay, so a lost lease can be told apart from a stalled node.
 async fn heartbeat(inner: Arc<Inner>, config: tokio_postgres::Config) {
     let every = (inner.lease / 3).max(Duration::from_millis(100));
     let mut conn: Option<tokio_postgres::Client> = None;
     let mut last_renewal = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(every).await;
+        if conn.as_ref().is_none_or(|c| c.is_closed()) {
+            conn = connect_for_heartbeat(&config).await;
+        }
+        let Some(client) = &conn else {
+            tracing::warn!("cannot renew leases: the database is unreachable");
+            continue;
+        };
+        inner.renew_node(client).await;
         let held: Vec<(JobId, i64)> = inner
             .held
             .lock()
@@ -475,13 +514,6 @@ async fn heartbeat(inner: Arc<Inner>, config: tokio_postgres::Config) {
             last_renewal = tokio::time::Instant::now();
             continue;
         }
-        if conn.as_ref().is_none_or(|c| c.is_closed()) {
-            conn = connect_for_heartbeat(&config).await;
-        }
-        let Some(client) = &conn else {
-            tracing::warn!("cannot renew leases: the database is unreachable");
-            continue;
-        };
         let late = last_renewal.elapsed().saturating_sub(every);
         if late > every {
             tracing::warn!(
@@ -2014,6 +2046,14 @@ impl JobStore for PgStore {
 
     fn poll_interval(&self) -> Option<Duration> {
         Some(self.inner.poll)
+    }
+
+    fn host_slots(&self) -> Option<Arc<dyn HostSlots>> {
+        let rt = self.rt.as_ref()?.handle().clone();
+        Some(Arc::new(PgHostSlots {
+            inner: self.inner.clone(),
+            rt,
+        }))
     }
 
     fn job_node(&self, id: JobId) -> Result<Option<String>, StoreError> {

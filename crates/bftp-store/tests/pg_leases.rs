@@ -348,3 +348,104 @@ fn a_busy_pool_does_not_let_a_live_nodes_lease_run_out() {
     assert_eq!(epoch(&url, id), held, "the job was never taken over");
     assert_eq!(a.job_node(id).unwrap().as_deref(), Some("node-a"));
 }
+
+fn take(n: &PgStore, hosts: &[&str]) -> Option<bftp_store::SlotHold> {
+    let slots = n.host_slots().expect("a shared store has slots");
+    let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+    slots.try_take(&hosts, 2).unwrap()
+}
+
+fn rows(url: &str, host: &str) -> String {
+    pgcluster::cluster()
+        .psql(
+            pgcluster::Cluster::db_of(url),
+            &format!("SELECT count(*) FROM host_slots WHERE host = '{host}'"),
+        )
+        .unwrap()
+}
+
+/// Polls `f` for up to `limit`.
+fn within(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
+
+/// Slots count over both nodes, a take is all or nothing, and a release makes the slot
+/// another node's (and announces it: the generation moves).
+#[test]
+fn host_slots_count_over_all_nodes_and_a_release_hands_one_on() {
+    let url = pgcluster::fresh_database();
+    let a = node(&url, "a", Duration::from_secs(10));
+    let b = node(&url, "b", Duration::from_secs(10));
+    let two = take(&a, &["h", "h"]).expect("two slots on h");
+    assert_eq!(two.ids.len(), 2);
+    assert!(take(&b, &["h"]).is_none(), "h is full over both nodes");
+    assert!(take(&b, &["g", "h"]).is_none());
+    assert_eq!(rows(&url, "g"), "0", "a refused take holds nothing");
+    let g = take(&b, &["g", "g"]).expect("g is free");
+    let b_slots = b.host_slots().unwrap();
+    let seen = b_slots.generation();
+    a.host_slots().unwrap().release(two);
+    assert!(within(Duration::from_secs(5), || b_slots.generation() != seen));
+    assert!(
+        take(&b, &["h", "h"]).is_some(),
+        "both of a's slots came back"
+    );
+    drop(g);
+}
+
+/// A node that is gone (its connections closed, as after kill -9) gives its slots back once
+/// its lease ran out, not before; a node whose presence session still lives (a paused
+/// node: its FTP sessions may be open too) keeps them past its lease, until that session
+/// ends.
+#[test]
+fn a_dead_nodes_slots_come_back_after_its_lease_a_paused_nodes_do_not() {
+    let url = pgcluster::fresh_database();
+    let lease = Duration::from_secs(2);
+    let a = node(&url, "a", lease);
+    let b = node(&url, "b", Duration::from_secs(10));
+    let _held = take(&a, &["h", "h"]).unwrap();
+    let died = std::time::Instant::now();
+    drop(a);
+    assert!(take(&b, &["h"]).is_none(), "a's lease still runs");
+    assert!(within(Duration::from_secs(10), || take(&b, &["h"]).is_some()));
+    let after = died.elapsed();
+    assert!(
+        after >= lease,
+        "taken back after {after:?}, before the lease ran out"
+    );
+
+    // c pauses: its presence session stays (here a psql session holding c's presence
+    // lock after c itself is gone, as a stopped process keeps its sockets).
+    let c = node(&url, "c", lease);
+    let _held = take(&c, &["p", "p"]).unwrap();
+    drop(c);
+    let cl = pgcluster::cluster();
+    let db = pgcluster::Cluster::db_of(&url);
+    let mut paused = cl
+        .psql_session(db, "SELECT pg_advisory_lock(4242, hashtext('c'))")
+        .unwrap();
+    assert!(within(Duration::from_secs(5), || {
+        cl.psql(
+            db,
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 4242 \
+             AND objid = hashtext('c')::oid AND granted",
+        )
+        .unwrap()
+            == "1"
+    }));
+    std::thread::sleep(lease * 2);
+    assert!(
+        take(&b, &["p"]).is_none(),
+        "a paused node's slots stay taken"
+    );
+    let _ = paused.kill();
+    let _ = paused.wait();
+    assert!(within(Duration::from_secs(5), || take(&b, &["p"]).is_some()));
+}

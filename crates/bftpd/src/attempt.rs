@@ -676,10 +676,11 @@ impl Run {
         // More pairs for a multi-file job, up to `parallel_pairs`, on the slots free now
         // (see `crate::lanes`); each logs in while the first one already works.
         let lanes = self.hosts.parallel_pairs.min(work.len()).max(1);
-        let mut openings = vec![crate::lanes::ready(pair, Vec::new())];
+        let mut openings = vec![crate::lanes::ready(pair, crate::ftp::Slots::default())];
         let extra = self
             .hosts
-            .extra_slots(&spec.source.host, dst_host, lanes - 1);
+            .extra_slots(&spec.source.host, dst_host, lanes - 1)
+            .await;
         for (n, slots) in extra.into_iter().enumerate() {
             let (run, spec, label) = (&self, &spec, format!("p{}", n + 2));
             openings.push(crate::lanes::opening(async move {

@@ -166,7 +166,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             max_idle: config.ftp.pool_max_idle,
             idle_timeout: config.ftp.pool_idle_timeout,
         },
+        store.host_slots(),
     );
+    hosts.spawn_give_way();
     let metrics = Arc::new(metrics::Metrics::new());
     let live = Arc::new(live::Live::default());
     let clock = clock::Clock::system();

@@ -156,7 +156,7 @@ pub async fn follow(
 ) -> Infallible {
     live.start(job, index, SystemTime::now());
     // The look's connection and the host slot it holds.
-    let mut watcher: Option<(SizeWatch, tokio::sync::OwnedSemaphorePermit)> = None;
+    let mut watcher: Option<(SizeWatch, crate::ftp::Slots)> = None;
     let mut first = true;
     loop {
         let now = progress.borrow_and_update().clone();
@@ -185,7 +185,7 @@ pub async fn follow(
                     () = tokio::time::sleep(wait) => {}
                 }
                 if watcher.is_none() {
-                    let opened = match l.hosts.try_acquire_one(&l.login.host) {
+                    let opened = match l.hosts.try_acquire_one(&l.login.host).await {
                         Some(permit) => SizeWatch::open(&l.login, &l.limits, &*l.check)
                             .await
                             .ok()

@@ -161,6 +161,19 @@ impl PairPool {
         any
     }
 
+    /// Closes the kept pairs that hold a slot on `host` (QUIT, then their slots go).
+    pub async fn close_touching(&self, host: &str) {
+        let gone: Vec<Idle> = {
+            let mut idle = self.idle();
+            let (gone, kept) = std::mem::take(&mut *idle)
+                .into_iter()
+                .partition(|e| e.key.touches(host, host));
+            *idle = kept;
+            gone
+        };
+        close_all(gone).await;
+    }
+
     fn start_reaper(self: &Arc<Self>) {
         self.reaper.call_once(|| {
             let pool = Arc::downgrade(self);
@@ -213,7 +226,7 @@ pub async fn acquire(hosts: &HostLimits, key: &PoolKey, a: &str, b: &str) -> Acq
             return Acquired::Kept(Box::new(pair), slots);
         }
         // Closes kept pairs of other keys on these hosts if that frees a slot.
-        if let Some(slots) = hosts.try_acquire(a, b) {
+        if let Some(slots) = hosts.try_acquire(a, b).await {
             return Acquired::Slots(slots);
         }
         tokio::select! {

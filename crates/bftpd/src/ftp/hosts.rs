@@ -1,17 +1,51 @@
-//! Per-host connection slots, shared by every transfer of the daemon.
+//! Per-host connection slots, shared by every transfer of the daemon and, on a store shared
+//! by several nodes, counted over all of them.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-/// The slots one connection pair holds: one on each of its two hosts.
-pub type Slots = Vec<tokio::sync::OwnedSemaphorePermit>;
+use bftp_store::{HostSlots, SlotHold};
+
+/// The slots one connection pair (or one look at a copy) holds: one on each of its hosts, in
+/// this daemon's count and, with a shared store, in the count of all nodes. Dropping it
+/// gives them back: drop it only once its connections are closed.
+#[derive(Default)]
+pub struct Slots {
+    // Held for their drop alone.
+    _local: Vec<tokio::sync::OwnedSemaphorePermit>,
+    _cluster: Option<ClusterHold>,
+}
+
+/// Slots taken in the store's count of all nodes, given back when dropped.
+struct ClusterHold {
+    slots: Arc<dyn HostSlots>,
+    hold: SlotHold,
+}
+
+impl Drop for ClusterHold {
+    fn drop(&mut self) {
+        self.slots.release(std::mem::take(&mut self.hold));
+    }
+}
+
+/// The first and the longest wait between two looks at a full host of all nodes, when no
+/// release was announced meanwhile (a release wakes the waiters at once).
+const CLUSTER_BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(2));
+
+/// How often a waiter looks whether a release was announced (in memory, not the database).
+const GENERATION_LOOK: Duration = Duration::from_millis(5);
 
 /// Per-host connection limits, shared by every transfer of the daemon (RULES.md §6): a pair
-/// takes one connection on each of its two hosts.
+/// takes one connection on each of its two hosts. With a store shared by several nodes the
+/// limit holds over all of them: a slot is taken here first, then in the store
+/// (`HostSlots`), and both are needed.
 pub struct HostLimits {
     /// Connection pairs one job (or one foreground transfer) runs at once.
     pub parallel_pairs: usize,
     per_host: usize,
     hosts: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    /// The count of all nodes, when the store is shared.
+    cluster: Option<Arc<dyn HostSlots>>,
     /// Unique (STOU) copies: one at a time per destination directory, daemon-wide.
     pub unique: crate::unique::UniqueDirs,
     /// Logged-in pairs kept between jobs, holding their slots (`crate::pool`).
@@ -19,24 +53,27 @@ pub struct HostLimits {
 }
 
 impl HostLimits {
-    /// Without a pool of kept pairs.
+    /// Without a pool of kept pairs, counted by this daemon alone.
     pub fn new(parallel_pairs: usize, per_host: usize) -> Arc<HostLimits> {
         let none = crate::pool::PoolSettings {
             max_idle: 0,
             idle_timeout: std::time::Duration::ZERO,
         };
-        HostLimits::with_pool(parallel_pairs, per_host, none)
+        HostLimits::with_pool(parallel_pairs, per_host, none, None)
     }
 
+    /// `cluster`: the store's count of all nodes (`JobStore::host_slots`), if shared.
     pub fn with_pool(
         parallel_pairs: usize,
         per_host: usize,
         pool: crate::pool::PoolSettings,
+        cluster: Option<Arc<dyn HostSlots>>,
     ) -> Arc<HostLimits> {
         Arc::new(HostLimits {
             parallel_pairs: parallel_pairs.max(1),
             per_host: per_host.max(1),
             hosts: Default::default(),
+            cluster,
             unique: Default::default(),
             pool: crate::pool::PairPool::new(pool),
         })
@@ -49,13 +86,108 @@ impl HostLimits {
             .clone()
     }
 
-    /// Waits for a connection slot on both hosts. Hosts are taken in name order, so two
-    /// pairs between the same hosts in opposite directions cannot deadlock.
-    pub async fn acquire(&self, a: &str, b: &str) -> Slots {
-        // Kept pairs of other jobs give their slots up rather than be waited for.
-        if let Some(slots) = self.try_acquire(a, b) {
-            return slots;
+    /// The hosts a pair between `a` and `b` takes a slot on, one entry a slot (the key the
+    /// in-memory semaphores use: the host name in lower case).
+    fn slot_hosts(&self, a: &str, b: &str) -> Vec<String> {
+        let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
+        if a == b {
+            vec![a; 2.min(self.per_host)]
+        } else {
+            vec![a, b]
         }
+    }
+
+    /// Takes `hosts` in the count of all nodes, if there is one: `Some(None)` without one,
+    /// `None` when a host is full there (or the database did not answer: never more
+    /// connections than the limit).
+    async fn take_cluster(&self, hosts: Vec<String>) -> Option<Option<ClusterHold>> {
+        let Some(cluster) = self.cluster.clone() else {
+            return Some(None);
+        };
+        let per_host = u32::try_from(self.per_host).unwrap_or(u32::MAX);
+        // The hold is wrapped in the blocking task itself: if this future is dropped while
+        // the task runs, the slots it took are given back when its answer is dropped.
+        let taken = tokio::task::spawn_blocking(move || {
+            cluster.try_take(&hosts, per_host).map(|h| {
+                h.map(|hold| ClusterHold {
+                    slots: cluster.clone(),
+                    hold,
+                })
+            })
+        })
+        .await;
+        match taken {
+            Ok(Ok(Some(hold))) => Some(Some(hold)),
+            Ok(Ok(None)) => None,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot take connection slots in the shared store");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Waits for a connection slot on both hosts. Hosts are taken in name order, so two
+    /// pairs between the same hosts in opposite directions cannot deadlock. With a count of
+    /// all nodes, a full host there is looked at again when a node announces a release, or
+    /// after a backoff (20 ms doubling to 2 s): never in a busy loop.
+    pub async fn acquire(&self, a: &str, b: &str) -> Slots {
+        let mut backoff = CLUSTER_BACKOFF.0;
+        loop {
+            let seen = self.cluster.as_ref().map(|c| c.generation());
+            let local = match self.try_acquire_local(a, b) {
+                Some(l) => l,
+                None => self.acquire_local(a, b).await,
+            };
+            if let Some(cluster) = self.take_cluster(self.slot_hosts(a, b)).await {
+                return Slots {
+                    _local: local,
+                    _cluster: cluster,
+                };
+            }
+            drop(local);
+            if let Some(c) = &self.cluster {
+                c.want(&self.slot_hosts(a, b));
+            }
+            // Kept pairs of this node on these hosts hold slots of the count of all nodes.
+            if self.pool.evict_touching(a, b) {
+                backoff = CLUSTER_BACKOFF.0;
+            }
+            let (Some(c), Some(seen)) = (&self.cluster, seen) else {
+                continue;
+            };
+            let until = tokio::time::Instant::now() + backoff;
+            while c.generation() == seen && tokio::time::Instant::now() < until {
+                tokio::time::sleep(GENERATION_LOOK).await;
+            }
+            if c.generation() == seen {
+                backoff = (backoff * 2).min(CLUSTER_BACKOFF.1);
+            }
+        }
+    }
+
+    /// With a count of all nodes: closes, as long as `self` lives, the kept pairs on hosts
+    /// another node waits for (a kept idle pair would hold its slots there until its idle
+    /// timeout). Each is closed with QUIT before its slots go back.
+    pub fn spawn_give_way(self: &Arc<Self>) {
+        if self.cluster.is_none() {
+            return;
+        }
+        let hosts = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let Some(hosts) = hosts.upgrade() else { return };
+                let Some(c) = &hosts.cluster else { return };
+                for h in c.wanted() {
+                    hosts.pool.close_touching(&h).await;
+                }
+            }
+        });
+    }
+
+    /// Waits for this daemon's own slots on both hosts.
+    async fn acquire_local(&self, a: &str, b: &str) -> Vec<tokio::sync::OwnedSemaphorePermit> {
         let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
         let mut out = Vec::new();
         if a == b {
@@ -79,24 +211,48 @@ impl HostLimits {
 
     /// A slot on one host if one is free now: for a look at a copy's bytes, which never
     /// waits for a slot (and holds it only while the copy it watches runs).
-    pub fn try_acquire_one(&self, host: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.semaphore(&host.to_ascii_lowercase())
-            .try_acquire_owned()
-            .ok()
+    pub async fn try_acquire_one(&self, host: &str) -> Option<Slots> {
+        let host = host.to_ascii_lowercase();
+        let local = self.semaphore(&host).try_acquire_owned().ok()?;
+        let cluster = self.take_cluster(vec![host]).await?;
+        Some(Slots {
+            _local: vec![local],
+            _cluster: cluster,
+        })
     }
 
     /// The slots of up to `want` extra pairs between `a` and `b` (a job's or a transfer's
     /// pairs after its first): only those free now, never waiting, so that no job holds up
     /// or starves another for more parallelism.
-    pub fn extra_slots(&self, a: &str, b: &str, want: usize) -> Vec<Slots> {
-        std::iter::from_fn(|| self.try_acquire(a, b))
-            .take(want)
-            .collect()
+    pub async fn extra_slots(&self, a: &str, b: &str, want: usize) -> Vec<Slots> {
+        let mut out = Vec::new();
+        while out.len() < want {
+            match self.try_acquire(a, b).await {
+                Some(s) => out.push(s),
+                None => break,
+            }
+        }
+        out
     }
 
     /// A slot on both hosts if both are free now, after closing kept pairs on them if
     /// needed (`crate::pool`); `None` otherwise (nothing held).
-    pub fn try_acquire(&self, a: &str, b: &str) -> Option<Slots> {
+    pub async fn try_acquire(&self, a: &str, b: &str) -> Option<Slots> {
+        let local = self.try_acquire_local(a, b)?;
+        let cluster = self.take_cluster(self.slot_hosts(a, b)).await?;
+        Some(Slots {
+            _local: local,
+            _cluster: cluster,
+        })
+    }
+
+    /// This daemon's own slots on both hosts if free now, after closing kept pairs on them
+    /// if needed.
+    fn try_acquire_local(
+        &self,
+        a: &str,
+        b: &str,
+    ) -> Option<Vec<tokio::sync::OwnedSemaphorePermit>> {
         self.try_acquire_free(a, b).or_else(|| {
             self.pool
                 .evict_touching(a, b)
@@ -105,7 +261,7 @@ impl HostLimits {
         })
     }
 
-    fn try_acquire_free(&self, a: &str, b: &str) -> Option<Slots> {
+    fn try_acquire_free(&self, a: &str, b: &str) -> Option<Vec<tokio::sync::OwnedSemaphorePermit>> {
         let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
         if a == b {
             let n = 2.min(self.per_host as u32);
@@ -131,17 +287,18 @@ mod tests {
         let first = hosts.acquire("A", "b").await;
         let second = hosts
             .try_acquire("a", "B")
+            .await
             .expect("one slot left on each host");
-        assert!(hosts.try_acquire("a", "c").is_none(), "a is full");
+        assert!(hosts.try_acquire("a", "c").await.is_none(), "a is full");
         // The refused try took nothing on c: two pairs to c still fit.
-        let c = hosts.try_acquire("c", "d").unwrap();
-        let c2 = hosts.try_acquire("c", "e").unwrap();
-        assert!(hosts.try_acquire("c", "f").is_none());
+        let c = hosts.try_acquire("c", "d").await.unwrap();
+        let c2 = hosts.try_acquire("c", "e").await.unwrap();
+        assert!(hosts.try_acquire("c", "f").await.is_none());
         drop((first, second, c, c2));
-        assert!(hosts.try_acquire("a", "c").is_some());
+        assert!(hosts.try_acquire("a", "c").await.is_some());
         // A pair on one host takes two slots of it.
-        let same = hosts.try_acquire("g", "g").unwrap();
-        assert!(hosts.try_acquire("g", "h").is_none());
+        let same = hosts.try_acquire("g", "g").await.unwrap();
+        assert!(hosts.try_acquire("g", "h").await.is_none());
         drop(same);
     }
 
@@ -150,13 +307,13 @@ mod tests {
         let hosts = HostLimits::new(4, 3);
         let first = hosts.acquire("a", "b").await;
         assert_eq!(
-            hosts.extra_slots("a", "b", 3).len(),
+            hosts.extra_slots("a", "b", 3).await.len(),
             2,
             "two slots left on a and b"
         );
-        let held = hosts.extra_slots("a", "b", 1);
+        let held = hosts.extra_slots("a", "b", 1).await;
         assert_eq!(held.len(), 1, "no more than asked");
-        assert_eq!(hosts.extra_slots("b", "a", 3).len(), 1);
+        assert_eq!(hosts.extra_slots("b", "a", 3).await.len(), 1);
         drop((first, held));
     }
 }

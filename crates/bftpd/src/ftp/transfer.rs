@@ -96,7 +96,7 @@ async fn run_transfer(
             return;
         }
     }
-    let mut early = early_pairs(spec, &src, &dst, limits, &check, &hosts);
+    let mut early = early_pairs(spec, &src, &dst, limits, &check, &hosts).await;
     let names = match list(spec, &mut pair, tx).await {
         Ok(names) if !names.is_empty() => names,
         Ok(_) => {
@@ -175,7 +175,7 @@ type EarlyPair = (Slots, Result<Pair, PairError>);
 /// The other connection pairs of a multi-file transfer, logging in while the first one
 /// lists (on the slots free now, like a job's): a listing of thousands of names takes long
 /// enough for them to be ready when it ends.
-fn early_pairs(
+async fn early_pairs(
     spec: &JobSpec,
     src: &ServerLogin,
     dst: &ServerLogin,
@@ -191,6 +191,7 @@ fn early_pairs(
     let params = spec.params;
     hosts
         .extra_slots(&src.host, &dst.host, extra)
+        .await
         .into_iter()
         .map(|slots| {
             let (src, dst, limits, check) =
