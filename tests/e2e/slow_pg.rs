@@ -306,12 +306,7 @@ fn three_nodes_drain_300_mixed_jobs_with_every_member_correct() {
             (s, t, data)
         };
         let (id, files) = match kind {
-            // Unique copies only with BFTP_SLOW_PG_STOU set: with them in the mix, an append
-            // job's first APPE to Pure-FTPd now and then leaves the file the size of the
-            // source alone (prefix gone), its retry appends again and the job ends
-            // `succeeded` with the content twice; the same with or without the connection
-            // slots of all nodes, and on the code before them. Not found yet.
-            1 if k % 10 == 1 && std::env::var_os("BFTP_SLOW_PG_STOU").is_some() => {
+            1 if k % 10 == 1 => {
                 // A unique copy into a directory of its own: the server names the file.
                 let f = one("u");
                 dst.mkdir(&format!("u/{k}")).unwrap();

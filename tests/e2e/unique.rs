@@ -264,3 +264,55 @@ fn a_cancel_mid_stou_deletes_the_partial_file_that_is_provably_ours() {
         dst.commands()
     );
 }
+
+/// A unique job, then an append job, between the same two real servers (vsftpd to
+/// Pure-FTPd), four times. Pure-FTPd 1.0.50 turns its no-truncate mode on for the rest of a
+/// session at the first STOU, and an APPE in that session then writes a new file over the old
+/// one: before, the append job took the pair the unique job had kept, its file lost the
+/// prefix, and the size check's retry appended the source a second time. A pair whose
+/// destination was sent STOU is no longer kept. Every appended file must hold its prefix and
+/// then the source, once.
+#[test]
+fn append_jobs_after_a_unique_job_on_the_same_servers_keep_their_prefix() {
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    dst.mkdir("u").unwrap();
+    dst.mkdir("a").unwrap();
+    let d = Bftpd::start().unwrap();
+    let proxy = bftp_tests::delay::DelayProxy::for_server(&dst, Duration::ZERO).unwrap();
+    let durl = |p: &str| format!("ftp://{}@{}:{}/{p}", dst.user(), dst.host(), proxy.port());
+    for k in 0..4 {
+        let u = content(&format!("u{k}"), 20_000 + k);
+        src.put_file(&format!("out/u{k}.bin"), &u).unwrap();
+        let id = submit_urls(
+            &d,
+            (&src.url(&format!("out/u{k}.bin")), src.password()),
+            (&durl("u/"), dst.password()),
+            &["--dest-command", "unique"],
+        );
+        let v = wait_final(&d, id, Duration::from_secs(60));
+        assert_eq!(v["outcome"], "succeeded", "{v:#}");
+
+        let a = content(&format!("a{k}"), 20_067 + k);
+        let prefix = format!("prefix of a{k}\n").into_bytes();
+        src.put_file(&format!("out/a{k}.bin"), &a).unwrap();
+        dst.put_file(&format!("a/{k}.bin"), &prefix).unwrap();
+        let id = submit_urls(
+            &d,
+            (&src.url(&format!("out/a{k}.bin")), src.password()),
+            (&durl(&format!("a/{k}.bin")), dst.password()),
+            &["--dest-command", "append"],
+        );
+        let v = wait_final(&d, id, Duration::from_secs(60));
+        assert_eq!(v["outcome"], "succeeded", "{v:#}");
+        let got = dst.read_file(&format!("a/{k}.bin")).unwrap();
+        let want = [prefix.clone(), a.clone()].concat();
+        assert!(
+            got == want,
+            "round {k}: a/{k}.bin holds {} bytes, {} expected (prefix kept: {}); job: {v:#}",
+            got.len(),
+            want.len(),
+            got.starts_with(&prefix)
+        );
+    }
+}

@@ -176,6 +176,11 @@ pub struct Session {
     sscn_on: bool,
     /// The server refused SSCN once: not asked again on this connection.
     sscn_refused: bool,
+    /// STOU was sent on this connection. It can change how the server treats later uploads
+    /// of the same session: Pure-FTPd 1.0.50 turns on its no-truncate mode for the rest of
+    /// the session, and its APPE then writes a new file over the old one (the prefix lost).
+    /// Such a connection is not kept for another job ([`crate::engine::Pair::clean`]).
+    sent_unique: bool,
 }
 
 /// The TLS of a control connection: its version, and what a data connection needs to
@@ -295,6 +300,7 @@ impl Session {
             tls_note: None,
             prot_private: false,
             sscn_on: false,
+            sent_unique: false,
             sscn_refused: false,
         };
         let login_state = LoginState {
@@ -461,6 +467,11 @@ impl Session {
         }
     }
 
+    /// Whether STOU was sent on this connection (see the field's note).
+    pub fn sent_unique(&self) -> bool {
+        self.sent_unique
+    }
+
     /// Whether SSCN ON is in force on this connection.
     pub fn sscn_on(&self) -> bool {
         self.sscn_on
@@ -523,6 +534,7 @@ impl Session {
             });
         }
         self.recorder.sent(self.side, line);
+        self.note_sent(line);
         let Some(write) = self.conn.as_mut() else {
             return Err(self.closed());
         };
@@ -548,6 +560,13 @@ impl Session {
         }
     }
 
+    /// Remembers what a sent line changes for the rest of the session.
+    fn note_sent(&mut self, line: &str) {
+        if crate::engine::verb(line).eq_ignore_ascii_case("STOU") {
+            self.sent_unique = true;
+        }
+    }
+
     /// Send several command lines in one write: a server reads commands one at a time and
     /// answers in order, so the caller reads exactly one reply per line, in this order, to
     /// stay in step (pipelining, RFC 959 allows it). Nothing is sent if a line is bad.
@@ -567,6 +586,7 @@ impl Session {
         }
         for line in lines {
             self.recorder.sent(self.side, line);
+            self.note_sent(line);
         }
         let Some(write) = self.conn.as_mut() else {
             return Err(self.closed());

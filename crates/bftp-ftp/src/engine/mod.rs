@@ -160,7 +160,7 @@ fn index(side: Side) -> usize {
 }
 
 /// The command verb of a line, upper-cased (`RETR`, `STOR`...).
-fn verb(line: &str) -> String {
+pub(crate) fn verb(line: &str) -> String {
     line.split(' ').next().unwrap_or("").to_ascii_uppercase()
 }
 
@@ -294,10 +294,15 @@ impl Pair {
     }
 
     /// Whether nothing ever went wrong on this pair (every copy and listing succeeded, no
-    /// reconnection) and it is open with nothing started ahead: only such a pair may be kept
-    /// for another job.
+    /// reconnection), it is open with nothing started ahead, and its destination was never
+    /// sent STOU (which can change the server's later uploads in that session: see
+    /// `Session::sent_unique`): only such a pair may be kept for another job.
     pub fn clean(&self) -> bool {
-        !self.errored && self.is_usable() && !self.in_flight() && self.owed == [0, 0]
+        !self.errored
+            && self.is_usable()
+            && !self.in_flight()
+            && self.owed == [0, 0]
+            && !self.dst.sent_unique()
     }
 
     /// Marks the pair as one that saw an error ([`Pair::clean`] is false from now on).
