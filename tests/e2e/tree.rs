@@ -594,3 +594,81 @@ fn verify_recursive_walks_the_whole_tree_and_names_what_it_would_refuse() {
     );
     assert_eq!(o.status.code(), Some(8), "{}", text(&o));
 }
+
+/// The MKD commands proFTPD's ExtendedLog holds (any reply), by path.
+fn mkds(server: &FtpServer) -> Vec<String> {
+    let log = std::fs::read_to_string(server.log_file()).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| {
+            l.split_once("\"MKD ")?
+                .1
+                .rsplit_once("\" ")
+                .map(|(p, _)| p.to_owned())
+        })
+        .collect()
+}
+
+/// Issue 16: a recursive job killed (kill -9) during its copies, after it made its
+/// destination directories, does not make them again when it resumes: the directories made
+/// (or found existing) are remembered with the walk. The destination proFTPD's command log
+/// holds each directory's MKD once over the kill and the restart, and the tree arrives whole.
+#[test]
+fn a_resumed_recursive_job_does_not_make_its_directories_again() {
+    use crate::scheduler::{content, submit, wait_final};
+    use bftp_tests::daemon::Bftpd;
+    use bftp_tests::Direction;
+    let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    const DIRS: usize = 30;
+    const FILES: usize = 12;
+    for d in 0..DIRS {
+        for f in 0..FILES {
+            let name = format!("tree/d{d}/f{f}.dat");
+            src.put_file(&name, &content(&name, 500 + f)).unwrap();
+        }
+    }
+    src.mkdir("tree/d0/empty").unwrap();
+    dst.mkdir("in").unwrap();
+    let arrivals = || {
+        dst.xferlog_entries()
+            .unwrap_or_default()
+            .iter()
+            .filter(|e| e.direction == Direction::Incoming && e.complete)
+            .count()
+    };
+    let mut d = Bftpd::start().unwrap();
+    let id = submit(&d, &src, &dst, "tree", "in/copy", &["--recursive"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while arrivals() == 0 {
+        assert!(std::time::Instant::now() < deadline, "no file arrived");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    d.kill9();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let at_kill = arrivals();
+    assert!(
+        at_kill < DIRS * FILES,
+        "the job ended before the kill ({at_kill} files): nothing left to resume"
+    );
+    let before = mkds(&dst);
+    // The root, the 30 directories and the empty one, each once.
+    assert_eq!(before.len(), DIRS + 2, "{before:#?}");
+    d.launch().unwrap();
+    let v = wait_final(&d, id, std::time::Duration::from_secs(120));
+    assert_eq!(v["outcome"], "succeeded", "{}", v["counts"]);
+    let after = mkds(&dst);
+    assert_eq!(
+        after,
+        before,
+        "the resumed job made its directories again ({} MKDs after the restart)",
+        after.len() - before.len()
+    );
+    check_tree_copy("resumed", &v, &src.path("tree"), &dst.path("in/copy"));
+    eprintln!(
+        "{} directories: {} MKDs before the kill ({at_kill} of {} files copied), {} after",
+        DIRS + 2,
+        before.len(),
+        DIRS * FILES,
+        after.len() - before.len()
+    );
+}
