@@ -421,6 +421,10 @@ pub struct ErrorBody {
     pub job_id: Option<u64>,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -462,8 +466,4 @@ mod tests {
         assert!(r.notify.is_empty());
         assert_eq!(r.retry, RetrySpec::default());
     }
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
