@@ -29,8 +29,9 @@
 //! After every run the destination tree is checked against the source: the same set of
 //! directories and files (relative paths), each file with the source's sha256.
 //!
-//! `bftp transfer --recursive` is not built (it refuses and points to `submit --recursive`);
-//! the bench prints its answer instead of a row for it.
+//! `transfer` (in `BENCH_TOOLS`, default `lftp,bftp,transfer`) times `bftp transfer
+//! --recursive`, the same tree walked in memory and copied in the foreground; it has no kill
+//! run (a foreground transfer killed loses its run).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Seek, SeekFrom};
@@ -587,20 +588,43 @@ impl Bench {
     }
 
     /// `bftp transfer --recursive`: not built; its answer, which should say so.
-    fn transfer_recursive(&self, route: &Route) -> Result<String> {
+    /// `bftp transfer --recursive`: the tree walked and copied in the foreground, timed from
+    /// the command's start to its exit.
+    fn transfer(&self, route: &Route) -> Result<Row> {
+        self.clean()?;
         let d = self.bftpd()?;
+        let pid = d.pid().context("bftpd pid")?;
+        let cpu = cpu_seconds(pid, false)?;
         let source = Self::bftp_url(&self.src, route.src_port, SRC_TREE);
         let dest = Self::bftp_url(&self.dst, route.dst_port, DST_TREE);
+        let start = Instant::now();
         let o = d.bftp_env(
             None,
             &["transfer", "--recursive", &source, &dest],
             &self.env(),
         );
-        let out = text(&o);
-        if o.status.success() {
-            bail!("bftp transfer --recursive succeeded: the bench should time it now: {out}");
-        }
-        Ok(out.lines().last().unwrap_or("").trim().to_owned())
+        let wall = start.elapsed().as_secs_f64();
+        let cpu = cpu_seconds(pid, false)? - cpu;
+        let rss_kib = status_kib(pid, "VmHWM:")?;
+        let check = if o.status.success() {
+            self.verify()
+        } else {
+            let out = text(&o);
+            Err(format!(
+                "bftp transfer exited {:?}: {}",
+                o.status.code(),
+                out.lines().last().unwrap_or("")
+            ))
+        };
+        Ok(Row {
+            rtt: route.rtt,
+            tool: "bftp transfer",
+            files: self.files,
+            wall,
+            cpu,
+            rss_kib,
+            check,
+        })
     }
 }
 
@@ -622,7 +646,7 @@ fn main() -> Result<()> {
     let kill = env_or("BENCH_KILL", 1u8) != 0;
     let kill_at: f64 = env_or("BENCH_KILL_AT", 0.33);
     let limit = Duration::from_secs(env_or("BENCH_TIMEOUT", 1800));
-    let tools = env_or("BENCH_TOOLS", "lftp,bftp".to_string());
+    let tools = env_or("BENCH_TOOLS", "lftp,bftp,transfer".to_string());
     let rtts: Vec<u64> = env_or("BENCH_RTTS", "0,20".to_string())
         .split(',')
         .map(|s| s.trim().parse().context("BENCH_RTTS: ms, comma-separated"))
@@ -671,7 +695,6 @@ fn main() -> Result<()> {
 
     let mut rows = Vec::new();
     let mut resumes = Vec::new();
-    let mut transfer_answer = None;
     for &ms in &rtts {
         let rtt = Duration::from_millis(ms);
         let mut proxies = Vec::new();
@@ -690,14 +713,12 @@ fn main() -> Result<()> {
                 dst_port: proxies[1].port(),
             }
         };
-        if transfer_answer.is_none() {
-            transfer_answer = Some(bench.transfer_recursive(&route)?);
-        }
         for tool in tools.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let row = match tool {
                 "lftp" => bench.lftp(&route)?,
                 "bftp" => bench.bftp(&route)?,
-                other => bail!("BENCH_TOOLS: unknown tool {other} (lftp, bftp)"),
+                "transfer" => bench.transfer(&route)?,
+                other => bail!("BENCH_TOOLS: unknown tool {other} (lftp, bftp, transfer)"),
             };
             eprintln!(
                 "{} at {ms} ms: {:.2} s, tree {}",
@@ -709,7 +730,8 @@ fn main() -> Result<()> {
                 }
             );
             rows.push(row);
-            if kill {
+            // A foreground transfer killed loses its run: nothing to resume.
+            if kill && tool != "transfer" {
                 let r = match tool {
                     "lftp" => bench.lftp_kill(&route)?,
                     _ => bench.bftp_kill(&route)?,
@@ -774,9 +796,6 @@ fn main() -> Result<()> {
              more means files copied again after the kill)",
             bench.files
         );
-    }
-    if let Some(a) = transfer_answer {
-        println!("bftp transfer --recursive: not built; it answers: {a}");
     }
     for r in &rows {
         if let Err(e) = &r.check {

@@ -434,3 +434,241 @@ fn a_directory_reached_again_through_a_followed_link_is_reported_not_walked() {
     assert_eq!(dst.read_file("in/copy/a/file.dat").unwrap(), b"once");
     assert!(!dst.path("in/copy/b/to a").exists());
 }
+
+/// A small tree for the foreground commands: files at two levels, a name with a space, an
+/// empty directory, and a symbolic link.
+fn small_tree(s: &FtpServer) {
+    for (f, body) in [
+        ("tree/a.dat", &b"alpha"[..]),
+        ("tree/b c.dat", b"with a space"),
+        ("tree/sub/x.dat", b"below"),
+        ("tree/sub/deeper/y y.dat", b"two below"),
+    ] {
+        s.put_file(f, body).unwrap();
+    }
+    s.mkdir("tree/empty").unwrap();
+    std::os::unix::fs::symlink("x.dat", s.path("tree/sub/link")).unwrap();
+}
+
+/// Issue 16: `bftp transfer --recursive SRC_DIR DST_DIR` walks the tree in the foreground by
+/// the queued job's rules, on vsftpd (LIST) to proFTPD and on Pure-FTPd (MLSD) to vsftpd:
+/// the destination tree equals the source's by sha256 (the empty directory made, the name
+/// with a space copied) but for the link, which is a `SKIP ... refused` line saying it was
+/// not followed; a line per file; exit 8 because one entry was refused.
+#[test]
+fn transfer_recursive_copies_a_tree_and_reports_the_link_not_followed() {
+    use bftp_tests::daemon::{text, Bftpd};
+    let d = Bftpd::start().unwrap();
+    for (s, t) in [
+        (ServerKind::Vsftpd, ServerKind::Proftpd),
+        (ServerKind::PureFtpd, ServerKind::Vsftpd),
+    ] {
+        let src = FtpServer::start(s, FtpOptions::default()).unwrap();
+        let dst = FtpServer::start(t, FtpOptions::default()).unwrap();
+        small_tree(&src);
+        dst.mkdir("in").unwrap();
+        let o = d.bftp_env(
+            None,
+            &[
+                "transfer",
+                "--recursive",
+                &src.url("tree"),
+                &dst.url("in/copy"),
+            ],
+            &[
+                ("BFTP_SOURCE_PASSWORD", src.password()),
+                ("BFTP_DEST_PASSWORD", dst.password()),
+            ],
+        );
+        let out = text(&o);
+        let what = format!("{s} -> {t}");
+        assert_eq!(o.status.code(), Some(8), "{what}: {out}");
+        let source = tree_sums(&src.path("tree"));
+        let dest = tree_sums(&dst.path("in/copy"));
+        assert_eq!(dest.dirs, source.dirs, "{what}: {out}");
+        assert_eq!(dest.files, source.files, "{what}: {out}");
+        assert!(dest.links.is_empty(), "{what}: {dest:?}");
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        let skip: Vec<&str> = stdout.lines().filter(|l| l.starts_with("SKIP")).collect();
+        assert_eq!(skip.len(), 1, "{what}: {out}");
+        assert!(
+            skip[0].contains("sub/link  refused")
+                && skip[0].contains("symbolic link")
+                && skip[0].contains("not followed"),
+            "{what}: {out}"
+        );
+        for f in ["a.dat", "b c.dat", "sub/x.dat", "sub/deeper/y y.dat"] {
+            assert!(
+                stdout
+                    .lines()
+                    .any(|l| l.starts_with("ok    ") && l.contains(&format!("  {f}  succeeded"))),
+                "{what}: no line for {f}: {out}"
+            );
+        }
+        assert!(
+            stdout.contains("5 files: 4 succeeded, 0 failed, 1 refused"),
+            "{what}: {out}"
+        );
+    }
+    // Without the link, the same tree copies with exit 0.
+    let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    small_tree(&src);
+    std::fs::remove_file(src.path("tree/sub/link")).unwrap();
+    let o = d.bftp_env(
+        None,
+        &["transfer", "-r", &src.url("tree"), &dst.url("copy")],
+        &[
+            ("BFTP_SOURCE_PASSWORD", src.password()),
+            ("BFTP_DEST_PASSWORD", dst.password()),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        tree_sums(&dst.path("copy")),
+        tree_sums(&src.path("tree")),
+        "{}",
+        text(&o)
+    );
+}
+
+/// Issue 16: `bftp verify --recursive` walks the whole source tree (not only its top
+/// directory) and says what a copy would make, copy and refuse, and which proof the pair
+/// allows.
+#[test]
+fn verify_recursive_walks_the_whole_tree_and_names_what_it_would_refuse() {
+    use bftp_tests::daemon::{text, Bftpd};
+    let d = Bftpd::start().unwrap();
+    let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    small_tree(&src);
+    let o = d.bftp_env(
+        None,
+        &[
+            "--json",
+            "verify",
+            "--recursive",
+            &src.url("tree"),
+            &dst.url(""),
+        ],
+        &[
+            ("BFTP_SOURCE_PASSWORD", src.password()),
+            ("BFTP_DEST_PASSWORD", dst.password()),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let check = |name: &str| {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no {name:?} check: {v:#}"))
+            .clone()
+    };
+    let tree = check("source tree");
+    let detail = tree["detail"].as_str().unwrap();
+    // The root, empty, sub, sub/deeper; four files (5 + 12 + 5 + 9 bytes); the link.
+    assert!(
+        detail.starts_with(
+            "4 directories (the root included) and 4 files (31 bytes listed) would be copied; \
+             1 entry refused (reported, not copied): \"sub/link\": a symbolic link"
+        ),
+        "{detail}"
+    );
+    assert!(detail.contains("not followed"), "{detail}");
+    assert_eq!(tree["ok"], true, "{v:#}");
+    assert!(
+        check("proof")["detail"].as_str().unwrap().len() > 3,
+        "{v:#}"
+    );
+    // A source that is not a directory fails the walk.
+    let o = d.bftp_env(
+        None,
+        &["verify", "-r", &src.url("tree/nope"), &dst.url("")],
+        &[
+            ("BFTP_SOURCE_PASSWORD", src.password()),
+            ("BFTP_DEST_PASSWORD", dst.password()),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o));
+}
+
+/// The MKD commands proFTPD's ExtendedLog holds (any reply), by path.
+fn mkds(server: &FtpServer) -> Vec<String> {
+    let log = std::fs::read_to_string(server.log_file()).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| {
+            l.split_once("\"MKD ")?
+                .1
+                .rsplit_once("\" ")
+                .map(|(p, _)| p.to_owned())
+        })
+        .collect()
+}
+
+/// Issue 16: a recursive job killed (kill -9) during its copies, after it made its
+/// destination directories, does not make them again when it resumes: the directories made
+/// (or found existing) are remembered with the walk. The destination proFTPD's command log
+/// holds each directory's MKD once over the kill and the restart, and the tree arrives whole.
+#[test]
+fn a_resumed_recursive_job_does_not_make_its_directories_again() {
+    use crate::scheduler::{content, submit, wait_final};
+    use bftp_tests::daemon::Bftpd;
+    use bftp_tests::Direction;
+    let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    const DIRS: usize = 30;
+    const FILES: usize = 12;
+    for d in 0..DIRS {
+        for f in 0..FILES {
+            let name = format!("tree/d{d}/f{f}.dat");
+            src.put_file(&name, &content(&name, 500 + f)).unwrap();
+        }
+    }
+    src.mkdir("tree/d0/empty").unwrap();
+    dst.mkdir("in").unwrap();
+    let arrivals = || {
+        dst.xferlog_entries()
+            .unwrap_or_default()
+            .iter()
+            .filter(|e| e.direction == Direction::Incoming && e.complete)
+            .count()
+    };
+    let mut d = Bftpd::start().unwrap();
+    let id = submit(&d, &src, &dst, "tree", "in/copy", &["--recursive"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while arrivals() == 0 {
+        assert!(std::time::Instant::now() < deadline, "no file arrived");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    d.kill9();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let at_kill = arrivals();
+    assert!(
+        at_kill < DIRS * FILES,
+        "the job ended before the kill ({at_kill} files): nothing left to resume"
+    );
+    let before = mkds(&dst);
+    // The root, the 30 directories and the empty one, each once.
+    assert_eq!(before.len(), DIRS + 2, "{before:#?}");
+    d.launch().unwrap();
+    let v = wait_final(&d, id, std::time::Duration::from_secs(120));
+    assert_eq!(v["outcome"], "succeeded", "{}", v["counts"]);
+    let after = mkds(&dst);
+    assert_eq!(
+        after,
+        before,
+        "the resumed job made its directories again ({} MKDs after the restart)",
+        after.len() - before.len()
+    );
+    check_tree_copy("resumed", &v, &src.path("tree"), &dst.path("in/copy"));
+    eprintln!(
+        "{} directories: {} MKDs before the kill ({at_kill} of {} files copied), {} after",
+        DIRS + 2,
+        before.len(),
+        DIRS * FILES,
+        after.len() - before.len()
+    );
+}

@@ -958,11 +958,20 @@ fn wait_released(tree: &[Frozen], listener: Option<u64>, deadline: Instant) -> R
     }
 }
 
-/// The socket inodes of the TCP sockets listening on `addr` (from /proc/net/tcp).
+/// The socket inodes of the TCP sockets listening on `addr`: asked of the kernel by
+/// `sock_diag` (listeners only), else read from /proc/net/tcp, whose many TIME_WAIT lines
+/// after a long run make it slow.
 fn listening_inodes(addr: SocketAddr) -> Vec<u64> {
     let SocketAddr::V4(addr) = addr else {
         return Vec::new();
     };
+    if let Some(sockets) = crate::sockdiag::tcp_sockets(1 << crate::sockdiag::TCP_LISTEN) {
+        return sockets
+            .into_iter()
+            .filter(|s| s.local == addr)
+            .map(|s| s.inode)
+            .collect();
+    }
     let Ok(table) = fs::read_to_string("/proc/net/tcp") else {
         return Vec::new();
     };
@@ -992,8 +1001,13 @@ fn listening_inodes(addr: SocketAddr) -> Vec<u64> {
     found
 }
 
-/// Whether `inode` is still a TCP socket (in any state) in /proc/net/tcp.
+/// Whether `inode` is still a TCP socket, in any state: by `sock_diag`, asking for every
+/// state a socket with an inode can be in (TIME_WAIT and half-open request sockets have
+/// none), else from /proc/net/tcp.
 fn socket_exists(inode: u64) -> bool {
+    if let Some(sockets) = crate::sockdiag::tcp_sockets(crate::sockdiag::states_with_inodes()) {
+        return sockets.iter().any(|s| s.inode == inode);
+    }
     let Ok(table) = fs::read_to_string("/proc/net/tcp") else {
         return false;
     };

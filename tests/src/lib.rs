@@ -15,6 +15,7 @@ pub mod procstat;
 pub mod rawftp;
 pub mod scenario;
 pub mod smtp;
+pub mod sockdiag;
 
 pub use delay::DelayProxy;
 pub use ftpserver::{Direction, FtpOptions, FtpServer, ServerKind, ServerTls, XferEntry};

@@ -389,6 +389,10 @@ pub struct TransferSummary {
     pub files: u32,
     pub succeeded: u32,
     pub failed: u32,
+    /// Entries of a tree (`--recursive`) not copied by rule: symbolic links, special files,
+    /// unsafe names, a directory reached twice or too deep. Counted in `files`. Absent: 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub refused: u32,
     pub bytes: u64,
     pub seconds: f64,
     /// A failure of the whole transfer (login refused, FXP refused by both servers...).
@@ -415,6 +419,10 @@ pub struct ErrorBody {
     /// The job concerned, where there is one (e.g. the job a conflicting request key made).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_id: Option<u64>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

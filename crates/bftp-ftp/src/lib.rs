@@ -15,7 +15,7 @@ pub use engine::{
     CopyRequest, DataTls, DirListing, Failure, Fallback, HashProof, JobFailure, LastReply,
     ListError, ListMethod, Listed, Listing, Pair, PairError, Progress, RejectedName, SizeCheck,
     SizeWatch, Skipped, TreeEntry, TreeKind, VerifyReport, VerifyRequest, WalkMethod,
-    HASH_RATE_FLOOR,
+    CHECK_SOURCE_FILE, HASH_RATE_FLOOR,
 };
 pub use limits::{AddressCheck, AllowAll, Limits, ServerLogin};
 pub use parse::{AddressError, FactError, MlsdError, NameError, ReplyError};

@@ -323,6 +323,12 @@ pub trait JobStore: Send + Sync {
         unique: Vec<(String, String)>,
         now: Timestamp,
     ) -> Result<Walk, StoreError>;
+    /// Remembers destination directories of a recursive job's walk as made (or found
+    /// existing), relative to the root (`""`: the destination root), in one durable
+    /// transaction, so that a later attempt does not make them again ([`Walk::made`]). A job
+    /// without a walk changes nothing.
+    fn record_made_dirs(&self, id: JobId, dirs: Vec<String>) -> Result<(), StoreError>;
+
     /// Several members' changes at once, as [`JobStore::update_member`] makes each (in this
     /// order), in one transaction and one flush where the store can: members of one attempt
     /// that finish close together share the cost of making their records durable. Durable

@@ -1345,6 +1345,21 @@ impl Inner {
         Ok(out)
     }
 
+    async fn record_made_dirs(&self, id: JobId, dirs: Vec<String>) -> Result<(), StoreError> {
+        const OP: &str = "record_made_dirs";
+        let mut c = self.client(OP).await?;
+        let tx = self.begin(&mut c, OP, Some(id)).await?;
+        let mut rec = tx_job(&tx, OP, id).await?;
+        let Some(walk) = rec.walk.as_mut() else {
+            return Ok(());
+        };
+        if walk.record_made(&dirs) {
+            tx_put_job(&tx, OP, id, &rec, false).await?;
+            tx.commit().await.map_err(pg(OP))?;
+        }
+        Ok(())
+    }
+
     async fn update_member(
         &self,
         id: JobId,
@@ -1951,6 +1966,10 @@ impl JobStore for PgStore {
             i.record_directory(id, dir, files, subdirs, unique, now)
                 .await
         })
+    }
+
+    fn record_made_dirs(&self, id: JobId, dirs: Vec<String>) -> Result<(), StoreError> {
+        self.with(|i| async move { i.record_made_dirs(id, dirs).await })
     }
 
     fn due(&self, until: Timestamp, limit: usize) -> Result<Vec<(Timestamp, JobId)>, StoreError> {

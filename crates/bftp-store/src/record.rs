@@ -58,6 +58,11 @@ pub(crate) struct WalkV1 {
     /// written before they were kept, and in walks over LIST).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub unique: std::collections::BTreeMap<String, String>,
+    /// The destination directories made or found existing, relative to the root (`""`: the
+    /// destination root), sorted (absent in walks written before they were kept: every
+    /// directory is then made again, which is harmless).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub made: Vec<String>,
 }
 
 impl WalkV1 {
@@ -66,6 +71,7 @@ impl WalkV1 {
             todo: vec![String::new()],
             done: Vec::new(),
             unique: Default::default(),
+            made: Vec::new(),
         }
     }
 
@@ -79,20 +85,25 @@ impl WalkV1 {
         subdirs: &[String],
         unique: &[(String, String)],
     ) -> bool {
-        let Some(at) = self.todo.iter().position(|d| d == dir) else {
-            return false;
-        };
-        self.todo.remove(at);
-        self.done.push(dir.to_owned());
-        for sub in subdirs {
-            if !self.done.contains(sub) && !self.todo.contains(sub) {
-                self.todo.push(sub.clone());
+        crate::types::record_listed(
+            &mut self.todo,
+            &mut self.done,
+            &mut self.unique,
+            dir,
+            subdirs,
+            unique,
+        )
+    }
+
+    /// Adds destination directories made (or found existing); `false` when all were known.
+    pub(crate) fn record_made(&mut self, dirs: &[String]) -> bool {
+        let before = self.made.len();
+        for d in dirs {
+            if let Err(at) = self.made.binary_search(d) {
+                self.made.insert(at, d.clone());
             }
         }
-        for (fact, d) in unique {
-            self.unique.entry(fact.clone()).or_insert_with(|| d.clone());
-        }
-        true
+        self.made.len() != before
     }
 
     /// The history line of one directory frozen.
@@ -122,6 +133,7 @@ impl WalkV1 {
             frontier: self.todo.clone(),
             listed: self.done.clone(),
             unique: self.unique.clone(),
+            made: self.made.iter().cloned().collect(),
         }
     }
 }

@@ -1494,6 +1494,19 @@ impl JobStore for SledStore {
             Ok(out)
         })
     }
+
+    fn record_made_dirs(&self, id: JobId, dirs: Vec<String>) -> Result<(), StoreError> {
+        self.write("record_made_dirs", |tx| {
+            let mut rec = tx_job(tx, id)?;
+            let Some(walk) = rec.walk.as_mut() else {
+                return Ok(());
+            };
+            if walk.record_made(&dirs) {
+                tx_put_job(tx, id, &rec)?;
+            }
+            Ok(())
+        })
+    }
 }
 
 impl SledStore {

@@ -340,4 +340,127 @@ pub struct Walk {
     pub listed: Vec<String>,
     /// MLSD `unique` facts seen so far, each with the first directory that showed it.
     pub unique: std::collections::BTreeMap<String, String>,
+    /// The destination directories made (or found existing) so far, relative to the root
+    /// (`""`: the destination root itself): a later attempt does not make them again.
+    pub made: std::collections::BTreeSet<String>,
+}
+
+impl Walk {
+    /// The walk of a tree not listed yet: the root alone in the frontier.
+    pub fn start() -> Walk {
+        Walk {
+            frontier: vec![String::new()],
+            ..Walk::default()
+        }
+    }
+
+    /// Records directory `dir` listed (see [`record_listed`]).
+    pub fn record(&mut self, dir: &str, subdirs: &[String], unique: &[(String, String)]) -> bool {
+        record_listed(
+            &mut self.frontier,
+            &mut self.listed,
+            &mut self.unique,
+            dir,
+            subdirs,
+            unique,
+        )
+    }
+}
+
+/// The frontier rule of a walk, for the durable one and the one in memory alike: moves `dir`
+/// from the frontier (`todo`) to the listed directories (`done`), queues its subdirectories
+/// not queued or listed yet at the end (breadth first: parents before children), and keeps
+/// the `unique` facts its listing showed (fact, directory), a fact seen before keeping its
+/// first directory. `false`, and no change: `dir` is not in the frontier, it was listed
+/// before and is never recorded twice.
+pub(crate) fn record_listed(
+    todo: &mut Vec<String>,
+    done: &mut Vec<String>,
+    facts: &mut std::collections::BTreeMap<String, String>,
+    dir: &str,
+    subdirs: &[String],
+    unique: &[(String, String)],
+) -> bool {
+    let Some(at) = todo.iter().position(|d| d == dir) else {
+        return false;
+    };
+    todo.remove(at);
+    done.push(dir.to_owned());
+    for sub in subdirs {
+        if !done.contains(sub) && !todo.contains(sub) {
+            todo.push(sub.clone());
+        }
+    }
+    for (fact, d) in unique {
+        facts.entry(fact.clone()).or_insert_with(|| d.clone());
+    }
+    true
+}
+
+#[cfg(test)]
+mod walk_tests {
+    use super::*;
+
+    /// The frontier rule, one row per case: frontier and listed before, the directory
+    /// recorded and its subdirectories; whether it is recorded, frontier and listed after.
+    #[test]
+    fn the_frontier_rule() {
+        type Row<'a> = (
+            &'a [&'a str],
+            &'a [&'a str],
+            &'a str,
+            &'a [&'a str],
+            bool,
+            &'a [&'a str],
+            &'a [&'a str],
+        );
+        let table: &[Row] = &[
+            // The root: its subdirectories queued in the order given.
+            (&[""], &[], "", &["b", "a"], true, &["b", "a"], &[""]),
+            // Children join the end: breadth first.
+            (
+                &["a", "b"],
+                &[""],
+                "a",
+                &["a/c"],
+                true,
+                &["b", "a/c"],
+                &["", "a"],
+            ),
+            // Not in the frontier (listed before): nothing changes.
+            (&["b"], &["", "a"], "a", &["a/x"], false, &["b"], &["", "a"]),
+            // A subdirectory queued or listed already is not queued again.
+            (
+                &["a", "b"],
+                &[""],
+                "a",
+                &["b", "", "a/c"],
+                true,
+                &["b", "a/c"],
+                &["", "a"],
+            ),
+        ];
+        for (todo, done, dir, subs, recorded, todo_after, done_after) in table {
+            let mut walk = Walk {
+                frontier: todo.iter().map(|s| s.to_string()).collect(),
+                listed: done.iter().map(|s| s.to_string()).collect(),
+                ..Walk::default()
+            };
+            let subs: Vec<String> = subs.iter().map(|s| s.to_string()).collect();
+            let facts = [("U".to_string(), dir.to_string())];
+            assert_eq!(
+                walk.record(dir, &subs, &facts),
+                *recorded,
+                "{dir:?} {todo:?}"
+            );
+            assert_eq!(walk.frontier, *todo_after, "{dir:?} {todo:?}");
+            assert_eq!(walk.listed, *done_after, "{dir:?} {todo:?}");
+            assert_eq!(walk.unique.contains_key("U"), *recorded);
+        }
+        // A fact seen before keeps its first directory.
+        let mut walk = Walk::start();
+        walk.unique.insert("U".into(), "first".into());
+        walk.record("", &[], &[("U".into(), "".into())]);
+        assert_eq!(walk.unique["U"], "first");
+    }
 }

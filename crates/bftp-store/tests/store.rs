@@ -1223,6 +1223,7 @@ fn refusal_memory_counts_attempts_and_survives_a_reopen(fx: &Fixture) {
 }
 
 both_stores!(
+    made_destination_directories_are_remembered_with_the_walk,
     submit_then_get_preserves_every_field,
     ids_count_up_and_are_not_reused_after_reopen,
     request_key_same_fingerprint_is_the_same_job_other_fingerprint_is_refused,
@@ -1359,4 +1360,33 @@ fn a_walk_freezes_each_directory_once_and_the_membership_at_its_end() {
         .unwrap();
     assert_eq!(e, w, "a directory not in the frontier changes nothing");
     assert_eq!(store.members(id).unwrap().len(), 4);
+}
+
+/// Issue 16: the destination directories a recursive job made are remembered with its walk
+/// (sorted, each once, surviving a reopen), so that a resumed job does not make them again;
+/// a job without a walk is left as it was.
+fn made_destination_directories_are_remembered_with_the_walk(fx: &Fixture) {
+    let (id, plain) = {
+        let store = fx.open();
+        let id = store.submit(job(1)).unwrap().job().id;
+        let plain = store.submit(job(2)).unwrap().job().id;
+        store
+            .record_directory(id, "", vec![], vec!["b".into(), "a".into()], vec![], at(10))
+            .unwrap();
+        assert!(store.walk(id).unwrap().made.is_empty());
+        store
+            .record_made_dirs(id, vec!["".into(), "b".into()])
+            .unwrap();
+        store
+            .record_made_dirs(id, vec!["b".into(), "a".into()])
+            .unwrap();
+        store.record_made_dirs(plain, vec!["x".into()]).unwrap();
+        (id, plain)
+    };
+    let store = fx.open();
+    let made: Vec<String> = store.walk(id).unwrap().made.into_iter().collect();
+    assert_eq!(made, ["", "a", "b"]);
+    assert!(store.walk(plain).unwrap().made.is_empty());
+    assert_eq!(store.walk(plain).unwrap().frontier, [""]);
+    fx.verify();
 }

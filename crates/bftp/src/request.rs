@@ -68,7 +68,8 @@ pub struct RequestArgs {
 
     /// The source is a directory: copy its whole tree (each file by its path below it;
     /// directories made on the destination, parents first; links and special files reported,
-    /// not followed)
+    /// not followed). With transfer: walked and copied in the foreground, exit 8 if a file
+    /// failed or was refused; with verify: the whole tree walked and counted
     #[arg(long, short = 'r')]
     pub recursive: bool,
 

@@ -21,7 +21,7 @@ use crate::request::{Prepared, RequestArgs};
 #[command(
     mut_arg("destination", |a| a
         .required(true)
-        .help("Where they go: a file name or a directory (a directory for a wildcard source)")),
+        .help("Where they go: a file name or a directory (a directory for a wildcard source or --recursive)")),
     // A copy always has a destination.
     mut_arg("delete", |a| a.hide(true)),
 )]
@@ -171,7 +171,12 @@ fn file_line(r: &FileResult) -> String {
     }
     let line = format!(
         "{}  {}  {}  {bytes}  {:.1} s  {}",
-        if ok { "ok  " } else { "FAIL" },
+        match r.state.as_str() {
+            "succeeded" => "ok  ",
+            // A tree's link or special file: not copied by rule, reported.
+            "refused" => "SKIP",
+            _ => "FAIL",
+        },
         clip(&r.name, 60),
         sanitize(&r.state),
         r.seconds,
@@ -200,8 +205,13 @@ fn summary_text(s: &TransferSummary) -> String {
     } else {
         "- MB/s".to_string()
     };
+    let refused = if s.refused > 0 {
+        format!(", {} refused", s.refused)
+    } else {
+        String::new()
+    };
     let mut out = format!(
-        "{}: {} succeeded, {} failed, {} in {:.1} s, {rate}\n",
+        "{}: {} succeeded, {} failed{refused}, {} in {:.1} s, {rate}\n",
         plural(s.files, "file"),
         s.succeeded,
         s.failed,
@@ -592,6 +602,7 @@ mod tests {
             files,
             succeeded,
             failed: files - succeeded,
+            refused: 0,
             bytes: 5_000_000,
             seconds: 2.0,
             error: error.map(String::from),
@@ -614,6 +625,22 @@ mod tests {
             "0 files: 0 succeeded, 0 failed, 0 bytes in 0.0 s, - MB/s\n\
              error: login refused by source: 530 Login incorrect\n\
              transcript:\n  S> USER alice\n  S< 530 Login incorrect\n"
+        );
+        let mut tree = summary(3, 2, None);
+        tree.failed = 0;
+        tree.refused = 1;
+        assert_eq!(
+            summary_text(&tree),
+            "3 files: 2 succeeded, 0 failed, 1 refused, 5000000 bytes in 2.0 s, 2.50 MB/s\n"
+        );
+        assert_eq!(exit_for(true, &tree), Exit::Problem);
+        let mut link = file("tree/link", "refused");
+        link.source_reply = None;
+        link.dest_reply = None;
+        link.detail = Some("refused: a symbolic link to \"one\": reported, not followed".into());
+        assert_eq!(
+            file_line(&link),
+            "SKIP  tree/link  refused  -  0.2 s  refused: a symbolic link to \"one\": reported, not followed\n"
         );
         assert_eq!(
             listed_text(&["a".into()], &["\"../x\": escapes the directory".into()]),

@@ -126,6 +126,7 @@ fn summary(files: u32, failed: u32, error: Option<&str>) -> String {
         files,
         succeeded: files - failed,
         failed,
+        refused: 0,
         bytes: 2_000_000 * u64::from(files - failed),
         seconds: 1.0,
         error: error.map(String::from),

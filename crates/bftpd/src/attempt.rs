@@ -651,7 +651,9 @@ impl Run {
             )
             .await;
             let made = match walked {
-                Ok(walk) => crate::walk::make_dirs(&mut pair, &spec, &walk).await,
+                Ok(walk) => {
+                    crate::walk::make_dirs(&mut pair, &spec, &walk, Some((&self.store, id))).await
+                }
                 Err(end) => Err(end),
             };
             self.keep(&pair.take_transcript());

@@ -142,19 +142,15 @@ pub async fn walk(
     let root = spec.source_root().to_owned();
     let mut walk = blocking(store, move |s| s.walk(id)).await?;
     while let Some(dir) = walk.frontier.first().cloned() {
-        let path = if dir.is_empty() {
-            root.clone()
-        } else {
-            join_path(&root, &dir)
-        };
-        let listing = pair.list_dir(&path).await.map_err(|e| {
-            let reason = format!("listing the source directory {path:?}: {e}");
-            if e.disposition().is_permanent() && dir.is_empty() {
-                AttemptEnd::JobPermanent { reason }
-            } else {
-                AttemptEnd::Transient { reason }
-            }
-        })?;
+        let listing = list(pair, &root, &dir)
+            .await
+            .map_err(|(reason, permanent)| {
+                if permanent {
+                    AttemptEnd::JobPermanent { reason }
+                } else {
+                    AttemptEnd::Transient { reason }
+                }
+            })?;
         keep(&listing.transcript);
         let sorted = sort(&dir, &listing, &walk.unique);
         let at = now();
@@ -166,31 +162,112 @@ pub async fn walk(
     Ok(walk)
 }
 
-/// Makes the destination root and every listed directory, parents first (the walk's order).
-pub async fn make_dirs(pair: &mut Pair, spec: &JobSpec, walk: &Walk) -> Result<(), AttemptEnd> {
+/// Lists directory `dir` (relative to `root`); an error with whether it is permanent (only
+/// the root's own permanent refusal is: a subdirectory may be readable next time).
+async fn list(pair: &mut Pair, root: &str, dir: &str) -> Result<DirListing, (String, bool)> {
+    let path = if dir.is_empty() {
+        root.to_owned()
+    } else {
+        join_path(root, dir)
+    };
+    pair.list_dir(&path).await.map_err(|e| {
+        let reason = format!("listing the source directory {path:?}: {e}");
+        (reason, e.disposition().is_permanent() && dir.is_empty())
+    })
+}
+
+/// A whole tree walked in memory, by the rules of the durable walk ([`sort`] and the
+/// frontier of [`Walk::record`]), for `bftp transfer` and `bftp verify`: nothing is kept, so
+/// a run cut off is lost.
+#[derive(Debug, Default)]
+pub struct Tree {
+    pub walk: Walk,
+    /// Every member, in walk order: files, and the refused entries with their reasons.
+    pub members: Vec<NewMember>,
+}
+
+/// Walks the tree below `root` in memory (see [`Tree`]), at most `max_members` members.
+/// `Err`: why, and whether it is permanent.
+pub async fn walk_in_memory(
+    pair: &mut Pair,
+    root: &str,
+    max_members: usize,
+) -> Result<Tree, (String, bool)> {
+    let mut tree = Tree {
+        walk: Walk::start(),
+        members: Vec::new(),
+    };
+    while let Some(dir) = tree.walk.frontier.first().cloned() {
+        let listing = list(pair, root, &dir).await?;
+        let sorted = sort(&dir, &listing, &tree.walk.unique);
+        tree.walk.record(&dir, &sorted.subdirs, &sorted.unique);
+        tree.members.extend(sorted.members);
+        if tree.members.len() > max_members {
+            return Err((
+                format!("the tree has more than {max_members} entries: too many for one run"),
+                true,
+            ));
+        }
+    }
+    Ok(tree)
+}
+
+/// How long made directories may wait to be recorded: a kill loses at most this much of
+/// the MKDs, and a tree of thousands of directories costs a store write per interval, not
+/// one per directory.
+const MADE_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Makes the destination root and every listed directory, parents first (the walk's order),
+/// but those `walk.made` says an earlier attempt made already. With a store, the directories
+/// made are remembered there ([`JobStore::record_made_dirs`]), every [`MADE_FLUSH`] and at
+/// the end (also when a MKD fails): a resumed job does not make them again.
+pub async fn make_dirs(
+    pair: &mut Pair,
+    spec: &JobSpec,
+    walk: &Walk,
+    store: Option<(&Arc<dyn JobStore>, JobId)>,
+) -> Result<(), AttemptEnd> {
     let root = spec
         .destination
         .as_ref()
         .map(|d| d.path.trim_end_matches('/').to_owned())
         .unwrap_or_default();
-    let mut paths = Vec::new();
+    let mut todo = Vec::new();
     if !root.is_empty() && root != "/" {
-        paths.push(root.clone());
+        todo.push((String::new(), root.clone()));
     }
     for dir in walk.listed.iter().filter(|d| !d.is_empty()) {
-        paths.push(join_path(&root, dir));
+        todo.push((dir.clone(), join_path(&root, dir)));
     }
-    for p in paths {
-        if let Err(e) = pair.make_dir(&p).await {
-            let reason = format!("making the destination directory {p:?}: {e}");
-            return Err(if e.disposition().is_permanent() {
+    let mut made = Vec::new();
+    let mut since = std::time::Instant::now();
+    let mut failed = None;
+    for (dir, path) in todo {
+        if walk.made.contains(&dir) {
+            continue;
+        }
+        if let Err(e) = pair.make_dir(&path).await {
+            let reason = format!("making the destination directory {path:?}: {e}");
+            failed = Some(if e.disposition().is_permanent() {
                 AttemptEnd::JobPermanent { reason }
             } else {
                 AttemptEnd::Transient { reason }
             });
+            break;
+        }
+        made.push(dir);
+        if let Some((store, id)) = store {
+            if since.elapsed() >= MADE_FLUSH {
+                let dirs = std::mem::take(&mut made);
+                blocking(store, move |s| s.record_made_dirs(id, dirs)).await?;
+                since = std::time::Instant::now();
+            }
         }
     }
-    Ok(())
+    if let Some((store, id)) = store.filter(|_| !made.is_empty()) {
+        blocking(store, move |s| s.record_made_dirs(id, made)).await?;
+    }
+    failed.map_or(Ok(()), Err)
 }
 
 async fn blocking<T: Send + 'static>(

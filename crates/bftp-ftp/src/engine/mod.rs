@@ -39,7 +39,7 @@ pub use proof::{hash_wait, HashProof, HASH_RATE_FLOOR};
 pub use size_watch::SizeWatch;
 pub use tls_data::DataTls;
 pub use tree::{DirListing, TreeEntry, TreeKind, WalkMethod};
-pub use verify::{verify, Check, VerifyReport, VerifyRequest};
+pub use verify::{verify, Check, VerifyReport, VerifyRequest, CHECK_SOURCE_FILE};
 
 use crate::limits::{AddressCheck, Limits, ServerLogin};
 use crate::parse::Reply;

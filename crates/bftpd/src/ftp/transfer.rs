@@ -38,6 +38,7 @@ fn empty_summary() -> TransferSummary {
         files: 0,
         succeeded: 0,
         failed: 0,
+        refused: 0,
         bytes: 0,
         seconds: 0.0,
         error: None,
@@ -64,13 +65,6 @@ async fn run_transfer(
             ..empty_summary()
         })
     };
-    if spec.recursive {
-        let error = "bftp transfer does not copy directory trees yet: submit the job with \
-                     `bftp submit --recursive`, which walks the tree durably"
-            .to_owned();
-        let _ = tx.send(fail(error, vec![])).await;
-        return;
-    }
     let Some((src, dst)) = logins(spec) else {
         let _ = tx
             .send(fail("a transfer needs a destination".into(), vec![]))
@@ -97,8 +91,21 @@ async fn run_transfer(
         }
     }
     let mut early = early_pairs(spec, &src, &dst, limits, &check, &hosts).await;
-    let names = match list(spec, &mut pair, tx).await {
+    let mut summary = empty_summary();
+    let listed = if spec.recursive {
+        tree(spec, &mut pair, tx, &mut summary).await
+    } else {
+        list(spec, &mut pair, tx).await
+    };
+    let names = match listed {
         Ok(names) if !names.is_empty() => names,
+        // A tree of directories alone (or of refused entries): made, nothing to copy.
+        Ok(_) if spec.recursive => {
+            pair.close().await;
+            close_early(early);
+            let _ = tx.send(finish(summary)).await;
+            return;
+        }
         Ok(_) => {
             let error = format!("no file matches {:?}", spec.source.path);
             let _ = tx.send(fail(error, vec![])).await;
@@ -123,7 +130,7 @@ async fn run_transfer(
         check,
         hosts: &hosts,
         tx,
-        summary: Mutex::new(empty_summary()),
+        summary: Mutex::new(summary),
     };
     let queue = WorkQueue::new(names.into_iter().map(|name| File { name, first: None }));
     lanes::run(&work, openings, queue).await;
@@ -167,6 +174,58 @@ async fn list(
     // it, and each copy asks the source's SIZE right before it touches the destination (a
     // file gone since must not cost the destination its old copy).
     Ok(listing.members.into_iter().map(|m| m.name).collect())
+}
+
+/// A tree's files to copy (`--recursive`), walked in memory by the queued job's rules
+/// (`crate::walk`): the file names (relative to the root) are sent to the client, each
+/// refused entry (a link, a special file, an unsafe name, a directory reached twice or too
+/// deep) as a `refused` result counted in `summary`; then every destination directory is
+/// made, parents first, before any file moves.
+async fn tree(
+    spec: &JobSpec,
+    pair: &mut Pair,
+    tx: &mpsc::Sender<TransferEvent>,
+    summary: &mut TransferSummary,
+) -> Result<Vec<String>, String> {
+    let tree = crate::walk::walk_in_memory(pair, spec.source_root(), bftp_store::MAX_MEMBERS)
+        .await
+        .map_err(|(reason, _)| reason)?;
+    let (refused, files): (Vec<_>, Vec<_>) =
+        tree.members.into_iter().partition(|m| m.refused.is_some());
+    let names: Vec<String> = files.into_iter().map(|m| m.name).collect();
+    let _ = tx
+        .send(TransferEvent::Listed {
+            files: names.clone(),
+            rejected: vec![],
+        })
+        .await;
+    for m in refused {
+        summary.files += 1;
+        summary.refused += 1;
+        let result = FileResult {
+            name: m.name,
+            state: "refused".into(),
+            bytes: None,
+            evidence: None,
+            stored_as: None,
+            source_reply: None,
+            dest_reply: None,
+            fallbacks: vec![],
+            detail: m.refused,
+            seconds: 0.0,
+            tls: None,
+            proof: None,
+        };
+        let _ = tx.send(TransferEvent::File(result)).await;
+    }
+    crate::walk::make_dirs(pair, spec, &tree.walk, None)
+        .await
+        .map_err(|end| match end {
+            crate::scheduler::AttemptEnd::JobPermanent { reason }
+            | crate::scheduler::AttemptEnd::Transient { reason } => reason,
+            other => format!("{other:?}"),
+        })?;
+    Ok(names)
 }
 
 /// An extra connection pair opened during the listing, with its host slots.

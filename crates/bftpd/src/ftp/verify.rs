@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bftp_api::{CheckView, VerifyResponse};
 use bftp_core::JobSpec;
-use bftp_ftp::{AddressCheck, Limits, ServerLogin, VerifyRequest};
+use bftp_ftp::{AddressCheck, Limits, Pair, ServerLogin, VerifyRequest};
 
 use super::transcript_lines;
 
@@ -44,18 +44,138 @@ pub async fn verify(
         proof: spec.proof,
         recursive: spec.recursive,
     };
-    let report = bftp_ftp::verify(&src, &dst, spec.params, limits, check, &request).await;
+    let report = bftp_ftp::verify(&src, &dst, spec.params, limits, check.clone(), &request).await;
+    let mut checks: Vec<CheckView> = report
+        .checks
+        .iter()
+        .map(|c| CheckView {
+            name: c.name.clone(),
+            ok: c.ok,
+            detail: c.detail.clone(),
+        })
+        .collect();
+    let top_lists = report
+        .check(bftp_ftp::CHECK_SOURCE_FILE)
+        .is_some_and(|c| c.ok);
+    if spec.recursive && top_lists {
+        checks.push(source_tree(spec, &src, &dst, limits, check).await);
+    }
     VerifyResponse {
-        ok: report.ok(),
-        checks: report
-            .checks
-            .iter()
-            .map(|c| CheckView {
-                name: c.name.clone(),
-                ok: c.ok,
-                detail: c.detail.clone(),
-            })
-            .collect(),
+        ok: checks.iter().all(|c| c.ok),
+        checks,
         transcript: transcript_lines(&report.transcript),
+    }
+}
+
+pub const CHECK_SOURCE_TREE: &str = "source tree";
+
+/// A recursive job's whole source tree, walked by the job's rules (`crate::walk`) on a pair
+/// of its own: what a copy would make and copy, and what it would refuse.
+async fn source_tree(
+    spec: &JobSpec,
+    src: &ServerLogin,
+    dst: &ServerLogin,
+    limits: &Limits,
+    check: Arc<dyn AddressCheck>,
+) -> CheckView {
+    let walked = match Pair::open(src, dst, spec.params, limits, check).await {
+        Ok(mut pair) => {
+            let walked =
+                crate::walk::walk_in_memory(&mut pair, spec.source_root(), bftp_store::MAX_MEMBERS)
+                    .await;
+            pair.close().await;
+            walked.map_err(|(reason, _)| reason)
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    match walked {
+        Ok(tree) => CheckView {
+            name: CHECK_SOURCE_TREE.into(),
+            ok: true,
+            detail: tree_detail(&tree),
+        },
+        Err(detail) => CheckView {
+            name: CHECK_SOURCE_TREE.into(),
+            ok: false,
+            detail,
+        },
+    }
+}
+
+/// How many refused entries [`tree_detail`] names; the rest are counted.
+const REFUSED_SHOWN: usize = 20;
+
+/// `N directories and M files (B bytes listed) would be copied`, then the refused entries
+/// with their reasons.
+fn tree_detail(tree: &crate::walk::Tree) -> String {
+    let plural =
+        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let (refused, files): (Vec<_>, Vec<_>) = tree.members.iter().partition(|m| m.refused.is_some());
+    let bytes: u64 = files.iter().filter_map(|m| m.size).sum();
+    let mut out = format!(
+        "{} (the root included) and {} ({}) would be copied",
+        plural(tree.walk.listed.len(), "directory", "directories"),
+        plural(files.len(), "file", "files"),
+        plural(bytes as usize, "byte listed", "bytes listed"),
+    );
+    if refused.is_empty() {
+        out.push_str("; nothing refused");
+        return out;
+    }
+    out.push_str(&format!(
+        "; {} refused (reported, not copied):",
+        plural(refused.len(), "entry", "entries")
+    ));
+    for m in refused.iter().take(REFUSED_SHOWN) {
+        let why = m.refused.as_deref().unwrap_or_default();
+        out.push_str(&format!(
+            " {:?}: {};",
+            m.name,
+            why.trim_start_matches("refused: ")
+        ));
+    }
+    if refused.len() > REFUSED_SHOWN {
+        out.push_str(&format!(" and {} more", refused.len() - REFUSED_SHOWN));
+    }
+    out.trim_end_matches(';').to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bftp_store::NewMember;
+
+    #[test]
+    fn a_tree_is_counted_and_its_refusals_named() {
+        let m = |name: &str, size: u64, refused: Option<&str>| NewMember {
+            name: name.into(),
+            size: Some(size),
+            modified: None,
+            refused: refused.map(Into::into),
+        };
+        let mut tree = crate::walk::Tree::default();
+        tree.walk.listed = vec!["".into(), "a".into(), "a/empty".into()];
+        tree.members = vec![m("x", 3, None), m("a/y z", 4, None)];
+        assert_eq!(
+            tree_detail(&tree),
+            "3 directories (the root included) and 2 files (7 bytes listed) would be copied; \
+             nothing refused"
+        );
+        tree.members.push(m(
+            "a/link",
+            0,
+            Some("refused: a symbolic link to \"x\": reported, not followed"),
+        ));
+        assert_eq!(
+            tree_detail(&tree),
+            "3 directories (the root included) and 2 files (7 bytes listed) would be copied; \
+             1 entry refused (reported, not copied): \"a/link\": a symbolic link to \"x\": \
+             reported, not followed"
+        );
+        tree.members
+            .extend((0..25).map(|i| m(&format!("f{i}"), 0, Some("refused: a fifo"))));
+        let d = tree_detail(&tree);
+        assert!(d.contains("26 entries refused"), "{d}");
+        assert!(d.ends_with("and 6 more"), "{d}");
     }
 }
