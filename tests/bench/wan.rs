@@ -1,5 +1,7 @@
 //! Benchmark of third-party copies over a far control connection (issue 14): run with
 //!   cargo build --release -p bftpd -p bftp && cargo run --release -p bftp-tests --bin bench-wan
+//! It runs target/release's bftpd and bftp (`BFTP_TEST_PROFILE=debug` takes target/debug's;
+//! the header line names the binaries): figures are of release builds.
 //!
 //! Two real FTP servers on loopback (source vsftpd on 127.0.0.2, destination proFTPD on
 //! 127.0.0.3; `BENCH_SRC`/`BENCH_DST` choose among vsftpd, proftpd, pure-ftpd), each behind a
@@ -309,8 +311,9 @@ impl Bench {
     }
 
     /// Polls until every job in `ids` is finished: Err with the first that did not succeed.
-    /// Polls the job list (no members), not each job's view: a 2,000-member job's view every
-    /// 10 ms would cost the daemon more than its copies.
+    /// Polls the list of finished jobs, not each job's view: a running 2,000-member job's
+    /// view every 10 ms would cost the daemon more than its copies (the list holds a job,
+    /// with its members, only once it is finished: one view, at the end).
     fn wait_all(&self, d: &Bftpd, ids: &[u64]) -> Result<Result<(), String>> {
         let deadline = Instant::now() + self.limit;
         let limit = ids.len() + 10;
@@ -437,9 +440,11 @@ fn main() -> Result<()> {
     println!(
         "source {src_kind} {}, destination {dst_kind} {}; control round trip {rtt:?} \
          (delay proxies on ports {src_port}/{dst_port}); {files} files of {size} B; \
-         {} CPUs, loadavg {}",
+         bftpd and bftp: {} ({} build); {} CPUs, loadavg {}",
         src.addr(),
         dst.addr(),
+        bin("bftpd").display(),
+        std::env::var("BFTP_TEST_PROFILE").unwrap_or_default(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
