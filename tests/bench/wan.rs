@@ -24,7 +24,9 @@
 //!
 //! Every run is checked: each file at the destination with the source's sha256 (sha256sum
 //! of both directories), nothing else there. Printed per run: files/s, wall, the controller's
-//! CPU (bftpd utime+stime; lftp's rusage), and two measures of the control round trips per
+//! CPU (bftpd utime+stime; lftp's rusage), both servers' CPU (`srv`: their masters' own
+//! and reaped sessions' times; on a 2-core machine it says whether the servers' logins and
+//! data connections, not the controller, use the machine), and two measures of the control round trips per
 //! file per pair: `rt(wall)` = wall x pairs / (files x RTT) (what the delay cost, per pair),
 //! and `turns` = client sends that followed a server reply, counted by the proxies on both
 //! connections, per file (logins included).
@@ -37,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use bftp_tests::daemon::{bin, http, Bftpd};
-use bftp_tests::procstat::cpu_seconds;
+use bftp_tests::procstat::{cpu_seconds, server_cpu, server_master};
 use bftp_tests::{DelayProxy, FtpOptions, FtpServer, ServerKind};
 
 const SRC_DIR: &str = "small";
@@ -112,6 +114,8 @@ struct Row {
     files: usize,
     wall: f64,
     cpu: f64,
+    /// Both servers' CPU over the run (their masters' own and reaped sessions' times).
+    srv: f64,
     turns: u64,
     check: Result<(), String>,
 }
@@ -123,6 +127,7 @@ struct Bench {
     src_port: u16,
     dst_port: u16,
     proxies: Vec<DelayProxy>,
+    masters: [Option<u32>; 2],
     files: usize,
     jobs: usize,
     rtt: Duration,
@@ -130,6 +135,10 @@ struct Bench {
 }
 
 impl Bench {
+    fn servers_cpu(&self) -> f64 {
+        self.masters.iter().map(|m| server_cpu(*m)).sum()
+    }
+
     fn turns(&self) -> u64 {
         self.proxies.iter().map(DelayProxy::turns).sum()
     }
@@ -178,6 +187,7 @@ impl Bench {
     fn run(&self, tool: &str) -> Result<Row> {
         self.clean()?;
         let turns = self.turns();
+        let srv = self.servers_cpu();
         let mut row = match tool {
             "lftp1" => self.lftp(1),
             "lftp4" => self.lftp(4),
@@ -189,6 +199,7 @@ impl Bench {
             other => bail!("unknown tool {other}"),
         }?;
         row.turns = self.turns() - turns;
+        row.srv = self.servers_cpu() - srv;
         if row.check.is_ok() {
             row.check = self.verify(row.files).map_err(|e| format!("{e:#}"));
         }
@@ -243,6 +254,7 @@ impl Bench {
             files: self.files,
             wall,
             cpu: children_cpu() - cpu,
+            srv: 0.0,
             turns: 0,
             check,
         })
@@ -286,6 +298,7 @@ impl Bench {
             files: self.files,
             wall,
             cpu,
+            srv: 0.0,
             turns: 0,
             check,
         })
@@ -362,6 +375,7 @@ impl Bench {
             files: self.files,
             wall,
             cpu: cpu_seconds(pid, false)? - cpu,
+            srv: 0.0,
             turns: 0,
             check,
         })
@@ -389,6 +403,7 @@ impl Bench {
             files: self.jobs,
             wall,
             cpu: cpu_seconds(pid, false)? - cpu,
+            srv: 0.0,
             turns: 0,
             check,
         })
@@ -451,6 +466,7 @@ fn main() -> Result<()> {
             .trim()
     );
     let bench = Bench {
+        masters: [server_master(&src), server_master(&dst)],
         src,
         dst,
         src_port,
@@ -477,8 +493,8 @@ fn main() -> Result<()> {
         rows.push(row);
     }
     println!(
-        "\n{:<14} {:>7} {:>8} {:>9} {:>10} {:>9} {:>9}  check",
-        "tool", "files", "files/s", "wall s", "ctl CPU s", "rt(wall)", "turns"
+        "\n{:<14} {:>7} {:>8} {:>9} {:>10} {:>10} {:>9} {:>9}  check",
+        "tool", "files", "files/s", "wall s", "ctl CPU s", "srv CPU s", "rt(wall)", "turns"
     );
     for r in &rows {
         let rt = if bench.rtt.is_zero() {
@@ -490,12 +506,13 @@ fn main() -> Result<()> {
             )
         };
         println!(
-            "{:<14} {:>7} {:>8.1} {:>9.2} {:>10.3} {:>9} {:>9.2}  {}",
+            "{:<14} {:>7} {:>8.1} {:>9.2} {:>10.3} {:>10.3} {:>9} {:>9.2}  {}",
             r.tool,
             r.files,
             r.files as f64 / r.wall,
             r.wall,
             r.cpu,
+            r.srv,
             rt,
             r.turns as f64 / r.files as f64,
             if r.check.is_ok() { "ok" } else { "FAILED" }
