@@ -1,5 +1,7 @@
 //! Benchmark of third-party copies over a far control connection (issue 14): run with
 //!   cargo build --release -p bftpd -p bftp && cargo run --release -p bftp-tests --bin bench-wan
+//! It runs target/release's bftpd and bftp (`BFTP_TEST_PROFILE=debug` takes target/debug's;
+//! the header line names the binaries): figures are of release builds.
 //!
 //! Two real FTP servers on loopback (source vsftpd on 127.0.0.2, destination proFTPD on
 //! 127.0.0.3; `BENCH_SRC`/`BENCH_DST` choose among vsftpd, proftpd, pure-ftpd), each behind a
@@ -22,7 +24,9 @@
 //!
 //! Every run is checked: each file at the destination with the source's sha256 (sha256sum
 //! of both directories), nothing else there. Printed per run: files/s, wall, the controller's
-//! CPU (bftpd utime+stime; lftp's rusage), and two measures of the control round trips per
+//! CPU (bftpd utime+stime; lftp's rusage), both servers' CPU (`srv`: their masters' own
+//! and reaped sessions' times; on a 2-core machine it says whether the servers' logins and
+//! data connections, not the controller, use the machine), and two measures of the control round trips per
 //! file per pair: `rt(wall)` = wall x pairs / (files x RTT) (what the delay cost, per pair),
 //! and `turns` = client sends that followed a server reply, counted by the proxies on both
 //! connections, per file (logins included).
@@ -35,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use bftp_tests::daemon::{bin, http, Bftpd};
-use bftp_tests::procstat::cpu_seconds;
+use bftp_tests::procstat::{cpu_seconds, server_cpu, server_master};
 use bftp_tests::{DelayProxy, FtpOptions, FtpServer, ServerKind};
 
 const SRC_DIR: &str = "small";
@@ -110,6 +114,8 @@ struct Row {
     files: usize,
     wall: f64,
     cpu: f64,
+    /// Both servers' CPU over the run (their masters' own and reaped sessions' times).
+    srv: f64,
     turns: u64,
     check: Result<(), String>,
 }
@@ -121,6 +127,7 @@ struct Bench {
     src_port: u16,
     dst_port: u16,
     proxies: Vec<DelayProxy>,
+    masters: [Option<u32>; 2],
     files: usize,
     jobs: usize,
     rtt: Duration,
@@ -128,6 +135,10 @@ struct Bench {
 }
 
 impl Bench {
+    fn servers_cpu(&self) -> f64 {
+        self.masters.iter().map(|m| server_cpu(*m)).sum()
+    }
+
     fn turns(&self) -> u64 {
         self.proxies.iter().map(DelayProxy::turns).sum()
     }
@@ -176,6 +187,7 @@ impl Bench {
     fn run(&self, tool: &str) -> Result<Row> {
         self.clean()?;
         let turns = self.turns();
+        let srv = self.servers_cpu();
         let mut row = match tool {
             "lftp1" => self.lftp(1),
             "lftp4" => self.lftp(4),
@@ -187,6 +199,7 @@ impl Bench {
             other => bail!("unknown tool {other}"),
         }?;
         row.turns = self.turns() - turns;
+        row.srv = self.servers_cpu() - srv;
         if row.check.is_ok() {
             row.check = self.verify(row.files).map_err(|e| format!("{e:#}"));
         }
@@ -241,6 +254,7 @@ impl Bench {
             files: self.files,
             wall,
             cpu: children_cpu() - cpu,
+            srv: 0.0,
             turns: 0,
             check,
         })
@@ -284,6 +298,7 @@ impl Bench {
             files: self.files,
             wall,
             cpu,
+            srv: 0.0,
             turns: 0,
             check,
         })
@@ -309,8 +324,9 @@ impl Bench {
     }
 
     /// Polls until every job in `ids` is finished: Err with the first that did not succeed.
-    /// Polls the job list (no members), not each job's view: a 2,000-member job's view every
-    /// 10 ms would cost the daemon more than its copies.
+    /// Polls the list of finished jobs, not each job's view: a running 2,000-member job's
+    /// view every 10 ms would cost the daemon more than its copies (the list holds a job,
+    /// with its members, only once it is finished: one view, at the end).
     fn wait_all(&self, d: &Bftpd, ids: &[u64]) -> Result<Result<(), String>> {
         let deadline = Instant::now() + self.limit;
         let limit = ids.len() + 10;
@@ -359,6 +375,7 @@ impl Bench {
             files: self.files,
             wall,
             cpu: cpu_seconds(pid, false)? - cpu,
+            srv: 0.0,
             turns: 0,
             check,
         })
@@ -386,6 +403,7 @@ impl Bench {
             files: self.jobs,
             wall,
             cpu: cpu_seconds(pid, false)? - cpu,
+            srv: 0.0,
             turns: 0,
             check,
         })
@@ -437,15 +455,18 @@ fn main() -> Result<()> {
     println!(
         "source {src_kind} {}, destination {dst_kind} {}; control round trip {rtt:?} \
          (delay proxies on ports {src_port}/{dst_port}); {files} files of {size} B; \
-         {} CPUs, loadavg {}",
+         bftpd and bftp: {} ({} build); {} CPUs, loadavg {}",
         src.addr(),
         dst.addr(),
+        bin("bftpd").display(),
+        std::env::var("BFTP_TEST_PROFILE").unwrap_or_default(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
             .trim()
     );
     let bench = Bench {
+        masters: [server_master(&src), server_master(&dst)],
         src,
         dst,
         src_port,
@@ -472,8 +493,8 @@ fn main() -> Result<()> {
         rows.push(row);
     }
     println!(
-        "\n{:<14} {:>7} {:>8} {:>9} {:>10} {:>9} {:>9}  check",
-        "tool", "files", "files/s", "wall s", "ctl CPU s", "rt(wall)", "turns"
+        "\n{:<14} {:>7} {:>8} {:>9} {:>10} {:>10} {:>9} {:>9}  check",
+        "tool", "files", "files/s", "wall s", "ctl CPU s", "srv CPU s", "rt(wall)", "turns"
     );
     for r in &rows {
         let rt = if bench.rtt.is_zero() {
@@ -485,12 +506,13 @@ fn main() -> Result<()> {
             )
         };
         println!(
-            "{:<14} {:>7} {:>8.1} {:>9.2} {:>10.3} {:>9} {:>9.2}  {}",
+            "{:<14} {:>7} {:>8.1} {:>9.2} {:>10.3} {:>10.3} {:>9} {:>9.2}  {}",
             r.tool,
             r.files,
             r.files as f64 / r.wall,
             r.wall,
             r.cpu,
+            r.srv,
             rt,
             r.turns as f64 / r.files as f64,
             if r.check.is_ok() { "ok" } else { "FAILED" }

@@ -59,8 +59,9 @@ const TRANSCRIPT_LINES: usize = 300;
 /// attempt began) and in time order, and labelled with its pair (`[p2]`).
 struct AttemptLog {
     clock: std::time::Instant,
-    /// Sorted by the first field, the line's time on `clock`.
-    lines: Vec<(u64, String)>,
+    /// Sorted by the first field, the line's time on `clock` (a deque: the oldest line
+    /// leaves at the front once there are [`TRANSCRIPT_LINES`], for every line a copy adds).
+    lines: VecDeque<(u64, String)>,
     dropped: usize,
 }
 
@@ -68,7 +69,7 @@ impl Default for AttemptLog {
     fn default() -> Self {
         AttemptLog {
             clock: std::time::Instant::now(),
-            lines: Vec::new(),
+            lines: VecDeque::new(),
             dropped: 0,
         }
     }
@@ -101,7 +102,7 @@ impl AttemptLog {
         let i = self.lines.partition_point(|(t, _)| *t <= at);
         self.lines.insert(i, (at, line));
         if self.lines.len() > TRANSCRIPT_LINES {
-            self.lines.remove(0);
+            self.lines.pop_front();
             self.dropped += 1;
         }
     }
@@ -661,20 +662,29 @@ impl Run {
                 self.close(pair).await;
                 return end;
             }
-        } else if !job.members_frozen {
-            if let Err(end) = self.freeze(&mut pair, &spec).await {
-                pair.mark_errored();
-                self.close(pair).await;
-                return end;
-            }
         }
-        let work: VecDeque<Member> = match self.blocking(move |s| s.members(id)).await {
-            Ok(m) => {
-                self.load_claims(&m);
-                m.into_iter().filter(needs_work).collect()
+        // A job frozen just now has its members as this attempt wrote them: no read back.
+        let frozen_now = if spec.recursive || job.members_frozen {
+            None
+        } else {
+            match self.freeze(&mut pair, &spec).await {
+                Ok(members) => Some(members),
+                Err(end) => {
+                    pair.mark_errored();
+                    self.close(pair).await;
+                    return end;
+                }
             }
-            Err(e) => return store_failed(e),
         };
+        let members = match frozen_now {
+            Some(m) => m,
+            None => match self.blocking(move |s| s.members(id)).await {
+                Ok(m) => m,
+                Err(e) => return store_failed(e),
+            },
+        };
+        self.load_claims(&members);
+        let work: VecDeque<Member> = members.into_iter().filter(needs_work).collect();
         // More pairs for a multi-file job, up to `parallel_pairs`, on the slots free now
         // (see `crate::lanes`); each logs in while the first one already works.
         let lanes = self.hosts.parallel_pairs.min(work.len()).max(1);
@@ -725,8 +735,9 @@ impl Run {
         }
     }
 
-    /// RULES.md §4.4: the first successful listing, matched by us, durable before any member moves.
-    async fn freeze(&self, pair: &mut Pair, spec: &JobSpec) -> Result<(), AttemptEnd> {
+    /// RULES.md §4.4: the first successful listing, matched by us, durable before any member
+    /// moves. The members as written (what a read right after would give).
+    async fn freeze(&self, pair: &mut Pair, spec: &JobSpec) -> Result<Vec<Member>, AttemptEnd> {
         let listing = pair
             .list_source(spec.source.dir(), spec.source.file_name())
             .await
@@ -778,9 +789,15 @@ impl Run {
         members.sort_by(|a, b| a.name.cmp(&b.name));
         let id = self.id;
         let now = self.clock.now();
+        let written: Vec<Member> = members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| m.as_written(i as u32, now))
+            .collect();
         self.blocking(move |s| s.freeze_members(id, members, now))
             .await
-            .map_err(store_failed)
+            .map_err(store_failed)?;
+        Ok(written)
     }
 
     /// One member: resolve an interrupted attempt's intent, fence, copy, record.

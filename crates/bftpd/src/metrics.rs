@@ -8,6 +8,7 @@
 //!
 //! No label carries user data: no host, path, user or job id. Labels are closed sets.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use bftp_core::MemberState;
@@ -86,7 +87,12 @@ pub struct Metrics {
     reports: [Counter; 2],
     removed: Counter,
     disk: Gauge,
+    /// Files recorded since the histogram's samples were last folded into its buckets.
+    since_upkeep: AtomicU32,
 }
+
+/// Files between two upkeeps of the histogram (see [`Metrics::file`]).
+const UPKEEP_EVERY: u32 = 64;
 
 static METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, None);
 
@@ -149,6 +155,7 @@ impl Metrics {
             removed: recorder.register_counter(&Key::from_static_name(REMOVED), &METADATA),
             disk: recorder.register_gauge(&Key::from_static_name(DISK), &METADATA),
             handle: recorder.handle(),
+            since_upkeep: AtomicU32::new(0),
         }
     }
 
@@ -167,8 +174,13 @@ impl Metrics {
         if let (FileResult::Succeeded, Some(b)) = (result, bytes) {
             self.bytes.increment(b);
         }
-        // Folds the sample into the buckets now: between scrapes, samples would pile up.
-        self.handle.run_upkeep();
+        // Folds the samples into the buckets every UPKEEP_EVERY files (and at each scrape):
+        // between scrapes, samples would pile up; after each file it cost more CPU than
+        // the rest of the file's ledger work.
+        if self.since_upkeep.fetch_add(1, Ordering::Relaxed) + 1 >= UPKEEP_EVERY {
+            self.since_upkeep.store(0, Ordering::Relaxed);
+            self.handle.run_upkeep();
+        }
     }
 
     pub fn report(&self, result: ReportResult) {

@@ -211,8 +211,15 @@ impl Pair {
             addr_check,
             recorder,
         );
+        // Both sides' TYPE, MODE and STRU in flight at once: one round trip, not six.
         for side in [Side::Source, Side::Destination] {
-            if let Err(error) = pair.set_params(side).await {
+            if let Err(error) = pair.send_params(side).await {
+                pair.close_all("setting TYPE/MODE/STRU failed");
+                return Err(error);
+            }
+        }
+        for side in [Side::Source, Side::Destination] {
+            if let Err(error) = pair.read_params(side).await {
                 pair.close_all("setting TYPE/MODE/STRU failed");
                 return Err(error);
             }
@@ -574,8 +581,8 @@ impl Pair {
 
     /// TYPE, MODE and STRU as the job says (RULES.md §2), as custom commands: `TYPE A`,
     /// never `TYPE A N`, which some servers refuse.
-    async fn set_params(&mut self, side: Side) -> Result<(), PairError> {
-        let lines = [
+    fn params_lines(&self) -> [(CommandKind, String); 3] {
+        [
             (
                 CommandKind::Type,
                 format!("TYPE {}", self.params.transfer_type.ftp_arg()),
@@ -588,13 +595,49 @@ impl Pair {
                 CommandKind::Stru,
                 format!("STRU {}", self.params.structure.ftp_arg()),
             ),
-        ];
-        for (kind, line) in lines {
-            let result = self.exchange(side, &line).await;
+        ]
+    }
+
+    /// TYPE, MODE and STRU on `side`, sent together and answered in order: one round trip.
+    async fn set_params(&mut self, side: Side) -> Result<(), PairError> {
+        self.send_params(side).await?;
+        self.read_params(side).await
+    }
+
+    /// The three commands of [`Pair::set_params`] in one write; [`Pair::read_params`] reads
+    /// their replies.
+    async fn send_params(&mut self, side: Side) -> Result<(), PairError> {
+        self.drain_owed(side).await;
+        let lines = self.params_lines();
+        let batch: Vec<String> = lines.iter().map(|(_, l)| l.clone()).collect();
+        if let Err(e) = self.session(side).send_batch(&batch).await {
+            let result = Err(e);
+            let (kind, line) = &lines[0];
+            self.remember(side, &verb(line), &result);
+            let disposition = self.classify(side, *kind, &result);
+            return Err(self.job_error(side, line, result, disposition));
+        }
+        Ok(())
+    }
+
+    /// The replies to [`Pair::send_params`], all three read (the connection stays in step
+    /// after a refusal); the first refusal is the error.
+    async fn read_params(&mut self, side: Side) -> Result<(), PairError> {
+        let mut failed = None;
+        for (kind, line) in self.params_lines() {
+            let deadline = self.reply_deadline();
+            let result = self.read_reply(side, &verb(&line), deadline).await;
+            let closed = result.is_err();
             let disposition = self.classify(side, kind, &result);
-            if disposition != Disposition::Done {
-                return Err(self.job_error(side, &line, result, disposition));
+            if disposition != Disposition::Done && failed.is_none() {
+                failed = Some(self.job_error(side, &line, result, disposition));
             }
+            if closed {
+                break;
+            }
+        }
+        if let Some(error) = failed {
+            return Err(error);
         }
         self.types[index(side)] = Some(self.params.transfer_type);
         Ok(())

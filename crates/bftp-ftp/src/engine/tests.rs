@@ -498,3 +498,37 @@ async fn size_and_delete_answers() {
         Err(ActionError::BadPath { .. })
     ));
 }
+
+/// TYPE, MODE and STRU go in one write; a refusal of one of them still has every reply read,
+/// so the next command on that connection reads its own reply.
+#[tokio::test]
+async fn a_refused_mode_in_the_params_batch_leaves_the_connection_in_step() {
+    let modes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = modes.clone();
+    let src: Script = Arc::new(move |line| {
+        // The login's MODE is accepted, the next one refused.
+        (line == "MODE S" && seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1)
+            .then(|| vec!["504 not that mode"])
+    });
+    let (mut pair, log) = pair_with(src, none()).await;
+    let err = pair
+        .set_params(Side::Source)
+        .await
+        .expect_err("MODE refused");
+    assert!(err.to_string().contains("MODE"), "{err}");
+    let reply = pair.exchange(Side::Source, "PWD").await.expect("PWD");
+    assert_eq!(
+        reply.code().get(),
+        257,
+        "PWD read another command's reply: {reply:?}"
+    );
+    let sent: Vec<String> = commands(&log)
+        .into_iter()
+        .filter(|c| c.starts_with("src>"))
+        .collect();
+    assert_eq!(
+        sent.last().map(String::as_str),
+        Some("src> PWD"),
+        "{sent:?}"
+    );
+}
