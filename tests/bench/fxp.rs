@@ -61,6 +61,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+use bftp_tests::bench::{env_or, server_kind};
 use bftp_tests::daemon::{bin, Bftpd};
 use bftp_tests::procstat::{
     cpu_jiffies, cpu_seconds, load1, proc_io, server_cpu, server_master, status_kib, steal_jiffies,
@@ -81,28 +82,11 @@ const TRASH_DIR: &str = "dst-done";
 /// seconds have passed).
 const SETTLED_TIME_WAIT: usize = 200;
 
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn env_list(name: &str, default: &str) -> Vec<String> {
     env_or(name, default.to_string())
         .split(',')
         .map(|s| s.trim().to_string())
         .collect()
-}
-
-fn server_kind(name: &str, default: ServerKind) -> Result<ServerKind> {
-    match std::env::var(name) {
-        Err(_) => Ok(default),
-        Ok(v) => ServerKind::ALL
-            .into_iter()
-            .find(|k| k.name() == v.trim())
-            .with_context(|| format!("{name}={v}: not one of vsftpd, proftpd, pure-ftpd")),
-    }
 }
 
 // ---- the data ----

@@ -32,19 +32,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, ensure, Context, Result};
+use bftp_tests::bench::env_or;
 use bftp_tests::daemon::{http, Bftpd};
 use bftp_tests::procstat::{cpu_jiffies, cpu_seconds};
 use bftp_tests::{DelayProxy, FtpOptions, FtpServer, ServerKind};
 
 const SUBMITTERS: usize = 8;
 const PASSIVE_PORTS: u16 = 256;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn contents(run: usize, i: usize, size: usize) -> Vec<u8> {
     let mut x = ((run * 1_000_003 + i) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;

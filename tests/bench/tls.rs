@@ -30,7 +30,6 @@
 //! written, to read them). Printed per run: files/s, MB/s, wall, the controller's CPU
 //! (bftpd utime+stime plus the bftp CLI's; lftp's rusage).
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -38,29 +37,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+use bftp_tests::bench::{children_cpu, env_or, server_kind, sums};
 use bftp_tests::daemon::{bin, http, Bftpd};
 use bftp_tests::pki::{Flaw, Pki};
 use bftp_tests::procstat::cpu_seconds;
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 
 const DST_DIR: &str = "dst";
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn server_kind(name: &str, default: ServerKind) -> Result<ServerKind> {
-    match std::env::var(name) {
-        Err(_) => Ok(default),
-        Ok(v) => ServerKind::ALL
-            .into_iter()
-            .find(|k| k.name() == v.trim())
-            .with_context(|| format!("{name}={v}: not one of vsftpd, proftpd, pure-ftpd")),
-    }
-}
 
 /// Deterministic contents: `len` bytes of xorshift from `seed`, written to `out` in chunks.
 fn write_contents(out: &mut impl std::io::Write, seed: u64, len: u64) -> Result<()> {
@@ -80,38 +63,6 @@ fn write_contents(out: &mut impl std::io::Write, seed: u64, len: u64) -> Result<
         left -= n;
     }
     Ok(())
-}
-
-/// `sha256sum` of every file in `dir`, by name.
-fn sums(dir: &Path) -> Result<BTreeMap<String, String>> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)?
-        .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
-        .collect::<Result<_>>()?;
-    names.sort();
-    let mut out = BTreeMap::new();
-    for chunk in names.chunks(500) {
-        let o = Command::new("sha256sum")
-            .args(chunk)
-            .current_dir(dir)
-            .output()
-            .context("sha256sum")?;
-        ensure!(o.status.success(), "sha256sum failed in {}", dir.display());
-        for line in String::from_utf8_lossy(&o.stdout).lines() {
-            let (sum, name) = line.split_once("  ").context("sha256sum line")?;
-            out.insert(name.to_owned(), sum.to_owned());
-        }
-    }
-    Ok(out)
-}
-
-/// user+system seconds of this process's reaped children so far.
-fn children_cpu() -> f64 {
-    // SAFETY: a zeroed rusage is a valid out-parameter.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes into ru only.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// The length of each of a server's logs, to read what one run added.

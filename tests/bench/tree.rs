@@ -40,6 +40,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+use bftp_tests::bench::{contents, env_or, server_kind};
 use bftp_tests::daemon::{bin, http, text, Bftpd};
 use bftp_tests::procstat::{cpu_seconds, loadavg, status_kib};
 use bftp_tests::{DelayProxy, FtpOptions, FtpServer, ServerKind};
@@ -47,37 +48,6 @@ use bftp_tests::{DelayProxy, FtpOptions, FtpServer, ServerKind};
 const SRC_TREE: &str = "tree";
 const DST_PARENT: &str = "in";
 const DST_TREE: &str = "in/tree";
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn server_kind(name: &str, default: ServerKind) -> Result<ServerKind> {
-    match std::env::var(name) {
-        Err(_) => Ok(default),
-        Ok(v) => ServerKind::ALL
-            .into_iter()
-            .find(|k| k.name() == v.trim())
-            .with_context(|| format!("{name}={v}: not one of vsftpd, proftpd, pure-ftpd")),
-    }
-}
-
-/// Deterministic, distinct contents of file `i`.
-fn contents(i: usize, size: usize) -> Vec<u8> {
-    let mut x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut out = Vec::with_capacity(size + 8);
-    while out.len() < size {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(size);
-    out
-}
 
 /// The source tree: its directories and files (relative to the tree's root).
 struct Layout {

@@ -5,6 +5,7 @@
 //! Needs root and what `tests/install-deps` installs; a missing piece is an error that says
 //! so, never a skipped test.
 
+pub mod bench;
 pub mod daemon;
 pub mod delay;
 pub mod ftpserver;
