@@ -29,7 +29,23 @@ pub(crate) fn node_config_plus(
     key_from: Option<&Path>,
     extra: &str,
 ) -> impl FnOnce(&Path) -> String {
-    let (url, node, extra) = (url.to_string(), node.to_string(), extra.to_string());
+    node_config_lease(url, node, key_from, extra, "2s")
+}
+
+/// [`node_config_plus`] with another lease than the tests' 2 s.
+pub(crate) fn node_config_lease(
+    url: &str,
+    node: &str,
+    key_from: Option<&Path>,
+    extra: &str,
+    lease: &str,
+) -> impl FnOnce(&Path) -> String {
+    let (url, node, extra, lease) = (
+        url.to_string(),
+        node.to_string(),
+        extra.to_string(),
+        lease.to_string(),
+    );
     let key_from = key_from.map(Path::to_path_buf);
     move |dir| {
         // Every node seals and opens passwords with the same key: the first node's.
@@ -44,7 +60,7 @@ pub(crate) fn node_config_plus(
             std::fs::copy(key, state.join("secret.key")).unwrap();
         }
         format!(
-            "{}[store]\nkind = \"postgres\"\nurl = \"{url}\"\nnode = \"{node}\"\nlease = \"2s\"\npoll = \"200ms\"\npool_size = 4\n{extra}",
+            "{}[store]\nkind = \"postgres\"\nurl = \"{url}\"\nnode = \"{node}\"\nlease = \"{lease}\"\npoll = \"200ms\"\npool_size = 4\n{extra}",
             Bftpd::default_config(dir)
         )
     }
