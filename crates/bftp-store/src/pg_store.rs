@@ -183,6 +183,20 @@ impl PgOptions {
         Ok(())
     }
 
+    /// The connection settings: the URL, with the password from the options (never from the
+    /// URL, which `check_url` refuses to hold one).
+    fn config(&self) -> Result<tokio_postgres::Config, StoreError> {
+        let mut config: tokio_postgres::Config =
+            self.url.parse().map_err(|e| StoreError::Backend {
+                op: "parse the URL of",
+                source: BackendError::new(e),
+            })?;
+        if let Some(p) = &self.password {
+            config.password(p.as_bytes());
+        }
+        Ok(config)
+    }
+
     pub fn new(url: impl Into<String>, node: impl Into<String>) -> PgOptions {
         PgOptions {
             url: url.into(),
@@ -313,14 +327,7 @@ impl PgStore {
                 path: "the PostgreSQL store".into(),
                 source,
             })?;
-        let mut config: tokio_postgres::Config =
-            opts.url.parse().map_err(|e| StoreError::Backend {
-                op: "parse the URL of",
-                source: BackendError::new(e),
-            })?;
-        if let Some(p) = &opts.password {
-            config.password(p.as_bytes());
-        }
+        let config = opts.config()?;
         let manager = Manager::from_config(
             config.clone(),
             NoTls,
@@ -389,14 +396,7 @@ impl PgStore {
 
     /// The schema version the database at `url` has (0: none yet), without changing it.
     pub fn schema_version_at(opts: &PgOptions) -> Result<i32, StoreError> {
-        let mut config: tokio_postgres::Config =
-            opts.url.parse().map_err(|e| StoreError::Backend {
-                op: "parse the URL of",
-                source: BackendError::new(e),
-            })?;
-        if let Some(p) = &opts.password {
-            config.password(p.as_bytes());
-        }
+        let config = opts.config()?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
