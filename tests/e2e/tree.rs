@@ -247,7 +247,16 @@ fn a_recursive_job_copies_a_whole_tree_between_each_pair() {
             (
                 s,
                 t,
-                submit(&d, of(s), of(t), "tree", &dst, &["--recursive"]),
+                submit(
+                    &d,
+                    of(s),
+                    of(t),
+                    "tree",
+                    &dst,
+                    // A data port the server finds taken (425, six pairs at once on three
+                    // servers) is transient: tried again in a second, not in ten minutes.
+                    &["--recursive", "--retry-first", "1s", "--retry-factor", "1"],
+                ),
             )
         })
         .collect();
