@@ -23,7 +23,7 @@
 //! caller's thread waits on a channel, so a call from any thread (the daemon's blocking pool,
 //! a test) neither needs nor disturbs the caller's runtime.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -526,19 +526,26 @@ async fn heartbeat(inner: Arc<Inner>, config: tokio_postgres::Config) {
         let epochs: Vec<i64> = held.iter().map(|(_, e)| *e).collect();
         // A queued job claimed by `due` and not started yet is not renewed: its claim runs out
         // by itself if the node does not start it. A lease that already ran out is not renewed
-        // either: another node may be taking the job over right now.
-        let renewed = client
+        // either: another node may be taking the job over right now. The jobs not renewed are
+        // read in the same statement, from one snapshot: a job started (or finished) by this
+        // node between a renewal and a later look must not pass for lost.
+        let seen = client
             .query(
-                "UPDATE jobs j SET lease_until = now() + make_interval(secs => $4)
-                 FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)
-                 WHERE j.id = h.id AND j.epoch = h.epoch AND j.lease_node = $3
-                   AND j.state = 2 AND j.lease_until > now()
-                 RETURNING j.id",
+                "WITH h AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS h(id, epoch)),
+                 r AS (UPDATE jobs j SET lease_until = now() + make_interval(secs => $4)
+                       FROM h
+                       WHERE j.id = h.id AND j.epoch = h.epoch AND j.lease_node = $3
+                         AND j.state = 2 AND j.lease_until > now()
+                       RETURNING j.id)
+                 SELECT h.id, h.epoch, j.state, j.epoch,
+                        COALESCE(j.lease_until > now(), false)
+                 FROM h LEFT JOIN jobs j ON j.id = h.id
+                 WHERE h.id NOT IN (SELECT id FROM r)",
                 &[&ids, &epochs, &inner.node, &lease_interval(inner.lease)],
             )
             .await;
-        let renewed: HashSet<i64> = match renewed {
-            Ok(rows) => rows.iter().map(|r| r.get::<_, i64>(0)).collect(),
+        let seen = match seen {
+            Ok(rows) => rows,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot renew leases");
                 conn = None;
@@ -546,20 +553,44 @@ async fn heartbeat(inner: Arc<Inner>, config: tokio_postgres::Config) {
             }
         };
         last_renewal = tokio::time::Instant::now();
-        for (id, epoch) in held {
-            if renewed.contains(&id_of(id)) {
-                continue;
-            }
-            let still = client
-                .query_opt(
-                    "SELECT 1 FROM jobs WHERE id = $1 AND epoch = $2 AND state = 1",
-                    &[&id_of(id), &epoch],
-                )
-                .await;
-            if matches!(still, Ok(None)) {
-                inner.mark_lost(id, epoch);
+        for r in &seen {
+            let (id, held) = (job_id(r, 0), r.get::<_, i64>(1));
+            let now = Seen {
+                state: r.get(2),
+                epoch: r.get(3),
+                lease_alive: r.get(4),
+            };
+            if lease_lost(held, &now) {
+                inner.mark_lost(id, held);
             }
         }
+    }
+}
+
+/// What the heartbeat read of a job it holds and did not renew: the job's state code and
+/// epoch (`None`: the job is gone) and whether its lease still runs.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    state: Option<i16>,
+    epoch: Option<i64>,
+    lease_alive: bool,
+}
+
+/// Whether a node that holds a job at epoch `held` has lost it, from what the heartbeat saw
+/// of it. The one rule for it:
+/// - another epoch (someone took the job over, or cancelled it), or no job: lost;
+/// - queued at our epoch: a claim not started yet, which runs out by itself: kept;
+/// - running at our epoch with a live lease: kept (started after the renewal's look);
+/// - running at our epoch whose lease ran out: lost, another node may be taking it over;
+/// - final at our epoch cannot happen (a final write moves the epoch on): lost.
+fn lease_lost(held: i64, seen: &Seen) -> bool {
+    if seen.epoch != Some(held) {
+        return true;
+    }
+    match seen.state {
+        Some(1) => false,
+        Some(2) => !seen.lease_alive,
+        _ => true,
     }
 }
 
@@ -2089,5 +2120,34 @@ impl JobStore for PgStore {
                 .map_err(pg("job_node"))?;
             Ok(row.and_then(|r| r.get::<_, Option<String>>(0)))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn when_a_held_lease_counts_as_lost() {
+        let seen = |state, epoch, lease_alive| Seen {
+            state,
+            epoch,
+            lease_alive,
+        };
+        #[rustfmt::skip]
+        let table: &[(&str, Seen, bool)] = &[
+            ("claimed, not started yet",                 seen(Some(1), Some(7), true),  false),
+            ("claimed, its claim ran out, still ours",   seen(Some(1), Some(7), false), false),
+            ("started after the renewal looked",         seen(Some(2), Some(7), true),  false),
+            ("running, our lease ran out",               seen(Some(2), Some(7), false), true),
+            ("taken over: queued at a new epoch",        seen(Some(1), Some(8), false), true),
+            ("taken over and running at a new epoch",    seen(Some(2), Some(8), true),  true),
+            ("finished (the epoch moved on)",            seen(Some(3), Some(8), false), true),
+            ("final at our epoch (cannot happen)",       seen(Some(4), Some(7), false), true),
+            ("the job is gone",                          seen(None, None, false),       true),
+        ];
+        for (case, s, lost) in table {
+            assert_eq!(lease_lost(7, s), *lost, "{case}");
+        }
     }
 }

@@ -462,3 +462,32 @@ fn a_dead_nodes_slots_come_back_after_its_lease_a_paused_nodes_do_not() {
     let _ = paused.wait();
     assert!(within(Duration::from_secs(5), || take(&b, &["p"]).is_some()));
 }
+
+#[test]
+fn jobs_started_while_the_heartbeat_looks_are_not_taken_for_lost() {
+    let url = pgcluster::fresh_database();
+    // A 600 ms lease: the heartbeat looks every 200 ms, while 120 claimed jobs are started
+    // one by one over about 500 ms. A look that renews the running jobs and then, in a later
+    // query, finds a just-started job no longer queued must not count it as lost.
+    let a = node(&url, "node-a", Duration::from_millis(600));
+    let ids: Vec<JobId> = (0..120)
+        .map(|_| a.submit(with_members(job(1), &["x"])).unwrap().job().id)
+        .collect();
+    assert_eq!(a.due(at(60), 200).unwrap().len(), ids.len());
+    for id in &ids {
+        a.apply(*id, JobEvent::Start { attempt: 1 }, at(61), None)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(4));
+    }
+    // Two more looks, with every job running.
+    std::thread::sleep(Duration::from_millis(450));
+    assert_eq!(
+        a.lost_leases(),
+        [],
+        "a live node took its own jobs for lost"
+    );
+    for id in &ids {
+        a.update_member(*id, 0, succeeded(), at(62))
+            .expect("the node still holds the job");
+    }
+}
