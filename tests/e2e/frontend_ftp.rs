@@ -377,3 +377,40 @@ fn transfer_leaves_the_destination_alone_when_a_listed_file_is_gone() {
     );
     assert!(!src.observed().saw("RETR"), "{:?}", src.commands());
 }
+
+/// The extra pairs of a transfer log in only once the first pair has: a wrong password
+/// reaches the server once, not once per pair (4, the default). The scripted destination
+/// greets after 300 ms, so pairs that did not wait would all be at their USER by then.
+#[test]
+fn transfer_with_a_wrong_password_logs_in_once_however_many_pairs_it_may_use() {
+    use bftp_tests::hostile::{Action, HostileServer, Script};
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    for n in ["a", "b", "c", "d", "e", "f"] {
+        src.put_file(&format!("out/{n}.dat"), n.as_bytes()).unwrap();
+    }
+    let dst = HostileServer::start(
+        Script::new()
+            .user("dst", "dst-pw")
+            .dir("/in")
+            .greeting(Action::delayed(
+                Duration::from_millis(300),
+                Action::reply("220 ready"),
+            )),
+    )
+    .unwrap();
+    let d = Bftpd::start().unwrap();
+    let (o, _) = transfer_urls(
+        &d,
+        (&src.url("out/*.dat"), src.password()),
+        (&dst.url("in/"), "not-the-password"),
+    );
+    let out = text(&o);
+    assert_ne!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("PASS"), "{out}");
+    std::thread::sleep(Duration::from_millis(500));
+    let commands = dst.commands();
+    let users = commands.iter().filter(|c| c.starts_with("USER")).count();
+    let passes = commands.iter().filter(|c| c.starts_with("PASS")).count();
+    assert_eq!((users, passes), (1, 1), "{commands:?}");
+    assert!(dst.files().is_empty());
+}
