@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use bftp_tests::daemon::{text, Bftpd};
 use bftp_tests::hostile::{Action, HostileServer, Script};
+use bftp_tests::postgres;
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
 
+use crate::pg_nodes::{kinds, node_config, signal};
 use crate::scheduler::{
     config_plus, content, file_len, poll, status, submit, submit_urls, wait_final, write_payload,
     BIG,
@@ -60,10 +62,20 @@ fn a_stou_name_told_to_several_jobs_stays_the_first_ones_and_nothing_is_deleted(
             (id, *n, c)
         })
         .collect();
+    let finals: Vec<(Value, &str, &Vec<u8>)> = ids
+        .iter()
+        .map(|(id, name, bytes)| (wait_final(&d, *id, Duration::from_secs(60)), *name, *bytes))
+        .collect();
+    assert_one_keeps_the_name(&dst, &finals);
+}
+
+/// The jobs' ends (`finals`: the job, the file's name, its bytes) after each was told
+/// `stou.1`: exactly one claims it, holding its bytes; the others are `uncertain`; nothing
+/// was deleted and every file's bytes are on the destination.
+fn assert_one_keeps_the_name(dst: &HostileServer, finals: &[(Value, &str, &Vec<u8>)]) {
     let mut claimed: HashMap<String, &str> = HashMap::new();
     let mut states = Vec::new();
-    for (id, name, bytes) in &ids {
-        let v = wait_final(&d, *id, Duration::from_secs(60));
+    for (v, name, bytes) in finals {
         let m = &v["members"][0];
         states.push(m["state"].as_str().unwrap_or("?").to_owned());
         match m["state"].as_str() {
@@ -98,9 +110,78 @@ fn a_stou_name_told_to_several_jobs_stays_the_first_ones_and_nothing_is_deleted(
     );
     // No byte lost: every source's content is on the destination under some name.
     let stored: Vec<Vec<u8>> = dst.files().iter().filter_map(|f| dst.stored(f)).collect();
-    for (_, name, bytes) in &ids {
+    for (_, name, bytes) in finals {
         assert!(stored.contains(bytes), "{name}'s bytes are gone");
     }
+}
+
+/// The same over two nodes of one PostgreSQL store: node a runs the first job (told
+/// `stou.1`, it keeps it), then node b the two others, one after the other (a paused
+/// meanwhile, so that b runs them), c (of a's size) first, each told `stou.1` again. The
+/// memory of announced names is the store's, so b knows `stou.1` is a's job's: c must not
+/// claim it (before: each node remembered only the names its own copies were told, and c
+/// ended `succeeded, stored as "stou.1"`, a's file). The directories' slots of all nodes
+/// are all given back once the copies end.
+#[test]
+fn a_stou_name_told_to_jobs_on_two_pg_nodes_stays_the_first_ones_and_nothing_is_deleted() {
+    let url = postgres::fresh_database();
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let files = [
+        ("a.dat", content("a", 1000)),
+        ("b.dat", content("b", 2000)),
+        ("c.dat", content("c", 1000)),
+    ];
+    for (n, c) in &files {
+        src.put_file(&format!("out/{n}"), c).unwrap();
+    }
+    let dst = HostileServer::start(
+        Script::new()
+            .user("dst", "dst-pw")
+            .dir("/in")
+            .stou_names_per_session(),
+    )
+    .unwrap();
+    let job = |d: &Bftpd, n: &str| {
+        submit_urls(
+            d,
+            (&src.url(&format!("out/{n}")), src.password()),
+            (&dst.url("in/"), dst.password()),
+            &["--dest-command", "unique"],
+        )
+    };
+    let a = Bftpd::start_with(node_config(&url, "stou-a", None)).unwrap();
+    let first = wait_final(&a, job(&a, "a.dat"), Duration::from_secs(60));
+    let db = postgres::Cluster::db_of(&url);
+    let stou_slots = || {
+        postgres::cluster()
+            .psql(
+                db,
+                "SELECT count(*) FROM host_slots WHERE host LIKE 'stou %'",
+            )
+            .unwrap()
+    };
+    poll(
+        Duration::from_secs(10),
+        "a's directory slot given back",
+        || stou_slots() == "0",
+    );
+    let key = a.state_dir().join("secret.key");
+    let b = Bftpd::start_with(node_config(&url, "stou-b", Some(&key))).unwrap();
+    signal(&a, libc::SIGSTOP);
+    // c first: b has not been told any name yet.
+    let mut finals = vec![(first, files[0].0, &files[0].1)];
+    for (n, c) in [&files[2], &files[1]] {
+        finals.push((wait_final(&b, job(&b, n), Duration::from_secs(60)), *n, c));
+    }
+    signal(&a, libc::SIGCONT);
+    for (v, _, _) in &finals[1..] {
+        assert!(
+            kinds(v).iter().filter(|k| *k == "start").count() == 1,
+            "run once, by b: {v:#}"
+        );
+    }
+    assert_eq!(stou_slots(), "0", "b gave its directory slot back");
+    assert_one_keeps_the_name(&dst, &finals);
 }
 
 /// vsftpd answers 553 to the session that loses a race for `STOU.n`: not the file's

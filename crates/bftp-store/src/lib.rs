@@ -44,7 +44,9 @@ use bftp_core::retention::Keep;
 use bftp_core::{JobEvent, MemberState, Timestamp};
 
 /// Connection slots per FTP host shared by the nodes of one store, so that
-/// `max_connections_per_host` holds over all of them. A slot is held in the taking node's
+/// `max_connections_per_host` holds over all of them (and, with a key of their own and one
+/// slot, unique copies run one at a time per destination directory over all nodes; their
+/// announced names are remembered here too). A slot is held in the taking node's
 /// name until it is given back or the node is gone; the implementation decides when a node
 /// counts as gone, and must count a node that may still hold a server connection (a paused
 /// one) as present.
@@ -69,6 +71,33 @@ pub trait HostSlots: Send + Sync {
 
     /// The hosts other nodes announced they wait for since the last call.
     fn wanted(&self) -> Vec<String>;
+
+    // ---- the STOU names servers announced, remembered over all nodes ----
+    //
+    // `dir` is the caller's key of a destination directory; a name is remembered for `keep`
+    // after it was last claimed (on the database's clock). Each call blocks on the database.
+
+    /// Records that the server told STOU name `name` in `dir` to `owner`: `Some(other)` when
+    /// it was told to another owner less than `keep` ago (then it stays theirs, unchanged).
+    fn claim_name(
+        &self,
+        dir: &str,
+        name: &str,
+        owner: &str,
+        keep: std::time::Duration,
+    ) -> Result<Option<String>, StoreError>;
+
+    /// `name`, told to `owner`, names no file any more: forgotten (if it is still `owner`'s).
+    fn release_name(&self, dir: &str, name: &str, owner: &str) -> Result<(), StoreError>;
+
+    /// Who else than `owner` was told `name` in `dir` less than `keep` ago.
+    fn name_claimed_by_other(
+        &self,
+        dir: &str,
+        name: &str,
+        owner: &str,
+        keep: std::time::Duration,
+    ) -> Result<Option<String>, StoreError>;
 }
 
 /// Slots taken by [`HostSlots::try_take`], named by the store.

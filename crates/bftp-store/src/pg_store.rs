@@ -139,6 +139,7 @@ CREATE TRIGGER transcripts_fence BEFORE INSERT OR UPDATE OR DELETE ON transcript
 "#,
     ),
     (3, slots::MIGRATION),
+    (4, slots::NAMES_MIGRATION),
 ];
 
 /// The schema version this code writes: the last migration.

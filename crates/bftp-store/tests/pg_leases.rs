@@ -491,3 +491,74 @@ fn jobs_started_while_the_heartbeat_looks_are_not_taken_for_lost() {
             .expect("the node still holds the job");
     }
 }
+
+/// The STOU names a server announced, remembered over all nodes: a name node a's owner
+/// claimed is another's to node b (claimed, or looked at), stays a's, and once a releases
+/// it, b may claim it. A directory's lock key taken with one slot lets one node at a time.
+#[test]
+fn stou_names_and_directory_locks_hold_over_all_nodes() {
+    let url = pgcluster::fresh_database();
+    let a = node(&url, "a", Duration::from_secs(10));
+    let b = node(&url, "b", Duration::from_secs(10));
+    let (sa, sb) = (a.host_slots().unwrap(), b.host_slots().unwrap());
+    let keep = Duration::from_secs(3600);
+    let dir = "stou h:21 1:u /in";
+    let (ja, jb) = ("job 1 file \"a\"", "job 2 file \"b\"");
+    assert_eq!(sa.claim_name(dir, "stou.1", ja, keep).unwrap(), None);
+    assert_eq!(sa.claim_name(dir, "stou.1", ja, keep).unwrap(), None);
+    assert_eq!(
+        sb.claim_name(dir, "stou.1", jb, keep).unwrap().as_deref(),
+        Some(ja),
+        "told to a first: a's"
+    );
+    assert_eq!(
+        sb.name_claimed_by_other(dir, "stou.1", jb, keep)
+            .unwrap()
+            .as_deref(),
+        Some(ja),
+        "and still a's after b's claim"
+    );
+    assert_eq!(
+        sa.name_claimed_by_other(dir, "stou.1", ja, keep).unwrap(),
+        None
+    );
+    assert_eq!(
+        sb.claim_name("stou h:21 1:u /out", "stou.1", jb, keep)
+            .unwrap(),
+        None,
+        "another directory"
+    );
+    // b releasing a's name changes nothing; a's release does.
+    sb.release_name(dir, "stou.1", jb).unwrap();
+    assert!(sb
+        .name_claimed_by_other(dir, "stou.1", jb, keep)
+        .unwrap()
+        .is_some());
+    sa.release_name(dir, "stou.1", ja).unwrap();
+    assert_eq!(
+        sb.name_claimed_by_other(dir, "stou.1", jb, keep).unwrap(),
+        None
+    );
+    assert_eq!(sb.claim_name(dir, "stou.1", jb, keep).unwrap(), None);
+    assert_eq!(
+        sa.claim_name(dir, "stou.1", ja, keep).unwrap().as_deref(),
+        Some(jb)
+    );
+    // A name older than the memory is nobody's any more.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        sa.claim_name(dir, "stou.1", ja, Duration::from_millis(10))
+            .unwrap(),
+        None
+    );
+
+    // The directory's lock: its key with one slot, one node at a time.
+    let key = vec![dir.to_string()];
+    let held = sa.try_take(&key, 1).unwrap().expect("free");
+    assert!(sb.try_take(&key, 1).unwrap().is_none(), "a holds it");
+    assert!(sa.try_take(&key, 1).unwrap().is_none(), "one at a time");
+    let seen = sb.generation();
+    sa.release(held);
+    assert!(within(Duration::from_secs(5), || sb.generation() != seen));
+    assert!(sb.try_take(&key, 1).unwrap().is_some(), "b's turn");
+}

@@ -971,18 +971,21 @@ impl Run {
                 stou_name,
                 ..
             } => {
-                let stored_as = stou_name.map(|name| {
-                    let mut also_given_to = unique.collided;
-                    if !unique.announced.contains(&name) {
-                        if let Some(other) = self.claim(unique.dir, m, &name) {
-                            also_given_to.get_or_insert(other);
+                let stored_as = match stou_name {
+                    Some(name) => {
+                        let mut also_given_to = unique.collided;
+                        if !unique.announced.contains(&name) {
+                            if let Some(other) = self.claim(unique.dir, m, &name).await {
+                                also_given_to.get_or_insert(other);
+                            }
                         }
+                        Some(ledger::StoredAs {
+                            name,
+                            also_given_to,
+                        })
                     }
-                    ledger::StoredAs {
-                        name,
-                        also_given_to,
-                    }
-                });
+                    None => None,
+                };
                 ledger::Outcome::Succeeded {
                     bytes,
                     // The size SIZE gave the copy, where the listing gave none (a
@@ -1251,7 +1254,7 @@ impl Run {
                 tokio::select! {
                     r = &mut copy => break r,
                     Some(a) = names.recv() => {
-                        if let Some(other) = self.claim(dir, m, &a.name) {
+                        if let Some(other) = self.claim(dir, m, &a.name).await {
                             collided.get_or_insert(other);
                         }
                         announced.push(a.name.clone());
@@ -1352,9 +1355,13 @@ impl Run {
     }
 
     /// `name` was announced to member `m`: recorded as its claim, unless another member of
-    /// this job, or another copy of this daemon lately, has it: then who.
-    fn claim(&self, dir: Option<&DirGuard>, m: &Member, name: &str) -> Option<String> {
-        let lately = dir.and_then(|d| d.claim(name, &self.owner(m)));
+    /// this job, or another copy of this daemon (of any node, with a shared store) lately,
+    /// has it: then who.
+    async fn claim(&self, dir: Option<&DirGuard>, m: &Member, name: &str) -> Option<String> {
+        let lately = match dir {
+            Some(d) => d.claim(name, &self.owner(m)).await,
+            None => None,
+        };
         let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
         match claims.get(name) {
             Some(other) if *other != m.name => Some(format!("{other:?} of this job")),
@@ -1365,22 +1372,36 @@ impl Run {
         }
     }
 
-    fn claimed_by_other(&self, dir: Option<&DirGuard>, m: &Member, name: &str) -> Option<String> {
-        let claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
-        match claims.get(name) {
-            Some(other) if *other != m.name => Some(format!("{other:?} of this job")),
-            _ => dir.and_then(|d| d.claimed_by_other(name, &self.owner(m))),
+    async fn claimed_by_other(
+        &self,
+        dir: Option<&DirGuard>,
+        m: &Member,
+        name: &str,
+    ) -> Option<String> {
+        let this_job = {
+            let claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+            match claims.get(name) {
+                Some(other) if *other != m.name => Some(format!("{other:?} of this job")),
+                _ => None,
+            }
+        };
+        match (this_job, dir) {
+            (Some(other), _) => Some(other),
+            (None, Some(d)) => d.claimed_by_other(name, &self.owner(m)).await,
+            (None, None) => None,
         }
     }
 
     /// A name of `m`'s whose file is gone: the claim is let go.
-    fn release(&self, dir: Option<&DirGuard>, m: &Member, name: &str) {
-        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
-        if claims.get(name) == Some(&m.name) {
-            claims.remove(name);
+    async fn release(&self, dir: Option<&DirGuard>, m: &Member, name: &str) {
+        {
+            let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+            if claims.get(name) == Some(&m.name) {
+                claims.remove(name);
+            }
         }
         if let Some(d) = dir {
-            d.release(name, &self.owner(m));
+            d.release(name, &self.owner(m)).await;
         }
     }
 
@@ -1415,7 +1436,10 @@ impl Run {
             } => Some(n.as_str()),
             _ => None,
         };
-        let claimed_by_other = announced.and_then(|n| self.claim(dir, m, n));
+        let claimed_by_other = match announced {
+            Some(n) => self.claim(dir, m, n).await,
+            None => None,
+        };
         let evidence = Evidence {
             size,
             claimed_by_other,
@@ -1449,7 +1473,7 @@ impl Run {
             }
             Decision::NotDone { .. } => {
                 if let Some(n) = announced {
-                    self.release(dir, m, n);
+                    self.release(dir, m, n).await;
                 }
                 self.update(
                     index,
@@ -1599,7 +1623,7 @@ impl Run {
         dir: Option<&DirGuard>,
         mismatch: bool,
     ) -> Result<(), String> {
-        if let Some(other) = self.claimed_by_other(dir, m, name) {
+        if let Some(other) = self.claimed_by_other(dir, m, name).await {
             return Err(format!(
                 "the server announced {name:?}, a name it also gave {other}: not deleted"
             ));
@@ -1630,7 +1654,7 @@ impl Run {
         let probe = match pair.size(Side::Destination, &path).await {
             Ok(Some(n)) => Probe::Size(n),
             Ok(None) => {
-                self.release(dir, m, name);
+                self.release(dir, m, name).await;
                 return Ok(());
             }
             Err(e) => Probe::Failed {
@@ -1652,7 +1676,7 @@ impl Run {
         }
         match pair.delete(Side::Destination, &path).await {
             Ok(_) => {
-                self.release(dir, m, name);
+                self.release(dir, m, name).await;
                 Ok(())
             }
             Err(e) => Err(format!(

@@ -100,6 +100,46 @@ BEGIN
 END $$;
 "#;
 
+/// The migration that adds the memory of the STOU names the servers announced (the fourth):
+/// a row per directory key and name, with whom it was told to and when. A claim removes up
+/// to 100 rows older than the memory as it goes.
+pub(super) const NAMES_MIGRATION: &str = r#"
+CREATE TABLE stou_names (
+    dir text NOT NULL,
+    name text NOT NULL,
+    owner text NOT NULL,
+    at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (dir, name)
+);
+CREATE INDEX stou_names_at ON stou_names (at);
+-- Records that name n of directory d was announced to owner o: NULL, or the other owner it
+-- was announced to less than keep seconds ago (then it stays theirs).
+CREATE FUNCTION bftp_claim_name(d text, n text, o text, keep double precision)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    k bigint;
+    other text;
+BEGIN
+    DELETE FROM stou_names WHERE ctid IN (SELECT ctid FROM stou_names
+        WHERE at < now() - make_interval(secs => keep) ORDER BY at LIMIT 100);
+    LOOP
+        INSERT INTO stou_names (dir, name, owner, at) VALUES (d, n, o, now())
+            ON CONFLICT (dir, name) DO UPDATE SET owner = EXCLUDED.owner, at = EXCLUDED.at
+            WHERE stou_names.owner = EXCLUDED.owner
+               OR stou_names.at < now() - make_interval(secs => keep);
+        GET DIAGNOSTICS k = ROW_COUNT;
+        IF k > 0 THEN
+            RETURN NULL;
+        END IF;
+        SELECT owner INTO other FROM stou_names WHERE dir = d AND name = n;
+        IF FOUND THEN
+            RETURN other;
+        END IF;
+        -- Released meanwhile: try again.
+    END LOOP;
+END $$;
+"#;
+
 /// The slots' state of one node, kept in [`Inner`].
 #[derive(Default)]
 pub(super) struct SlotState {
@@ -284,35 +324,112 @@ pub struct PgHostSlots {
     pub(super) rt: tokio::runtime::Handle,
 }
 
-impl HostSlots for PgHostSlots {
-    fn try_take(&self, hosts: &[String], per_host: u32) -> Result<Option<SlotHold>, StoreError> {
-        let (inner, hosts) = (self.inner.clone(), hosts.to_vec());
-        let per_host = i32::try_from(per_host).unwrap_or(i32::MAX);
+impl PgHostSlots {
+    /// Runs `f` on the store's runtime and waits for its answer.
+    fn run<T, F>(&self, op: &'static str, f: impl FnOnce(Arc<Inner>) -> F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let fut = f(self.inner.clone());
         self.rt.spawn(async move {
-            let r = async {
-                let c = inner.client("take connection slots in").await?;
-                let row = c
-                    .query_one(
-                        &c.prepare_cached("SELECT bftp_take_slots($1, $2, $3, $4)")
-                            .await
-                            .map_err(pg("prepare"))?,
-                        &[&inner.node, &hosts, &per_host, &lease_interval(inner.lease)],
-                    )
-                    .await
-                    .map_err(pg("take connection slots in"))?;
-                Ok(row
-                    .get::<_, Option<Vec<i64>>>(0)
-                    .map(|ids| SlotHold { ids }))
-            }
-            .await;
-            let _ = tx.send(r);
+            let _ = tx.send(fut.await);
         });
         rx.recv().unwrap_or_else(|_| {
             Err(StoreError::Panicked {
-                op: "take connection slots in",
+                op,
                 message: "the store's task ended without an answer".into(),
             })
+        })
+    }
+}
+
+impl HostSlots for PgHostSlots {
+    fn try_take(&self, hosts: &[String], per_host: u32) -> Result<Option<SlotHold>, StoreError> {
+        let hosts = hosts.to_vec();
+        let per_host = i32::try_from(per_host).unwrap_or(i32::MAX);
+        self.run("take connection slots in", |inner| async move {
+            let c = inner.client("take connection slots in").await?;
+            let row = c
+                .query_one(
+                    &c.prepare_cached("SELECT bftp_take_slots($1, $2, $3, $4)")
+                        .await
+                        .map_err(pg("prepare"))?,
+                    &[&inner.node, &hosts, &per_host, &lease_interval(inner.lease)],
+                )
+                .await
+                .map_err(pg("take connection slots in"))?;
+            Ok(row
+                .get::<_, Option<Vec<i64>>>(0)
+                .map(|ids| SlotHold { ids }))
+        })
+    }
+
+    fn claim_name(
+        &self,
+        dir: &str,
+        name: &str,
+        owner: &str,
+        keep: Duration,
+    ) -> Result<Option<String>, StoreError> {
+        let (dir, name, owner) = (dir.to_owned(), name.to_owned(), owner.to_owned());
+        self.run("claim a STOU name in", |inner| async move {
+            let c = inner.client("claim a STOU name in").await?;
+            let row = c
+                .query_one(
+                    &c.prepare_cached("SELECT bftp_claim_name($1, $2, $3, $4)")
+                        .await
+                        .map_err(pg("prepare"))?,
+                    &[&dir, &name, &owner, &keep.as_secs_f64()],
+                )
+                .await
+                .map_err(pg("claim a STOU name in"))?;
+            Ok(row.get::<_, Option<String>>(0))
+        })
+    }
+
+    fn release_name(&self, dir: &str, name: &str, owner: &str) -> Result<(), StoreError> {
+        let (dir, name, owner) = (dir.to_owned(), name.to_owned(), owner.to_owned());
+        self.run("release a STOU name in", |inner| async move {
+            let c = inner.client("release a STOU name in").await?;
+            c.execute(
+                &c.prepare_cached(
+                    "DELETE FROM stou_names WHERE dir = $1 AND name = $2 AND owner = $3",
+                )
+                .await
+                .map_err(pg("prepare"))?,
+                &[&dir, &name, &owner],
+            )
+            .await
+            .map_err(pg("release a STOU name in"))?;
+            Ok(())
+        })
+    }
+
+    fn name_claimed_by_other(
+        &self,
+        dir: &str,
+        name: &str,
+        owner: &str,
+        keep: Duration,
+    ) -> Result<Option<String>, StoreError> {
+        let (dir, name, owner) = (dir.to_owned(), name.to_owned(), owner.to_owned());
+        self.run("look up a STOU name in", |inner| async move {
+            let c = inner.client("look up a STOU name in").await?;
+            let row = c
+                .query_opt(
+                    &c.prepare_cached(
+                        "SELECT owner FROM stou_names WHERE dir = $1 AND name = $2 \
+                         AND owner <> $3 AND at >= now() - make_interval(secs => $4)",
+                    )
+                    .await
+                    .map_err(pg("prepare"))?,
+                    &[&dir, &name, &owner, &keep.as_secs_f64()],
+                )
+                .await
+                .map_err(pg("look up a STOU name in"))?;
+            Ok(row.map(|r| r.get::<_, String>(0)))
         })
     }
 

@@ -17,7 +17,7 @@ pub struct Slots {
 }
 
 /// Slots taken in the store's count of all nodes, given back when dropped.
-struct ClusterHold {
+pub(crate) struct ClusterHold {
     slots: Arc<dyn HostSlots>,
     hold: SlotHold,
 }
@@ -30,10 +30,52 @@ impl Drop for ClusterHold {
 
 /// The first and the longest wait between two looks at a full host of all nodes, when no
 /// release was announced meanwhile (a release wakes the waiters at once).
-const CLUSTER_BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(2));
+pub(crate) const CLUSTER_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(20), Duration::from_secs(2));
 
 /// How often a waiter looks whether a release was announced (in memory, not the database).
 const GENERATION_LOOK: Duration = Duration::from_millis(5);
+
+/// Takes `hosts` in the store's count of all nodes, at most `per_host` a host: `None` when
+/// one is full there, or when the database did not answer (counted as full).
+pub(crate) async fn take_in_cluster(
+    cluster: Arc<dyn HostSlots>,
+    hosts: Vec<String>,
+    per_host: u32,
+) -> Option<ClusterHold> {
+    // The hold is wrapped in the blocking task itself: if this future is dropped while the
+    // task runs, the slots it took are given back when its answer is dropped.
+    let taken = tokio::task::spawn_blocking(move || {
+        cluster.try_take(&hosts, per_host).map(|h| {
+            h.map(|hold| ClusterHold {
+                slots: cluster.clone(),
+                hold,
+            })
+        })
+    })
+    .await;
+    match taken {
+        Ok(Ok(hold)) => hold,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot take slots in the shared store");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// After a refused take in the count of all nodes (`seen`: its generation before the take):
+/// waits until a node announces a release, or for `backoff`, which doubles (up to 2 s) when
+/// nothing was announced meanwhile.
+pub(crate) async fn wait_for_release(c: &dyn HostSlots, seen: u64, backoff: &mut Duration) {
+    let until = tokio::time::Instant::now() + *backoff;
+    while c.generation() == seen && tokio::time::Instant::now() < until {
+        tokio::time::sleep(GENERATION_LOOK).await;
+    }
+    if c.generation() == seen {
+        *backoff = (*backoff * 2).min(CLUSTER_BACKOFF.1);
+    }
+}
 
 /// Per-host connection limits, shared by every transfer of the daemon (RULES.md §6): a pair
 /// takes one connection on each of its two hosts. With a store shared by several nodes the
@@ -46,7 +88,7 @@ pub struct HostLimits {
     hosts: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>,
     /// The count of all nodes, when the store is shared.
     cluster: Option<Arc<dyn HostSlots>>,
-    /// Unique (STOU) copies: one at a time per destination directory, daemon-wide.
+    /// Unique (STOU) copies: one at a time per destination directory, over all nodes.
     pub unique: crate::unique::UniqueDirs,
     /// Logged-in pairs kept between jobs, holding their slots (`crate::pool`).
     pub pool: Arc<crate::pool::PairPool>,
@@ -73,8 +115,8 @@ impl HostLimits {
             parallel_pairs: parallel_pairs.max(1),
             per_host: per_host.max(1),
             hosts: Default::default(),
+            unique: crate::unique::UniqueDirs::new(cluster.clone()),
             cluster,
-            unique: Default::default(),
             pool: crate::pool::PairPool::new(pool),
         })
     }
@@ -105,26 +147,7 @@ impl HostLimits {
             return Some(None);
         };
         let per_host = u32::try_from(self.per_host).unwrap_or(u32::MAX);
-        // The hold is wrapped in the blocking task itself: if this future is dropped while
-        // the task runs, the slots it took are given back when its answer is dropped.
-        let taken = tokio::task::spawn_blocking(move || {
-            cluster.try_take(&hosts, per_host).map(|h| {
-                h.map(|hold| ClusterHold {
-                    slots: cluster.clone(),
-                    hold,
-                })
-            })
-        })
-        .await;
-        match taken {
-            Ok(Ok(Some(hold))) => Some(Some(hold)),
-            Ok(Ok(None)) => None,
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "cannot take connection slots in the shared store");
-                None
-            }
-            Err(_) => None,
-        }
+        take_in_cluster(cluster, hosts, per_host).await.map(Some)
     }
 
     /// Waits for a connection slot on both hosts. Hosts are taken in name order, so two
@@ -156,13 +179,7 @@ impl HostLimits {
             let (Some(c), Some(seen)) = (&self.cluster, seen) else {
                 continue;
             };
-            let until = tokio::time::Instant::now() + backoff;
-            while c.generation() == seen && tokio::time::Instant::now() < until {
-                tokio::time::sleep(GENERATION_LOOK).await;
-            }
-            if c.generation() == seen {
-                backoff = (backoff * 2).min(CLUSTER_BACKOFF.1);
-            }
+            wait_for_release(c.as_ref(), seen, &mut backoff).await;
         }
     }
 

@@ -5,7 +5,7 @@
 
 mod check;
 mod config;
-mod hosts;
+pub(crate) mod hosts;
 mod paths;
 pub mod tls;
 mod transfer;

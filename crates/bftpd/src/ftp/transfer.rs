@@ -499,7 +499,7 @@ impl lanes::Work for Transfer<'_> {
         };
         if let (Some(dir), Ok(o)) = (&dir, &outcome) {
             if let Some(n) = &o.report().stou_name {
-                dir.claim(n, &format!("bftp transfer of {name:?}"));
+                dir.claim(n, &format!("bftp transfer of {name:?}")).await;
             }
         }
         drop(dir);
