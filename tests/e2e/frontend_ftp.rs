@@ -388,15 +388,9 @@ fn transfer_with_a_wrong_password_logs_in_once_however_many_pairs_it_may_use() {
     for n in ["a", "b", "c", "d", "e", "f"] {
         src.put_file(&format!("out/{n}.dat"), n.as_bytes()).unwrap();
     }
-    let dst = HostileServer::start(
-        Script::new()
-            .user("dst", "dst-pw")
-            .dir("/in")
-            .greeting(Action::delayed(
-                Duration::from_millis(300),
-                Action::reply("220 ready"),
-            )),
-    )
+    let dst = HostileServer::start(Script::new().user("dst", "dst-pw").dir("/in").greeting(
+        Action::delayed(Duration::from_millis(300), Action::reply("220 ready")),
+    ))
     .unwrap();
     let d = Bftpd::start().unwrap();
     let (o, _) = transfer_urls(

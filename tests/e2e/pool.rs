@@ -153,4 +153,36 @@ fn a_kept_pair_gives_its_slots_up_to_a_job_that_needs_them() {
         t.elapsed()
     );
     assert_eq!(s.sessions(), (2, 2));
+    // The kept pair was closed with QUIT, and its server had ended the session before the
+    // next one came: dropped without QUIT, the server's session outlived its slot, and the
+    // server counted two sessions against a limit of one for a moment.
+    let log = std::fs::read_to_string(s.src.log_file()).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    // vsftpd's lines name the session's process: `[pid N]`.
+    let pid_of = |l: &str| {
+        l.split("[pid ")
+            .nth(1)?
+            .split(']')
+            .next()
+            .map(str::to_owned)
+    };
+    let session_of = |file: &str| {
+        lines
+            .iter()
+            .find(|l| l.contains(&format!("\"RETR out/{file}\"")))
+            .and_then(|l| pid_of(l))
+            .unwrap_or_else(|| panic!("no RETR of {file} in the log:\n{log}"))
+    };
+    let (first, second) = (session_of("a.bin"), session_of("b.bin"));
+    let quit = lines
+        .iter()
+        .position(|l| pid_of(l).as_ref() == Some(&first) && l.contains("\"QUIT\""));
+    let second_begins = lines
+        .iter()
+        .position(|l| pid_of(l).as_ref() == Some(&second));
+    assert!(
+        quit.is_some() && quit < second_begins,
+        "the kept pair's source session (pid {first}) did not end with QUIT before the next \
+         one (pid {second}) began:\n{log}"
+    );
 }

@@ -142,9 +142,11 @@ impl PairPool {
         }
     }
 
-    /// Closes the kept pairs that hold a slot on `a` or `b`, at once (dropped, no QUIT, so
-    /// their slots are free when this returns): whether any was.
-    pub fn evict_touching(&self, a: &str, b: &str) -> bool {
+    /// Closes the kept pairs that hold a slot on `a` or `b`: whether any was. Each is sent
+    /// QUIT and its slots go free once the server has closed its end (a pair dropped
+    /// without QUIT leaves the server's session running a moment after its slot was free,
+    /// and the server would see one session more than the limit).
+    pub async fn evict_touching(&self, a: &str, b: &str) -> bool {
         let evicted: Vec<Idle> = {
             let mut idle = self.idle();
             let (gone, kept) = std::mem::take(&mut *idle)
@@ -154,10 +156,7 @@ impl PairPool {
             gone
         };
         let any = !evicted.is_empty();
-        for e in evicted {
-            drop(e.pair);
-            drop(e.slots);
-        }
+        close_all(evicted).await;
         any
     }
 

@@ -158,7 +158,7 @@ impl HostLimits {
         let mut backoff = CLUSTER_BACKOFF.0;
         loop {
             let seen = self.cluster.as_ref().map(|c| c.generation());
-            let local = match self.try_acquire_local(a, b) {
+            let local = match self.try_acquire_local(a, b).await {
                 Some(l) => l,
                 None => self.acquire_local(a, b).await,
             };
@@ -173,7 +173,7 @@ impl HostLimits {
                 c.want(&self.slot_hosts(a, b));
             }
             // Kept pairs of this node on these hosts hold slots of the count of all nodes.
-            if self.pool.evict_touching(a, b) {
+            if self.pool.evict_touching(a, b).await {
                 backoff = CLUSTER_BACKOFF.0;
             }
             let (Some(c), Some(seen)) = (&self.cluster, seen) else {
@@ -255,7 +255,7 @@ impl HostLimits {
     /// A slot on both hosts if both are free now, after closing kept pairs on them if
     /// needed (`crate::pool`); `None` otherwise (nothing held).
     pub async fn try_acquire(&self, a: &str, b: &str) -> Option<Slots> {
-        let local = self.try_acquire_local(a, b)?;
+        let local = self.try_acquire_local(a, b).await?;
         let cluster = self.take_cluster(self.slot_hosts(a, b)).await?;
         Some(Slots {
             _local: local,
@@ -265,17 +265,18 @@ impl HostLimits {
 
     /// This daemon's own slots on both hosts if free now, after closing kept pairs on them
     /// if needed.
-    fn try_acquire_local(
+    async fn try_acquire_local(
         &self,
         a: &str,
         b: &str,
     ) -> Option<Vec<tokio::sync::OwnedSemaphorePermit>> {
-        self.try_acquire_free(a, b).or_else(|| {
-            self.pool
-                .evict_touching(a, b)
-                .then(|| self.try_acquire_free(a, b))
-                .flatten()
-        })
+        if let Some(free) = self.try_acquire_free(a, b) {
+            return Some(free);
+        }
+        if self.pool.evict_touching(a, b).await {
+            return self.try_acquire_free(a, b);
+        }
+        None
     }
 
     fn try_acquire_free(&self, a: &str, b: &str) -> Option<Vec<tokio::sync::OwnedSemaphorePermit>> {
