@@ -9,7 +9,8 @@
 //! the standard xferlog format.
 //!
 //! How each logs in (see also `tests/install-deps`):
-//! - vsftpd: the system account `bftp-ftp` through PAM service `bftp-test-vsftpd` (pam_unix);
+//! - vsftpd: the system account `bftp-ftp` through PAM service `bftp-test-vsftpd` (pam_unix),
+//!   its password in SHA-512 crypt like the other two servers' files (quick to check);
 //!   vsftpd has no other way to check a local password.
 //! - proFTPD: `AuthOrder mod_auth_file.c` with a private AuthUserFile (no PAM), mapped to the
 //!   uid/gid of `bftp-ftp`.

@@ -614,7 +614,7 @@ impl Pair {
             (Ok(reply), Disposition::Done) => reply.lines().to_vec(),
             _ => Vec::new(),
         };
-        self.source_features = Some(features.clone());
+        self.learn_features(Side::Source, features.clone());
         features
     }
 

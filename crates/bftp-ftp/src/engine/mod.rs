@@ -211,15 +211,16 @@ impl Pair {
             addr_check,
             recorder,
         );
-        // Both sides' TYPE, MODE and STRU in flight at once: one round trip, not six.
-        for side in [Side::Source, Side::Destination] {
-            if let Err(error) = pair.send_params(side).await {
+        // Both sides' TYPE, MODE, STRU and FEAT in flight at once: one round trip, not eight.
+        let lines = [Side::Source, Side::Destination].map(|side| pair.params_lines(side));
+        for (side, lines) in [Side::Source, Side::Destination].iter().zip(&lines) {
+            if let Err(error) = pair.send_params(*side, lines).await {
                 pair.close_all("setting TYPE/MODE/STRU failed");
                 return Err(error);
             }
         }
-        for side in [Side::Source, Side::Destination] {
-            if let Err(error) = pair.read_params(side).await {
+        for (side, lines) in [Side::Source, Side::Destination].into_iter().zip(&lines) {
+            if let Err(error) = pair.read_params(side, lines).await {
                 pair.close_all("setting TYPE/MODE/STRU failed");
                 return Err(error);
             }
@@ -580,9 +581,11 @@ impl Pair {
     }
 
     /// TYPE, MODE and STRU as the job says (RULES.md §2), as custom commands: `TYPE A`,
-    /// never `TYPE A N`, which some servers refuse.
-    fn params_lines(&self) -> [(CommandKind, String); 3] {
-        [
+    /// never `TYPE A N`, which some servers refuse; then FEAT, while `side`'s features are
+    /// not known (a new session): it travels in the same write, so learning them costs no
+    /// round trip of its own.
+    fn params_lines(&self, side: Side) -> Vec<(CommandKind, String)> {
+        let mut lines = vec![
             (
                 CommandKind::Type,
                 format!("TYPE {}", self.params.transfer_type.ftp_arg()),
@@ -595,20 +598,29 @@ impl Pair {
                 CommandKind::Stru,
                 format!("STRU {}", self.params.structure.ftp_arg()),
             ),
-        ]
+        ];
+        if !self.proof.knows(side) {
+            lines.push((CommandKind::Feat, "FEAT".to_owned()));
+        }
+        lines
     }
 
-    /// TYPE, MODE and STRU on `side`, sent together and answered in order: one round trip.
+    /// TYPE, MODE and STRU (and FEAT, see [`Pair::params_lines`]) on `side`, sent together
+    /// and answered in order: one round trip.
     async fn set_params(&mut self, side: Side) -> Result<(), PairError> {
-        self.send_params(side).await?;
-        self.read_params(side).await
+        let lines = self.params_lines(side);
+        self.send_params(side, &lines).await?;
+        self.read_params(side, &lines).await
     }
 
-    /// The three commands of [`Pair::set_params`] in one write; [`Pair::read_params`] reads
+    /// The commands of [`Pair::set_params`] in one write; [`Pair::read_params`] reads
     /// their replies.
-    async fn send_params(&mut self, side: Side) -> Result<(), PairError> {
+    async fn send_params(
+        &mut self,
+        side: Side,
+        lines: &[(CommandKind, String)],
+    ) -> Result<(), PairError> {
         self.drain_owed(side).await;
-        let lines = self.params_lines();
         let batch: Vec<String> = lines.iter().map(|(_, l)| l.clone()).collect();
         if let Err(e) = self.session(side).send_batch(&batch).await {
             let result = Err(e);
@@ -620,17 +632,29 @@ impl Pair {
         Ok(())
     }
 
-    /// The replies to [`Pair::send_params`], all three read (the connection stays in step
-    /// after a refusal); the first refusal is the error.
-    async fn read_params(&mut self, side: Side) -> Result<(), PairError> {
+    /// The replies to [`Pair::send_params`], every one read (the connection stays in step
+    /// after a refusal); the first refusal of TYPE, MODE or STRU is the error. FEAT's
+    /// features are learnt; a FEAT refused only means none are offered, as when it is
+    /// asked alone.
+    async fn read_params(
+        &mut self,
+        side: Side,
+        lines: &[(CommandKind, String)],
+    ) -> Result<(), PairError> {
         let mut failed = None;
-        for (kind, line) in self.params_lines() {
+        for (kind, line) in lines {
             let deadline = self.reply_deadline();
-            let result = self.read_reply(side, &verb(&line), deadline).await;
+            let result = self.read_reply(side, &verb(line), deadline).await;
             let closed = result.is_err();
-            let disposition = self.classify(side, kind, &result);
-            if disposition != Disposition::Done && failed.is_none() {
-                failed = Some(self.job_error(side, &line, result, disposition));
+            let disposition = self.classify(side, *kind, &result);
+            if *kind == CommandKind::Feat && !closed {
+                let features = match (&result, disposition) {
+                    (Ok(reply), Disposition::Done) => reply.lines().to_vec(),
+                    _ => Vec::new(),
+                };
+                self.learn_features(side, features);
+            } else if disposition != Disposition::Done && failed.is_none() {
+                failed = Some(self.job_error(side, line, result, disposition));
             }
             if closed {
                 break;

@@ -34,6 +34,11 @@ pub(super) struct ProofState {
 }
 
 impl ProofState {
+    /// Whether `side`'s capabilities are known (its FEAT was read since it was opened).
+    pub(super) fn knows(&self, side: Side) -> bool {
+        self.caps[index(side)].is_some()
+    }
+
     pub(super) fn forget(&mut self, side: Side) {
         self.caps[index(side)] = None;
         self.selected[index(side)] = None;
@@ -111,9 +116,17 @@ impl Pair {
                 }
             }
         };
-        let caps = capabilities(&lines);
-        self.proof.caps[index(side)] = Some(caps.clone());
-        caps
+        self.learn_features(side, lines);
+        self.proof.caps[index(side)].clone().unwrap_or_default()
+    }
+
+    /// What `side`'s FEAT answered (nothing, when refused): its proof capabilities, and for
+    /// the source also the listing's features.
+    pub(super) fn learn_features(&mut self, side: Side, lines: Vec<String>) {
+        self.proof.caps[index(side)] = Some(capabilities(&lines));
+        if side == Side::Source {
+            self.source_features = Some(lines);
+        }
     }
 
     /// The strongest proof this pair can give a copy of `transfer_type` written with `dest`.

@@ -499,6 +499,45 @@ async fn size_and_delete_answers() {
     ));
 }
 
+/// FEAT travels in the pair's opening write, behind TYPE, MODE and STRU, on both sides: what
+/// each server offers is known without a round trip of its own, so asking for the proof plan
+/// afterwards sends nothing; a FEAT refused (502 here on the source) means no features and
+/// keeps the connection in step.
+#[tokio::test]
+async fn feat_is_read_with_the_opening_batch_and_not_asked_again() {
+    let dst: Script = Arc::new(|line| {
+        (line == "FEAT").then(|| vec!["211-Features:", " SIZE", " HASH SHA-256*", "211 End"])
+    });
+    let (mut pair, log) = pair_with(none(), dst).await;
+    let opened = commands(&log);
+    for side in ["src", "dst"] {
+        let sent: Vec<&str> = opened
+            .iter()
+            .filter_map(|c| c.strip_prefix(&format!("{side}> ")))
+            .collect();
+        assert_eq!(
+            sent[sent.len() - 4..],
+            ["TYPE I", "MODE S", "STRU F", "FEAT"],
+            "{opened:?}"
+        );
+    }
+    assert!(
+        pair.proof_known(),
+        "both sides' capabilities known after open"
+    );
+    let _ = pair
+        .proof_plan(TransferType::Image, DestCommand::Replace)
+        .await;
+    let reply = pair.exchange(Side::Source, "PWD").await.expect("PWD");
+    assert_eq!(reply.code().get(), 257, "out of step: {reply:?}");
+    assert_eq!(
+        commands(&log).len(),
+        opened.len() + 1,
+        "asked again: {:?}",
+        commands(&log)
+    );
+}
+
 /// TYPE, MODE and STRU go in one write; a refusal of one of them still has every reply read,
 /// so the next command on that connection reads its own reply.
 #[tokio::test]
