@@ -259,7 +259,10 @@ fn a_full_disk_refuses_submits_stops_new_files_and_recovers_by_itself() {
     )
     .unwrap();
     let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
-    let files: Vec<String> = (0..8).map(|i| format!("f{i}.dat")).collect();
+    // Far more files than the pairs have in flight (4 pairs, each with the next file started
+    // ahead while one is checked): the disk fills long before the last ones could begin,
+    // however fast the logins are.
+    let files: Vec<String> = (0..24).map(|i| format!("f{i:02}.dat")).collect();
     for f in &files {
         src.put_file(&format!("out/{f}"), &content(f, 50_000))
             .unwrap();
@@ -294,7 +297,7 @@ fn a_full_disk_refuses_submits_stops_new_files_and_recovers_by_itself() {
         &[
             "--json",
             "submit",
-            &src.url("out/f0.dat"),
+            &src.url("out/f00.dat"),
             &dst.url("in/x.dat"),
         ],
         &env,
@@ -306,7 +309,7 @@ fn a_full_disk_refuses_submits_stops_new_files_and_recovers_by_itself() {
     assert!(e["message"].as_str().unwrap().contains("free"), "{body}");
     let o = d.bftp_env(
         None,
-        &["submit", &src.url("out/f0.dat"), &dst.url("in/y.dat")],
+        &["submit", &src.url("out/f00.dat"), &dst.url("in/y.dat")],
         &env,
     );
     assert_eq!(o.status.code(), Some(9), "{}", text(&o));
@@ -357,7 +360,7 @@ fn a_full_disk_refuses_submits_stops_new_files_and_recovers_by_itself() {
             "{f}"
         );
     }
-    let again = submit(&d, &src, &dst, "out/f0.dat", "in/z.dat", &[]);
+    let again = submit(&d, &src, &dst, "out/f00.dat", "in/z.dat", &[]);
     assert_eq!(
         wait_final(&d, again, Duration::from_secs(60))["outcome"],
         "succeeded"
