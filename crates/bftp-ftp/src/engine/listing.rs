@@ -606,16 +606,7 @@ impl Pair {
         if let Some(features) = &self.source_features {
             return features.clone();
         }
-        let result = self.exchange(Side::Source, "FEAT").await;
-        let features = match (
-            &result,
-            self.classify(Side::Source, CommandKind::Feat, &result),
-        ) {
-            (Ok(reply), Disposition::Done) => reply.lines().to_vec(),
-            _ => Vec::new(),
-        };
-        self.learn_features(Side::Source, features.clone());
-        features
+        self.ask_features(Side::Source).await
     }
 
     /// Open a passive data connection from here to the source, send `verb dir`, read

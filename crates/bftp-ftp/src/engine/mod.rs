@@ -159,6 +159,17 @@ fn index(side: Side) -> usize {
     }
 }
 
+/// What a FEAT reply offers: its lines, or none when FEAT was refused or not answered.
+pub(crate) fn feat_lines(
+    result: &Result<Reply, SessionError>,
+    disposition: Disposition,
+) -> Vec<String> {
+    match (result, disposition) {
+        (Ok(reply), Disposition::Done) => reply.lines().to_vec(),
+        _ => Vec::new(),
+    }
+}
+
 /// The command verb of a line, upper-cased (`RETR`, `STOR`...).
 pub(crate) fn verb(line: &str) -> String {
     line.split(' ').next().unwrap_or("").to_ascii_uppercase()
@@ -648,11 +659,7 @@ impl Pair {
             let closed = result.is_err();
             let disposition = self.classify(side, *kind, &result);
             if *kind == CommandKind::Feat && !closed {
-                let features = match (&result, disposition) {
-                    (Ok(reply), Disposition::Done) => reply.lines().to_vec(),
-                    _ => Vec::new(),
-                };
-                self.learn_features(side, features);
+                self.learn_features(side, feat_lines(&result, disposition));
             } else if disposition != Disposition::Done && failed.is_none() {
                 failed = Some(self.job_error(side, line, result, disposition));
             }

@@ -106,18 +106,16 @@ impl Pair {
         }
         // A command between copies: steps taken ahead for a next copy are settled first.
         self.before_action().await;
-        let lines = match side {
-            Side::Source => self.features().await,
-            Side::Destination => {
-                let result = self.exchange(side, "FEAT").await;
-                match (&result, self.classify(side, CommandKind::Feat, &result)) {
-                    (Ok(reply), Disposition::Done) => reply.lines().to_vec(),
-                    _ => Vec::new(),
-                }
-            }
-        };
-        self.learn_features(side, lines);
+        self.ask_features(side).await;
         self.proof.caps[index(side)].clone().unwrap_or_default()
+    }
+
+    /// FEAT of `side`, asked alone now, and learnt ([`Pair::learn_features`]).
+    pub(super) async fn ask_features(&mut self, side: Side) -> Vec<String> {
+        let result = self.exchange(side, "FEAT").await;
+        let lines = super::feat_lines(&result, self.classify(side, CommandKind::Feat, &result));
+        self.learn_features(side, lines.clone());
+        lines
     }
 
     /// What `side`'s FEAT answered (nothing, when refused): its proof capabilities, and for
