@@ -12,12 +12,13 @@ use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 use crate::pg_nodes::{kinds, node_config_lease, node_config_plus};
 use crate::scheduler::{content, status, submit};
 
-/// Kills in the kill test. It runs with a 3 s lease: on 2 cores loaded by the whole slow
-/// group, a live node still lost 2 leases in one run on a 2 s lease after the heartbeat's
-/// race (a job started between two of its queries for lost, fixed and tested in
-/// `pg_leases`) was fixed, cause not found; `BFTP_SLOW_PG_LEASE` (seconds) and
+/// Kills in the kill test. It runs with a 3 s lease, which on 2 cores loaded by the whole
+/// slow group leaves the heartbeat room; `BFTP_SLOW_PG_LEASE` (seconds) and
 /// `BFTP_SLOW_PG_KILLS` run it with another, for a measurement of the takeover time with the
-/// default 10 s lease (a kill then costs about a lease).
+/// default 10 s lease (a kill then costs about a lease). Two races made a live node take
+/// its own jobs for lost, both fixed and tested in `pg_leases`: a job started between two
+/// of the heartbeat's queries, and a job the node had just finished or requeued (its epoch
+/// moved on in the database before the node let it go).
 const KILLS: usize = 30;
 
 fn knob(name: &str, default: u64) -> u64 {

@@ -166,6 +166,10 @@ pub struct PgOptions {
     /// With nothing due, how often the node looks at the queue again (for jobs submitted on
     /// other nodes and leases that ran out).
     pub poll: Duration,
+    /// Test builds only: how long a write that ends a lease waits between its commit and
+    /// letting the job go, to hold open the moment the heartbeat must not take for a loss.
+    #[cfg(feature = "test-hooks")]
+    pub hold_before_release: Duration,
 }
 
 impl PgOptions {
@@ -206,6 +210,8 @@ impl PgOptions {
             node: node.into(),
             lease: Duration::from_secs(10),
             poll: Duration::from_secs(1),
+            #[cfg(feature = "test-hooks")]
+            hold_before_release: Duration::ZERO,
         }
     }
 }
@@ -214,6 +220,20 @@ impl PgOptions {
 struct Held {
     epoch: i64,
     lost: bool,
+    /// A write that ends this node's lease (a final state, a requeue) is committing: its
+    /// new epoch may show in the database before the job leaves `held`, and the heartbeat
+    /// must not take that for a loss.
+    releasing: bool,
+}
+
+impl Held {
+    fn new(epoch: i64) -> Held {
+        Held {
+            epoch,
+            lost: false,
+            releasing: false,
+        }
+    }
 }
 
 struct Inner {
@@ -228,6 +248,8 @@ struct Inner {
     lost: Mutex<Vec<JobId>>,
     /// The cluster-wide connection slots' state (`slots.rs`).
     slots: slots::SlotState,
+    #[cfg(feature = "test-hooks")]
+    hold_before_release: Duration,
 }
 
 /// The store several bftpd nodes share, on PostgreSQL. See the module documentation.
@@ -360,6 +382,8 @@ impl PgStore {
             held: Mutex::new(HashMap::new()),
             lost: Mutex::new(Vec::new()),
             slots: Default::default(),
+            #[cfg(feature = "test-hooks")]
+            hold_before_release: opts.hold_before_release,
         });
         let store = PgStore {
             inner: inner.clone(),
@@ -553,6 +577,7 @@ async fn heartbeat(inner: Arc<Inner>, config: tokio_postgres::Config) {
                 continue;
             }
         };
+        let since_renewal = last_renewal.elapsed();
         last_renewal = tokio::time::Instant::now();
         for r in &seen {
             let (id, held) = (job_id(r, 0), r.get::<_, i64>(1));
@@ -562,7 +587,7 @@ async fn heartbeat(inner: Arc<Inner>, config: tokio_postgres::Config) {
                 lease_alive: r.get(4),
             };
             if lease_lost(held, &now) {
-                inner.mark_lost(id, held);
+                inner.mark_lost(id, held, &now, since_renewal);
             }
         }
     }
@@ -618,18 +643,56 @@ async fn connect_for_heartbeat(config: &tokio_postgres::Config) -> Option<tokio_
 }
 
 impl Inner {
-    fn mark_lost(&self, id: JobId, epoch: i64) {
+    /// Marks the lease on `id` at `epoch` lost, unless this node moved the epoch on itself
+    /// and has not released the job yet ([`Held::releasing`]). `seen` and `since_renewal` are
+    /// logged, to tell a late renewal from a job taken over or cancelled elsewhere.
+    fn mark_lost(&self, id: JobId, epoch: i64, seen: &Seen, since_renewal: Duration) {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(h) = held.get_mut(&id) {
-            if h.epoch == epoch && !h.lost {
+            if h.epoch == epoch && !h.lost && !h.releasing {
                 h.lost = true;
                 tracing::warn!(
                     job = id.0,
                     epoch,
+                    seen_state = seen.state,
+                    seen_epoch = seen.epoch,
+                    lease_alive = seen.lease_alive,
+                    since_renewal_ms = since_renewal.as_millis() as u64,
                     "lease lost: another node took the job over or it was cancelled elsewhere"
                 );
                 self.lost.lock().unwrap_or_else(|p| p.into_inner()).push(id);
             }
+        }
+    }
+
+    /// Commits a write that ends this node's lease on `id` (its epoch moves on) and lets the
+    /// job go. From before the commit until the job has left `held`, the heartbeat sees the
+    /// new epoch as this node's own doing, not as a loss; a failed commit changed nothing.
+    async fn commit_release(
+        &self,
+        tx: Transaction<'_>,
+        op: &'static str,
+        id: JobId,
+    ) -> Result<(), StoreError> {
+        self.set_releasing(id, true);
+        match tx.commit().await {
+            Ok(()) => {
+                #[cfg(feature = "test-hooks")]
+                tokio::time::sleep(self.hold_before_release).await;
+                self.release(id);
+                Ok(())
+            }
+            Err(e) => {
+                self.set_releasing(id, false);
+                Err(pg(op)(e))
+            }
+        }
+    }
+
+    fn set_releasing(&self, id: JobId, on: bool) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = held.get_mut(&id) {
+            h.releasing = on;
         }
     }
 
@@ -1220,7 +1283,7 @@ impl Inner {
                 self.held
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(id, Held { epoch, lost: false });
+                    .insert(id, Held::new(epoch));
             } else {
                 tx.execute(&tx.prepare_cached("UPDATE jobs SET lease_until = now() + make_interval(secs => $2) WHERE id = $1").await.map_err(pg("prepare"))?,
                     &[&id_of(id), &lease_interval(self.lease)],
@@ -1240,9 +1303,10 @@ impl Inner {
         tx_history(&tx, OP, id, &mut rec, now, event.name(), detail.as_deref()).await?;
         let release = !matches!(new, JobState::Running { .. });
         tx_put_job(&tx, OP, id, &rec, release).await?;
-        tx.commit().await.map_err(pg(OP))?;
         if release {
-            self.release(id);
+            self.commit_release(tx, OP, id).await?;
+        } else {
+            tx.commit().await.map_err(pg(OP))?;
         }
         job_to_api(id, &rec)
     }
@@ -1279,8 +1343,7 @@ impl Inner {
         tx_history(&tx, OP, id, &mut rec, now, event.name(), detail.as_deref()).await?;
         tx_outbox_new(&tx, OP, id, now).await?;
         tx_put_job(&tx, OP, id, &rec, true).await?;
-        tx.commit().await.map_err(pg(OP))?;
-        self.release(id);
+        self.commit_release(tx, OP, id).await?;
         job_to_api(id, &rec)
     }
 
@@ -1528,13 +1591,7 @@ impl Inner {
         for r in rows {
             let id = job_id(&r, 0);
             let at = Timestamp(r.get::<_, Option<i64>>(1).unwrap_or(0).max(0) as u64);
-            held.insert(
-                id,
-                Held {
-                    epoch: r.get(2),
-                    lost: false,
-                },
-            );
+            held.insert(id, Held::new(r.get(2)));
             out.push((at, id));
         }
         out.sort();

@@ -492,6 +492,56 @@ fn jobs_started_while_the_heartbeat_looks_are_not_taken_for_lost() {
     }
 }
 
+#[test]
+fn jobs_this_node_finishes_while_the_heartbeat_looks_are_not_taken_for_lost() {
+    let url = pgcluster::fresh_database();
+    // A 600 ms lease, looked at every 200 ms; each write that ends a lease holds 500 ms
+    // between its commit and letting the job go, so a look falls in that moment: the job's
+    // epoch has moved on in the database while this node still holds it at the old one.
+    let mut o = PgOptions::new(&url, "node-a");
+    o.pool_size = 4;
+    o.lease = Duration::from_millis(600);
+    o.hold_before_release = Duration::from_millis(500);
+    let a = PgStore::open(o).unwrap();
+    let ids: Vec<JobId> = (0..3)
+        .map(|_| a.submit(with_members(job(1), &["x"])).unwrap().job().id)
+        .collect();
+    assert_eq!(a.due(at(60), 10).unwrap().len(), ids.len());
+    for id in &ids {
+        a.apply(*id, JobEvent::Start { attempt: 1 }, at(61), None)
+            .unwrap();
+    }
+    // One finishes, one is requeued for a retry, one is cancelled here: each moves the
+    // epoch on and lets the lease go.
+    a.update_member(ids[0], 0, succeeded(), at(62)).unwrap();
+    a.apply(
+        ids[0],
+        JobEvent::Finish {
+            outcome: JobOutcome::Succeeded,
+        },
+        at(63),
+        None,
+    )
+    .unwrap();
+    a.apply(
+        ids[1],
+        JobEvent::Requeue {
+            next_attempt_at: at(120),
+        },
+        at(63),
+        None,
+    )
+    .unwrap();
+    a.settle_and_finish(ids[2], MemberState::Cancelled, at(63), None)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(250));
+    assert_eq!(
+        a.lost_leases(),
+        [],
+        "a live node took the jobs it let go itself for lost"
+    );
+}
+
 /// The STOU names a server announced, remembered over all nodes: a name node a's owner
 /// claimed is another's to node b (claimed, or looked at), stays a's, and once a releases
 /// it, b may claim it. A directory's lock key taken with one slot lets one node at a time.
