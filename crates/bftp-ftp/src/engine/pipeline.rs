@@ -13,6 +13,12 @@
 //!
 //! So the next copy starts with its source size known, its passive address known and its
 //! active side already told to connect: it reads PORT's 200 and STOR's 150, then sends RETR.
+//!
+//! A copy nothing was sent ahead for (a pair's first, or one after a copy that could not
+//! pipeline) still sends its source `SIZE` with the `PASV` (`EPSV` for IPv6) behind it, in
+//! one write, when the source is passive first and already in image type for an
+//! image-type job; a refused SIZE leaves the PASV's reply owed, read before the next
+//! command.
 //! The active side is still commanded (and answered) before the passive one: nothing is sent
 //! to a passive server that could leave it waiting for a data connection that never comes.
 //!

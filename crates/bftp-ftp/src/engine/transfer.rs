@@ -230,6 +230,7 @@ pub(super) async fn run(pair: &mut Pair, request: &CopyRequest) -> Result<CopyOu
         passive_verb: "PASV",
         port_verb: "PORT",
         stor_sent: false,
+        passive_sent: None,
     };
     let mut phase = Phase::Prepare;
     loop {
@@ -284,6 +285,9 @@ struct Attempt<'a> {
     port_verb: &'static str,
     /// The data command to the active side went out already (behind its PORT).
     stor_sent: bool,
+    /// The source's passive command, sent behind this copy's SIZE; its reply is owed
+    /// until [`Attempt::passive`] reads it.
+    passive_sent: Option<&'static str>,
 }
 
 impl Attempt<'_> {
@@ -314,7 +318,7 @@ impl Attempt<'_> {
             (Some(size), _) => SizeAnswer::Size(size),
             // Asked behind the previous copy's RETR, before this copy's STOR.
             (None, Some(size)) => SizeAnswer::Size(size),
-            (None, None) => self.pair.size_answer(Side::Source, &source_path).await,
+            (None, None) => self.size_with_passive(&source_path).await,
         } {
             SizeAnswer::Size(size) => {
                 if known.is_none() {
@@ -409,7 +413,14 @@ impl Attempt<'_> {
             &["PASV", "EPSV"]
         };
         for &command in commands {
-            let result = self.pair.exchange(passive, command).await;
+            let result = if passive == Side::Source && self.passive_sent == Some(command) {
+                self.passive_sent = None;
+                self.pair.owed[index(passive)] = self.pair.owed[index(passive)].saturating_sub(1);
+                let deadline = self.pair.reply_deadline();
+                self.pair.read_reply(passive, command, deadline).await
+            } else {
+                self.pair.exchange(passive, command).await
+            };
             let kind = CommandKind::from_verb(command);
             match self.pair.classify(passive, kind, &result) {
                 Disposition::Done => {
@@ -1075,6 +1086,50 @@ impl Attempt<'_> {
                 result
             }
         }
+    }
+
+    /// The source's SIZE for this copy, with the passive command the source is asked first
+    /// behind it in the same write, when nothing need go to the source between the two: the
+    /// source is passive in the first role order, and it is in image type already for an
+    /// image-type job (no TYPE between). [`Attempt::passive`] reads the second reply.
+    /// Otherwise SIZE alone.
+    async fn size_with_passive(&mut self, path: &str) -> SizeAnswer {
+        let image = TransferType::Image;
+        let verb = if self
+            .pair
+            .session(Side::Source)
+            .peer()
+            .ip()
+            .to_canonical()
+            .is_ipv6()
+        {
+            "EPSV"
+        } else {
+            "PASV"
+        };
+        if self.orders.front() != Some(&Side::Source)
+            || self.pair.params.transfer_type != image
+            || self.pair.types[index(Side::Source)] != Some(image)
+        {
+            return self.pair.size_answer(Side::Source, path).await;
+        }
+        self.pair.drain_owed(Side::Source).await;
+        let lines = vec![format!("SIZE {path}"), verb.to_owned()];
+        let deadline = self.pair.reply_deadline();
+        let result = match self.pair.session(Side::Source).send_batch(&lines).await {
+            Ok(()) => {
+                self.pair.owed[index(Side::Source)] += 1;
+                self.passive_sent = Some(verb);
+                self.pair.read_reply(Side::Source, "SIZE", deadline).await
+            }
+            Err(error) => {
+                let result = Err(error);
+                self.pair.remember(Side::Source, "SIZE", &result);
+                result
+            }
+        };
+        let disposition = self.pair.classify(Side::Source, CommandKind::Size, &result);
+        size_answer_of(result, disposition)
     }
 
     /// The replies to what went behind this copy's RETR: the next file's size and the
