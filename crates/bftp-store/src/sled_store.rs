@@ -234,6 +234,8 @@ pub struct SledStore {
     t: Trees,
     commit: GroupCommit,
     min_free: u64,
+    /// Until when the last look at the disk for new work stands (see [`look_stands`]).
+    roomy_until: std::sync::Mutex<Option<Instant>>,
     /// Writes hold the read side around their transaction; a backup holds the write side
     /// while it copies, so it sees the store between two transactions.
     backup_lock: std::sync::RwLock<()>,
@@ -417,6 +419,7 @@ impl SledStore {
             t,
             commit,
             min_free: opts.min_free_bytes,
+            roomy_until: std::sync::Mutex::new(None),
             backup_lock: std::sync::RwLock::new(()),
         };
         if opts.verify_on_open {
@@ -618,13 +621,18 @@ impl SledStore {
     /// Refuses `op` when the disk is below the reserve (`new_work`) or below half of it.
     /// A filesystem that cannot say how full it is counts as having room.
     fn check_space(&self, op: &'static str, new_work: bool) -> Result<(), StoreError> {
+        self.look_at_space(op, new_work).map(|_| ())
+    }
+
+    /// [`Self::check_space`], with the bytes free where the filesystem said.
+    fn look_at_space(&self, op: &'static str, new_work: bool) -> Result<Option<u64>, StoreError> {
         let reserve = if new_work {
             self.min_free
         } else {
             self.min_free / 2
         };
         if reserve == 0 {
-            return Ok(());
+            return Ok(None);
         }
         match fs2::available_space(&self.dir) {
             Ok(free) if free < reserve => Err(StoreError::DiskFull {
@@ -633,7 +641,8 @@ impl SledStore {
                 free,
                 reserve,
             }),
-            _ => Ok(()),
+            Ok(free) => Ok(Some(free)),
+            Err(_) => Ok(None),
         }
     }
 
@@ -1420,7 +1429,17 @@ impl JobStore for SledStore {
     }
 
     fn space_for_new_work(&self) -> Result<(), StoreError> {
-        self.check_space("new work", true)
+        // Asked before every file an attempt starts: a look that found plenty stands a while.
+        let now = Instant::now();
+        let mut until = self.roomy_until.lock().unwrap_or_else(|p| p.into_inner());
+        if until.is_some_and(|u| now < u) {
+            return Ok(());
+        }
+        *until = None;
+        if let Some(free) = self.look_at_space("new work", true)? {
+            *until = look_stands(free, self.min_free).map(|d| now + d);
+        }
+        Ok(())
     }
 
     fn backup(&self, dir: &Path) -> Result<BackupReport, StoreError> {
@@ -1545,6 +1564,16 @@ fn member_index(k: &IVec) -> Result<u32, StoreError> {
 }
 
 /// One member's change inside a write transaction (see `JobStore::update_member`).
+/// How long a look at the store's disk that found `free` bytes (with `reserve` to keep)
+/// stands for the next files an attempt starts: with more than twice the reserve free, a
+/// quarter second; nearer the reserve, none (every file start looks). A disk filling from
+/// twice the reserve to under it within the quarter second lets a few more files start; they
+/// are recorded, as the file in flight always is: a result's write keeps looking every time,
+/// and is refused only below half the reserve.
+fn look_stands(free: u64, reserve: u64) -> Option<Duration> {
+    (free / 2 > reserve).then_some(Duration::from_millis(250))
+}
+
 fn tx_update_member(
     tx: &Tx<'_>,
     id: JobId,
@@ -1564,4 +1593,30 @@ fn tx_update_member(
     tx.members
         .insert(&keys::member(id, index)[..], encode(&m))?;
     Ok(m.to_api(index))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_look_at_the_disk_stands_only_far_from_the_reserve() {
+        const MIB: u64 = 1 << 20;
+        let quarter = Some(Duration::from_millis(250));
+        for (free, reserve, stands) in [
+            (100 * MIB, 8 * MIB, quarter),
+            (17 * MIB, 8 * MIB, quarter),
+            (16 * MIB, 8 * MIB, None),
+            (9 * MIB, 8 * MIB, None),
+            (6 * MIB, 8 * MIB, None),
+            (0, 8 * MIB, None),
+            (u64::MAX, 8 * MIB, quarter),
+        ] {
+            assert_eq!(
+                look_stands(free, reserve),
+                stands,
+                "{free} free, {reserve} kept"
+            );
+        }
+    }
 }
