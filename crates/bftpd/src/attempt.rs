@@ -30,8 +30,8 @@ use bftp_core::{
     Secret,
 };
 use bftp_ftp::{
-    ActionError, AddressCheck, CopyOutcome, CopyRequest, Limits, Pair, PairError, ServerLogin,
-    Side, Transcript,
+    ActionError, AddressCheck, CopyOutcome, CopyRequest, Entry, Limits, Pair, PairError,
+    ServerLogin, Side, Transcript,
 };
 use bftp_store::{
     AttemptTranscript, Job, JobId, JobStore, LastReply, Member, MemberUpdate, NewMember,
@@ -57,12 +57,40 @@ const TRANSCRIPT_LINES: usize = 300;
 /// Parallel pairs hand their transcripts over as their copies end, not in the order the
 /// lines were said: each line is put on the attempt's one clock (milliseconds since the
 /// attempt began) and in time order, and labelled with its pair (`[p2]`).
+///
+/// A line is kept as the engine's entry and written out only when the report takes the
+/// log: most lines of a long job leave the window again before that, and are never
+/// formatted.
 struct AttemptLog {
     clock: std::time::Instant,
     /// Sorted by the first field, the line's time on `clock` (a deque: the oldest line
     /// leaves at the front once there are [`TRANSCRIPT_LINES`], for every line a copy adds).
-    lines: VecDeque<(u64, String)>,
+    lines: VecDeque<(u64, Kept)>,
     dropped: usize,
+}
+
+/// One line of an [`AttemptLog`], not yet written out.
+enum Kept {
+    Entry {
+        pair: Arc<str>,
+        entry: Entry,
+    },
+    /// Where a pair's own transcript dropped entries.
+    Omitted {
+        pair: Arc<str>,
+        count: usize,
+    },
+}
+
+impl Kept {
+    fn render(&self, at: u64) -> String {
+        match self {
+            Kept::Entry { pair, entry } => format!("[{at:>7} ms] [{pair}] {entry}"),
+            Kept::Omitted { pair, count } => {
+                format!("[{at:>7} ms] [{pair}] [... {count} entries omitted ...]")
+            }
+        }
+    }
 }
 
 impl Default for AttemptLog {
@@ -76,31 +104,37 @@ impl Default for AttemptLog {
 }
 
 impl AttemptLog {
-    fn keep(&mut self, t: &Transcript) {
+    fn keep(&mut self, t: Transcript) {
         // A recorder's clock started with its pair, inside the attempt.
         let base = t.started.map_or(0, |s| {
             u64::try_from(s.saturating_duration_since(self.clock).as_millis()).unwrap_or(u64::MAX)
         });
-        let label = t.label.as_deref().unwrap_or("p?");
-        for (i, entry) in t.entries.iter().enumerate() {
+        let pair: Arc<str> = Arc::from(t.label.as_deref().unwrap_or("p?"));
+        let (omitted, omitted_at) = (t.omitted, t.omitted_at);
+        for (i, entry) in t.entries.into_iter().enumerate() {
             let at = base.saturating_add(entry.at_ms);
-            if t.omitted > 0 && i == t.omitted_at {
-                self.insert(
-                    at,
-                    format!(
-                        "[{at:>7} ms] [{label}] [... {} entries omitted ...]",
-                        t.omitted
-                    ),
-                );
+            if omitted > 0 && i == omitted_at {
+                self.insert(at, || Kept::Omitted {
+                    pair: pair.clone(),
+                    count: omitted,
+                });
             }
-            self.insert(at, format!("[{at:>7} ms] [{label}] {entry}"));
+            self.insert(at, || Kept::Entry {
+                pair: pair.clone(),
+                entry,
+            });
         }
     }
 
-    /// In time order, after the lines of the same time already there.
-    fn insert(&mut self, at: u64, line: String) {
+    /// In time order, after the lines of the same time already there. A line that would
+    /// be the oldest of a full window leaves at once: it is counted, not made.
+    fn insert(&mut self, at: u64, line: impl FnOnce() -> Kept) {
         let i = self.lines.partition_point(|(t, _)| *t <= at);
-        self.lines.insert(i, (at, line));
+        if i == 0 && self.lines.len() >= TRANSCRIPT_LINES {
+            self.dropped += 1;
+            return;
+        }
+        self.lines.insert(i, (at, line()));
         if self.lines.len() > TRANSCRIPT_LINES {
             self.lines.pop_front();
             self.dropped += 1;
@@ -112,7 +146,7 @@ impl AttemptLog {
         if self.dropped > 0 {
             out.push(format!("[... {} earlier lines omitted ...]", self.dropped));
         }
-        out.extend(self.lines.drain(..).map(|(_, l)| l));
+        out.extend(self.lines.drain(..).map(|(at, l)| l.render(at)));
         self.dropped = 0;
         out
     }
@@ -458,6 +492,16 @@ fn with_proof(
 }
 
 /// The source's size as SIZE told the copy, if it did.
+/// The next name a STOU announced; never, for a copy without a channel.
+async fn recv_some(
+    names: &mut Option<tokio::sync::mpsc::UnboundedReceiver<bftp_ftp::Announced>>,
+) -> Option<bftp_ftp::Announced> {
+    match names {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 fn source_size(check: &bftp_ftp::SizeCheck) -> Option<u64> {
     match check {
         bftp_ftp::SizeCheck::Equal { source, .. } => Some(*source),
@@ -522,14 +566,14 @@ impl Run {
         }
     }
 
-    fn keep(&self, t: &Transcript) {
+    fn keep(&self, t: Transcript) {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).keep(t);
     }
 
     /// Keeps what the pair recorded since its last outcome, then closes it, or keeps the
     /// first pair (with its slots) for another job when nothing went wrong on it.
     async fn close(&self, mut pair: Pair) {
-        self.keep(&pair.take_transcript());
+        self.keep(pair.take_transcript());
         let first = match pair.label().as_deref() {
             Some("p1") => self.first.lock().unwrap_or_else(|p| p.into_inner()).take(),
             _ => None,
@@ -625,7 +669,7 @@ impl Run {
                 match self.open(&spec, "p1").await {
                     Ok(p) => p,
                     Err(e) => {
-                        self.keep(&e.transcript);
+                        self.keep(e.transcript.clone());
                         return pair_failed(&e);
                     }
                 }
@@ -634,7 +678,7 @@ impl Run {
         // A proof the pair cannot give fails the job before any file moves.
         if spec.proof.is_some() && spec.disposition != Disposition::Delete {
             if let Err(reason) = crate::proof::check_required(&mut pair, &spec).await {
-                self.keep(&pair.take_transcript());
+                self.keep(pair.take_transcript());
                 self.close(pair).await;
                 return AttemptEnd::JobPermanent { reason };
             }
@@ -648,7 +692,7 @@ impl Run {
                 &mut pair,
                 &spec,
                 move || clock.now(),
-                |t| self.keep(t),
+                |t| self.keep(t.clone()),
             )
             .await;
             let made = match walked {
@@ -657,7 +701,7 @@ impl Run {
                 }
                 Err(end) => Err(end),
             };
-            self.keep(&pair.take_transcript());
+            self.keep(pair.take_transcript());
             if let Err(end) = made {
                 self.close(pair).await;
                 return end;
@@ -700,7 +744,7 @@ impl Run {
                     Ok(p) => Some((p, slots)),
                     // One pair fewer; the first pair still does the work.
                     Err(e) => {
-                        run.keep(&e.transcript);
+                        run.keep(e.transcript.clone());
                         None
                     }
                 }
@@ -738,7 +782,7 @@ impl Run {
     /// RULES.md §4.4: the first successful listing, matched by us, durable before any member
     /// moves. The members as written (what a read right after would give).
     async fn freeze(&self, pair: &mut Pair, spec: &JobSpec) -> Result<Vec<Member>, AttemptEnd> {
-        let listing = pair
+        let mut listing = pair
             .list_source(spec.source.dir(), spec.source.file_name())
             .await
             .map_err(|e| {
@@ -752,7 +796,7 @@ impl Run {
                     }
                 }
             })?;
-        self.keep(&listing.transcript);
+        self.keep(std::mem::take(&mut listing.transcript));
         for r in &listing.rejected {
             tracing::warn!(job = self.id.0, line = %r.line, reason = %r.reason, "a listed name was refused");
         }
@@ -858,13 +902,13 @@ impl Run {
         let outcome = match result {
             Ok(o) => o,
             Err(e) if self.abort.is_cancelled() => {
-                self.keep(&e.transcript);
+                self.keep(e.transcript.clone());
                 self.aborted(pair, spec, m, &req, &announced, unique_source_size, dir)
                     .await;
                 return Err(AttemptEnd::Interrupted);
             }
             Err(e) => {
-                self.keep(&e.transcript);
+                self.keep(e.transcript.clone());
                 // A job-level failure in the middle of a copy: an append or STOU may be half
                 // done; its intent stays for the next attempt to resolve.
                 if spec.dest_command != DestCommand::Replace {
@@ -881,8 +925,9 @@ impl Run {
                 return Err(pair_failed(&e));
             }
         };
+        let mut outcome = outcome;
+        self.keep(outcome.take_transcript());
         let report = outcome.report().clone();
-        self.keep(&report.transcript);
         let mut replies = replies(m, &report);
         let proven = self.prove(pair, spec, m, &req, &src_path, &outcome).await;
         let unique = UniqueCopy {
@@ -942,7 +987,7 @@ impl Run {
         let size = m.size.or(source_size(size_check));
         let proven =
             crate::proof::after_copy(pair, spec, src_path, dest.as_deref(), size_check, size).await;
-        self.keep(&pair.take_transcript());
+        self.keep(pair.take_transcript());
         Some(proven)
     }
 
@@ -1236,12 +1281,12 @@ impl Run {
         source_size: Option<u64>,
         dir: Option<&DirGuard>,
     ) -> Result<Announcements, AttemptEnd> {
-        let (announce, mut names) = bftp_ftp::Announce::channel();
-        if req.dest_command == DestCommand::Unique {
+        // Only a STOU announces names; other copies have no channel to listen on.
+        let mut names = (req.dest_command == DestCommand::Unique).then(|| {
+            let (announce, names) = bftp_ftp::Announce::channel();
             req.announce = Some(announce);
-        } else {
-            drop(announce);
-        }
+            names
+        });
         // The names the destination announced to this copy, each recorded in the intent as
         // soon as it came (the copy waits for that before the source sends a byte), and
         // whether one of them was told to someone else too.
@@ -1253,7 +1298,7 @@ impl Run {
             loop {
                 tokio::select! {
                     r = &mut copy => break r,
-                    Some(a) = names.recv() => {
+                    Some(a) = recv_some(&mut names) => {
                         if let Some(other) = self.claim(dir, m, &a.name).await {
                             collided.get_or_insert(other);
                         }
@@ -1560,7 +1605,7 @@ impl Run {
                     })
                 }
             };
-            self.keep(&pair.take_transcript());
+            self.keep(pair.take_transcript());
             u.detail = note;
             if spec.dest_command == DestCommand::Unique {
                 u.intent = Some(None);
@@ -1837,10 +1882,10 @@ impl crate::lanes::Work for Members<'_> {
 
     /// The same label again, the old pair's last lines kept.
     async fn reopen(&self, mut old: Pair) -> Result<Pair, AttemptEnd> {
-        self.run.keep(&old.take_transcript());
+        self.run.keep(old.take_transcript());
         let label = old.label().unwrap_or_else(|| "p?".into());
         self.run.open(self.spec, &label).await.map_err(|e| {
-            self.run.keep(&e.transcript);
+            self.run.keep(e.transcript.clone());
             pair_failed(&e)
         })
     }
@@ -1916,7 +1961,7 @@ impl crate::lanes::Work for Members<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bftp_ftp::{Entry, EntryKind};
+    use bftp_ftp::EntryKind;
     use std::time::Instant;
 
     fn transcript(started: Instant, label: &str, lines: &[(u64, &str)]) -> Transcript {
@@ -1948,8 +1993,8 @@ mod tests {
             "p2",
             &[(0, "USER b"), (50, "RETR /y")],
         );
-        log.keep(&p2);
-        log.keep(&p1);
+        log.keep(p2);
+        log.keep(p1);
         assert_eq!(
             log.take(),
             [
@@ -1961,6 +2006,52 @@ mod tests {
         );
     }
 
+    /// A pair's own transcript that dropped entries says so where it dropped them.
+    #[test]
+    fn a_transcript_that_dropped_entries_says_where() {
+        let mut log = AttemptLog::default();
+        let t0 = log.clock;
+        let mut t = transcript(t0, "p3", &[(1, "USER a"), (9, "QUIT")]);
+        t.omitted = 7;
+        t.omitted_at = 1;
+        log.keep(t);
+        assert_eq!(
+            log.take(),
+            [
+                "[      1 ms] [p3] source> USER a",
+                "[      9 ms] [p3] [... 7 entries omitted ...]",
+                "[      9 ms] [p3] source> QUIT",
+            ]
+        );
+    }
+
+    /// A full log takes no line older than every line it holds: the line is counted with
+    /// the earlier ones left out, as if it had come first and been pushed out.
+    #[test]
+    fn a_line_older_than_a_full_log_is_counted_not_kept() {
+        let mut log = AttemptLog::default();
+        let t0 = log.clock;
+        let lines: Vec<(u64, String)> = (0..TRANSCRIPT_LINES as u64)
+            .map(|i| (1000 + i, format!("NOOP {i}")))
+            .collect();
+        let refs: Vec<(u64, &str)> = lines.iter().map(|(t, l)| (*t, l.as_str())).collect();
+        log.keep(transcript(t0, "p1", &refs));
+        log.keep(transcript(
+            t0,
+            "p2",
+            &[(5, "USER early"), (1500, "RETR /late")],
+        ));
+        let out = log.take();
+        assert_eq!(out.len(), TRANSCRIPT_LINES + 1);
+        assert_eq!(out[0], "[... 2 earlier lines omitted ...]");
+        assert!(!out.iter().any(|l| l.contains("early")), "{out:?}");
+        assert_eq!(
+            out[TRANSCRIPT_LINES],
+            "[   1500 ms] [p2] source> RETR /late"
+        );
+        assert!(out[1].ends_with("NOOP 1"), "{}", out[1]);
+    }
+
     #[test]
     fn the_log_keeps_the_latest_lines_and_counts_the_rest() {
         let mut log = AttemptLog::default();
@@ -1969,7 +2060,7 @@ mod tests {
             .map(|i| (i, format!("NOOP {i}")))
             .collect();
         let refs: Vec<(u64, &str)> = lines.iter().map(|(t, l)| (*t, l.as_str())).collect();
-        log.keep(&transcript(t0, "p1", &refs));
+        log.keep(transcript(t0, "p1", &refs));
         let out = log.take();
         assert_eq!(out.len(), TRANSCRIPT_LINES + 1);
         assert_eq!(out[0], "[... 5 earlier lines omitted ...]");

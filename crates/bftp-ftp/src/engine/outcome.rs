@@ -269,6 +269,15 @@ impl CopyOutcome {
         }
     }
 
+    /// Takes the report's transcript out, for a caller that keeps it elsewhere (the report
+    /// is left with an empty one).
+    pub fn take_transcript(&mut self) -> Transcript {
+        let (CopyOutcome::Succeeded { report, .. }
+        | CopyOutcome::Transient { report, .. }
+        | CopyOutcome::Permanent { report, .. }) = self;
+        std::mem::take(&mut report.transcript)
+    }
+
     pub fn is_success(&self) -> bool {
         matches!(self, CopyOutcome::Succeeded { .. })
     }
