@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bftp_tests::daemon::{http, Bftpd};
+use bftp_tests::daemon::{http, Bftpd, KeepAlive};
 
 fn raw_fsync_rate(dir: &Path, dur: Duration) -> f64 {
     let path = dir.join("fsync-probe");
@@ -83,59 +83,6 @@ fn submit_load(sock: &Path, clients: usize, dur: Duration, count: Option<u64>) -
     (n, start.elapsed().as_secs_f64())
 }
 
-/// One kept-alive HTTP/1.1 connection to the socket (what a client that reuses its
-/// connection pays per request: no connect, no accept, no new connection task).
-struct KeepAlive {
-    stream: std::os::unix::net::UnixStream,
-}
-
-impl KeepAlive {
-    fn open(sock: &Path) -> KeepAlive {
-        KeepAlive {
-            stream: std::os::unix::net::UnixStream::connect(sock).unwrap(),
-        }
-    }
-
-    fn request(
-        &mut self,
-        method: &str,
-        path: &str,
-        body: &str,
-        headers: &[(&str, &str)],
-    ) -> (u16, String) {
-        use std::io::Read;
-        let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        );
-        for (k, v) in headers {
-            req.push_str(&format!("{k}: {v}\r\n"));
-        }
-        req.push_str("\r\n");
-        req.push_str(body);
-        self.stream.write_all(req.as_bytes()).unwrap();
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            self.stream.read_exact(&mut byte).unwrap();
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8_lossy(&head).into_owned();
-        let status: u16 = head[9..12].parse().unwrap();
-        let len: usize = head
-            .lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case("content-length")
-                    .then(|| v.trim().parse().ok())?
-            })
-            .expect("a Content-Length");
-        let mut body = vec![0u8; len];
-        self.stream.read_exact(&mut body).unwrap();
-        (status, String::from_utf8(body).unwrap())
-    }
-}
-
 /// A job due now (the scheduler then runs an attempt of it, which fails at once: nothing
 /// listens on its ports, and the attempt's start and requeue are two more commits), or due in
 /// an hour (the submit's commit alone).
@@ -153,18 +100,20 @@ fn submit_body(k: u64) -> String {
 
 /// Durable submits per second by one client on one kept-alive connection.
 fn submit_keepalive_rate(sock: &Path, dur: Duration, later: bool) -> (u64, f64) {
-    let mut c = KeepAlive::open(sock);
+    let mut c = KeepAlive::open(sock).unwrap();
     let start = Instant::now();
     let mut n = 0;
     while start.elapsed() < dur {
         let k = KEY.fetch_add(1, Ordering::Relaxed);
         let key = format!("bench-{k}");
-        let (status, resp) = c.request(
-            "POST",
-            "/v1/jobs",
-            &submit_body_at(k, later),
-            &[("Idempotency-Key", &key)],
-        );
+        let (status, resp) = c
+            .request(
+                "POST",
+                "/v1/jobs",
+                &submit_body_at(k, later),
+                &[("Idempotency-Key", &key)],
+            )
+            .unwrap();
         assert_eq!(status, 201, "{resp}");
         n += 1;
     }
@@ -173,12 +122,12 @@ fn submit_keepalive_rate(sock: &Path, dur: Duration, later: bool) -> (u64, f64) 
 
 /// `GET /v1/health` per second: a new connection per request, or one kept alive.
 fn health_rate(sock: &Path, dur: Duration, keep_alive: bool) -> f64 {
-    let mut c = keep_alive.then(|| KeepAlive::open(sock));
+    let mut c = keep_alive.then(|| KeepAlive::open(sock).unwrap());
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed() < dur {
         let status = match &mut c {
-            Some(c) => c.request("GET", "/v1/health", "", &[]).0,
+            Some(c) => c.request("GET", "/v1/health", "", &[]).unwrap().0,
             None => http(sock, "GET", "/v1/health", None, &[]).unwrap().0,
         };
         assert_eq!(status, 200);

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use bftp_tests::bench::{children_cpu, contents, env_or, server_kind, sums};
-use bftp_tests::daemon::{bin, http, Bftpd};
+use bftp_tests::daemon::{bin, Bftpd, KeepAlive};
 use bftp_tests::procstat::{cpu_seconds, server_cpu, server_master};
 use bftp_tests::{DelayProxy, FtpOptions, FtpServer, ServerKind};
 
@@ -270,10 +270,13 @@ impl Bench {
     /// Polls until every job in `ids` is finished: Err with the first that did not succeed.
     /// Polls the list of finished jobs, not each job's view: a running 2,000-member job's
     /// view every 10 ms would cost the daemon more than its copies (the list holds a job,
-    /// with its members, only once it is finished: one view, at the end).
+    /// with its members, only once it is finished: one view, at the end). One connection
+    /// kept alive, as a polling client keeps it: a new one per poll (an accept, a connection
+    /// task, its teardown, a hundred times a second) was billed to the job.
     fn wait_all(&self, d: &Bftpd, ids: &[u64]) -> Result<Result<(), String>> {
         let deadline = Instant::now() + self.limit;
         let limit = ids.len() + 10;
+        let mut conn = KeepAlive::open(d.socket())?;
         loop {
             ensure!(
                 Instant::now() < deadline,
@@ -281,7 +284,7 @@ impl Bench {
                 self.limit
             );
             let path = format!("/v1/jobs?state=finished&all=true&limit={limit}");
-            let (st, body) = http(d.socket(), "GET", &path, None, &[])?;
+            let (st, body) = conn.request("GET", &path, "", &[])?;
             ensure!(st == 200, "list: {st} {body}");
             let v: serde_json::Value = serde_json::from_str(&body)?;
             let done: Vec<&serde_json::Value> = v["jobs"]

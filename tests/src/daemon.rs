@@ -274,6 +274,59 @@ pub fn http(
     Ok((status, body))
 }
 
+/// One HTTP/1.1 connection to the Unix socket kept alive across requests (what a client
+/// that polls does): no connection set up and torn down per request.
+pub struct KeepAlive {
+    stream: UnixStream,
+}
+
+impl KeepAlive {
+    pub fn open(socket: &Path) -> anyhow::Result<KeepAlive> {
+        let stream = UnixStream::connect(socket)?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(KeepAlive { stream })
+    }
+
+    /// The status and the body (the response must carry a Content-Length).
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<(u16, String)> {
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        req.push_str(body);
+        self.stream.write_all(req.as_bytes())?;
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            self.stream.read_exact(&mut byte)?;
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let status: u16 = head.get(9..12).context("short response")?.parse()?;
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().ok())?
+            })
+            .context("no Content-Length")?;
+        let mut body = vec![0u8; len];
+        self.stream.read_exact(&mut body)?;
+        Ok((status, String::from_utf8(body)?))
+    }
+}
+
 /// stdout and stderr of a command, for messages and for secret scans.
 pub fn text(o: &Output) -> String {
     format!(
