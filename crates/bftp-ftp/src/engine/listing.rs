@@ -754,13 +754,8 @@ impl Pair {
     async fn source_data_address(&mut self) -> Result<SocketAddr, ListError> {
         let peer_ip = self.src.peer().ip().to_canonical();
         let host = self.host(Side::Source).to_owned();
-        let commands: &[&str] = if peer_ip.is_ipv6() {
-            &["EPSV"]
-        } else {
-            &["PASV", "EPSV"]
-        };
         let mut refused = Vec::new();
-        for &command in commands {
+        for &command in self.passive_commands(Side::Source) {
             let result = self.exchange(Side::Source, command).await;
             let disposition = self.classify(Side::Source, CommandKind::from_verb(command), &result);
             let reply = match (disposition, result) {

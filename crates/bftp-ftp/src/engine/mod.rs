@@ -384,9 +384,36 @@ impl Pair {
     /// Reads the reply of one command sent ahead on `side` (claimed, so not dropped). Not
     /// remembered as the side's last reply: that stays the copy's own evidence.
     async fn read_owed(&mut self, side: Side) -> Result<Reply, SessionError> {
-        self.owed[index(side)] = self.owed[index(side)].saturating_sub(1);
+        self.claim_owed(side);
         let deadline = self.reply_deadline();
         self.session(side).read_reply_until(deadline).await
+    }
+
+    /// Reads the reply of `command`, sent ahead on `side` as a step of this copy itself:
+    /// claimed like [`Pair::read_owed`], and remembered as the side's last reply.
+    async fn read_owed_step(&mut self, side: Side, command: &str) -> Result<Reply, SessionError> {
+        self.claim_owed(side);
+        let deadline = self.reply_deadline();
+        self.read_reply(side, command, deadline).await
+    }
+
+    /// One reply owed on `side` is now the reader's (not drained before the next command).
+    fn claim_owed(&mut self, side: Side) {
+        self.owed[index(side)] = self.owed[index(side)].saturating_sub(1);
+    }
+
+    /// The passive commands to try on `side`, in order: PASV, then EPSV; EPSV alone to a
+    /// server reached over IPv6, since PASV cannot carry an IPv6 address (RFC 2428).
+    fn passive_commands(&self, side: Side) -> &'static [&'static str] {
+        let session = match side {
+            Side::Source => &self.src,
+            Side::Destination => &self.dst,
+        };
+        if session.peer().ip().to_canonical().is_ipv6() {
+            &["EPSV"]
+        } else {
+            &["PASV", "EPSV"]
+        }
     }
 
     /// Calls off the next copy's steps done ahead: when the destination was told to store

@@ -406,18 +406,10 @@ impl Attempt<'_> {
         let peer = self.pair.session(passive).peer();
         let peer_ip = peer.ip().to_canonical();
         let mut refused = Vec::new();
-        // PASV cannot carry an IPv6 address: EPSV straight away (RFC 2428).
-        let commands: &[&str] = if peer_ip.is_ipv6() {
-            &["EPSV"]
-        } else {
-            &["PASV", "EPSV"]
-        };
-        for &command in commands {
+        for &command in self.pair.passive_commands(passive) {
             let result = if passive == Side::Source && self.passive_sent == Some(command) {
                 self.passive_sent = None;
-                self.pair.owed[index(passive)] = self.pair.owed[index(passive)].saturating_sub(1);
-                let deadline = self.pair.reply_deadline();
-                self.pair.read_reply(passive, command, deadline).await
+                self.pair.read_owed_step(passive, command).await
             } else {
                 self.pair.exchange(passive, command).await
             };
@@ -1095,18 +1087,7 @@ impl Attempt<'_> {
     /// Otherwise SIZE alone.
     async fn size_with_passive(&mut self, path: &str) -> SizeAnswer {
         let image = TransferType::Image;
-        let verb = if self
-            .pair
-            .session(Side::Source)
-            .peer()
-            .ip()
-            .to_canonical()
-            .is_ipv6()
-        {
-            "EPSV"
-        } else {
-            "PASV"
-        };
+        let verb = self.pair.passive_commands(Side::Source)[0];
         if self.orders.front() != Some(&Side::Source)
             || self.pair.params.transfer_type != image
             || self.pair.types[index(Side::Source)] != Some(image)
