@@ -535,9 +535,35 @@ struct VersionProbe {
     v: u32,
 }
 
+/// A stored record: every one carries its version `v`.
+pub(crate) trait Versioned {
+    fn version(&self) -> u32;
+}
+
+macro_rules! versioned {
+    ($($t:ty),*) => {
+        $(impl Versioned for $t {
+            fn version(&self) -> u32 {
+                self.v
+            }
+        })*
+    };
+}
+versioned!(
+    JobV1,
+    MemberV1,
+    HistoryV1,
+    RequestV1,
+    OutboxV1,
+    TranscriptV1,
+    RefusalV1
+);
+
 /// Decodes a record of version [`RECORD_VERSION`]. A record of another version, or one that
-/// does not parse, is `Corrupt` with the reason.
-pub(crate) fn decode<T: DeserializeOwned>(
+/// does not parse, is `Corrupt` with the reason. The record is parsed once; only one that
+/// does not parse is looked at again, for its version (a record of a later version may not
+/// parse as this one, and is named for its version, not as garbage).
+pub(crate) fn decode<T: DeserializeOwned + Versioned>(
     what: &'static str,
     key: &[u8],
     bytes: &[u8],
@@ -547,16 +573,19 @@ pub(crate) fn decode<T: DeserializeOwned>(
         key: hex(key),
         reason,
     };
-    match serde_json::from_slice::<VersionProbe>(bytes) {
-        Ok(VersionProbe { v: RECORD_VERSION }) => {}
-        Ok(VersionProbe { v }) => {
-            return Err(corrupt(format!(
-                "record version {v}, this program reads version {RECORD_VERSION}"
-            )))
-        }
-        Err(e) => return Err(corrupt(format!("undecodable: {e}"))),
+    let version = |v: u32| {
+        corrupt(format!(
+            "record version {v}, this program reads version {RECORD_VERSION}"
+        ))
+    };
+    match serde_json::from_slice::<T>(bytes) {
+        Ok(r) if r.version() == RECORD_VERSION => Ok(r),
+        Ok(r) => Err(version(r.version())),
+        Err(e) => match serde_json::from_slice::<VersionProbe>(bytes) {
+            Ok(VersionProbe { v }) if v != RECORD_VERSION => Err(version(v)),
+            _ => Err(corrupt(format!("undecodable: {e}"))),
+        },
     }
-    serde_json::from_slice(bytes).map_err(|e| corrupt(format!("undecodable: {e}")))
 }
 
 pub(crate) fn hex(b: &[u8]) -> String {
@@ -1418,6 +1447,12 @@ mod tests {
         }
         let mut job: JobV1 =
             decode("job", b"k", include_bytes!("../tests/fixtures/job_v1.json")).unwrap();
+        // A record of another version is refused for its version whether or not it also
+        // parses as this version's record.
+        let mut later = job.clone();
+        later.v = RECORD_VERSION + 1;
+        let e = decode::<JobV1>("job", b"k", &encode(&later)).unwrap_err();
+        assert!(e.to_string().contains("record version 2"), "{e}");
         job.spec.ty = "Q".into();
         let e = job_to_api(JobId(1), &job).unwrap_err().to_string();
         assert!(e.contains("unknown TYPE \"Q\""), "{e}");
