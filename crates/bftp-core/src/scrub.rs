@@ -43,6 +43,10 @@ pub struct Scrubber {
     /// Longest first, so that a longer form is masked whole before a shorter one could
     /// match inside it.
     needles: Vec<Needle>,
+    /// The bytes a match can start with (a bit per byte value): each form's first byte, in
+    /// both ASCII cases for a form matched in any case, and [`MASK`]'s. None of them is a
+    /// UTF-8 continuation byte, so text between them is passed over whole.
+    starts: [u64; 4],
 }
 
 impl std::fmt::Debug for Scrubber {
@@ -79,7 +83,24 @@ impl Scrubber {
                 .then_with(|| a.any_case.cmp(&b.any_case))
         });
         needles.dedup_by(|a, b| a.text == b.text);
-        Scrubber { needles }
+        let mut starts = [0u64; 4];
+        let mut mark = |b: u8| starts[usize::from(b >> 6)] |= 1 << (b & 63);
+        if !needles.is_empty() {
+            mark(MASK.as_bytes()[0]);
+        }
+        for n in &needles {
+            let b = n.text.as_bytes()[0];
+            mark(b);
+            if n.any_case {
+                mark(b.to_ascii_lowercase());
+                mark(b.to_ascii_uppercase());
+            }
+        }
+        Scrubber { needles, starts }
+    }
+
+    fn may_start(&self, b: u8) -> bool {
+        self.starts[usize::from(b >> 6)] & (1 << (b & 63)) != 0
     }
 
     /// Whether there is nothing to scrub.
@@ -97,6 +118,18 @@ impl Scrubber {
         let mut out = String::with_capacity(text.len());
         let mut at = 0;
         'outer: while at < text.len() {
+            // Nothing can match where no form starts: pass the run before the next byte
+            // that could start one (always a character boundary) in one piece.
+            if let Some(skip) = text.as_bytes()[at..]
+                .iter()
+                .position(|&b| self.may_start(b))
+            {
+                out.push_str(&text[at..at + skip]);
+                at += skip;
+            } else {
+                out.push_str(&text[at..]);
+                break;
+            }
             let rest = &text[at..];
             for n in &self.needles {
                 if n.text.len() <= MASK.len() && rest.starts_with(MASK) {
@@ -375,6 +408,63 @@ mod tests {
         assert_eq!(s.scrub_excerpt("530 you sent hun…"), "530 you sent ****…");
         assert_eq!(s.scrub_excerpt("530 you sent x…"), "530 you sent x…");
         assert_eq!(s.scrub_excerpt("530 hunter2 x"), "530 **** x");
+    }
+
+    /// The scrub as it reads without passing over runs: every position tried against every
+    /// form.
+    fn scrub_at_every_position(s: &Scrubber, text: &str) -> String {
+        let mut out = String::new();
+        let mut at = 0;
+        'outer: while at < text.len() {
+            for n in &s.needles {
+                if n.text.len() <= MASK.len() && text[at..].starts_with(MASK) {
+                    out.push_str(MASK);
+                    at += MASK.len();
+                    continue 'outer;
+                }
+                if s.matches_at(text, at, n) {
+                    out.push_str(MASK);
+                    at += n.text.len();
+                    continue 'outer;
+                }
+            }
+            let c = text[at..].chars().next().unwrap();
+            out.push(c);
+            at += c.len_utf8();
+        }
+        out
+    }
+
+    #[test]
+    fn passing_over_runs_where_no_form_starts_changes_nothing() {
+        let secrets = ["hunter2", "ab", "pässwörd", "Zz9", "***", "éclair"];
+        let s = Scrubber::new(&secrets);
+        let mut texts = vec![
+            String::new(),
+            "plain text with nothing in it".to_string(),
+            "530 hunter2 ab about Zz9 zz9 ZZ9 **** *** pässwörd ü€ end".to_string(),
+            "ÄÖÜ€€hunter2€ab€".to_string(),
+        ];
+        for secret in secrets {
+            let hex: String = secret.bytes().map(|b| format!("{b:02X}")).collect();
+            texts.push(format!(
+                "x{hex}y {} é{}é",
+                STANDARD.encode(secret),
+                hex.to_lowercase()
+            ));
+            texts.push(format!(
+                "€{}€",
+                URL_SAFE_NO_PAD.encode(format!("\0u\0{secret}"))
+            ));
+        }
+        for text in &texts {
+            assert_eq!(s.scrub(text), scrub_at_every_position(&s, text), "{text}");
+        }
+        assert_eq!(
+            s.scrub("530 hunter2 ab about"),
+            "530 **** **** about",
+            "and it still masks"
+        );
     }
 
     #[test]
