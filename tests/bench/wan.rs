@@ -495,14 +495,19 @@ fn main() -> Result<()> {
             );
         }
     }
-    // A queued job's controller CPU per file against the foreground copy's (goal: at most
-    // 1.2x).
+    // A queued job's controller CPU per file against the foreground copy's. The goal (at
+    // most 1.2x) is set on loopback (`BENCH_DELAY_MS=0`, 2,000 files): far away, a job's
+    // fixed costs (submit, freeze, report) are spread over fewer files a second.
     if let (Some((qf, _, qc)), Some((tf, _, tc))) = (runs("queued p4"), runs("bftp p4")) {
         let x = (qc / qf) / (tc / tf);
-        println!(
-            "queued p4 / bftp p4, ctl CPU per file: {x:.2}x (goal at most 1.20x) -> {}",
-            if x <= 1.2 { "met" } else { "NOT met" }
-        );
+        let verdict = if !bench.rtt.is_zero() {
+            "(goal set on loopback)"
+        } else if x <= 1.2 {
+            "(goal at most 1.20x) -> met"
+        } else {
+            "(goal at most 1.20x) -> NOT met"
+        };
+        println!("queued p4 / bftp p4, ctl CPU per file: {x:.2}x {verdict}");
     }
     Ok(())
 }
