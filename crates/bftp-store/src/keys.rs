@@ -5,7 +5,7 @@
 //! |------------|----------------------------------|----------------|
 //! | `meta`     | `magic`, `schema`, `next_id`, `seq`, `digest` | see below |
 //! | `jobs`     | id                               | job record     |
-//! | `members`  | id, index (u32)                  | member record  |
+//! | `members`  | id, page (u32)                   | member page: members page x 32 .. +31 (`sled_store/pages.rs`) |
 //! | `history`  | id, seq (u32)                    | history record |
 //! | `requests` | request key hash (32)            | request record |
 //! | `owners`   | uid (u32), id                    | empty          |

@@ -259,7 +259,8 @@ pub trait JobStore: Send + Sync {
     /// Removes each job that `bftp_core::retention::removable` still lets go (checked again
     /// inside each transaction), with everything kept for it: members, history, transcript,
     /// outbox entry and every index entry (request key, owner, keyword, state). A job with
-    /// many members goes in several transactions of at most `batch` entries, its members and
+    /// many members goes in several transactions of at most `batch` members and history
+    /// entries (a page of members counts as the members it holds), its members and
     /// history first and its record last, so an interrupted removal is finished by the next.
     /// Returns how many jobs were removed. Durable before it returns.
     fn remove_jobs(
@@ -361,17 +362,19 @@ pub trait JobStore: Send + Sync {
     /// Several members' changes at once, as [`JobStore::update_member`] makes each (in this
     /// order), in one transaction and one flush where the store can: members of one attempt
     /// that finish close together share the cost of making their records durable. Durable
-    /// before it returns; on an error none is guaranteed written.
+    /// before it returns; on an error none is guaranteed written. Unlike `update_member` it
+    /// does not answer with the members as changed (its caller, the grouped ledger writes,
+    /// waits for nothing but durability).
     fn update_members(
         &self,
         id: JobId,
         updates: Vec<(u32, MemberUpdate)>,
         now: Timestamp,
-    ) -> Result<Vec<Member>, StoreError> {
-        updates
-            .into_iter()
-            .map(|(index, u)| self.update_member(id, index, u, now))
-            .collect()
+    ) -> Result<(), StoreError> {
+        for (index, u) in updates {
+            self.update_member(id, index, u, now)?;
+        }
+        Ok(())
     }
 }
 

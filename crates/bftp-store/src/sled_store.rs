@@ -31,12 +31,14 @@ use crate::JobStore;
 use bftp_core::retention::Keep;
 
 mod backup;
+mod pages;
 mod retention;
 
 pub use backup::BackupReport;
 
-/// The schema version this code reads and writes (kept in the `meta` tree).
-pub const SCHEMA_VERSION: u32 = RECORD_VERSION;
+/// The schema version this code reads and writes (kept in the `meta` tree): 2, members in
+/// pages (`pages.rs`). A store of schema 1 (one entry per member) is upgraded at open.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Most members one job may have (one wildcard listing).
 pub const MAX_MEMBERS: usize = 1_000_000;
@@ -351,7 +353,7 @@ impl SledStore {
         if !has_meta {
             initialise(&t)?;
         }
-        let seq = check_meta(&t.meta, dir)?;
+        let (seq, schema) = check_meta(&t.meta, dir)?;
         // The cheap check first: a lost tail is named as such, and nothing is written to a
         // database that lost one (check_digest may add a digest).
         if let Some(w) = watermark {
@@ -422,6 +424,9 @@ impl SledStore {
             roomy_until: std::sync::Mutex::new(None),
             backup_lock: std::sync::RwLock::new(()),
         };
+        if schema < SCHEMA_VERSION {
+            store.upgrade_members()?;
+        }
         if opts.verify_on_open {
             let report = store.verify()?;
             tracing::info!(dir = %dir.display(), jobs = report.jobs, members = report.members, "store verified");
@@ -488,9 +493,11 @@ impl SledStore {
             }
             for kv in self.t.members.iter() {
                 let (k, v) = kv.map_err(backend("verify"))?;
-                member_index(&k)?;
-                decode::<MemberV1>("member", &k, &v)?;
-                r.members += 1;
+                page_first(&k)?;
+                for record in pages::decode(&k, &v)? {
+                    decode::<MemberV1>("member", &k, record)?;
+                    r.members += 1;
+                }
                 r.bytes += (k.len() + v.len()) as u64;
             }
             for kv in self.t.history.iter() {
@@ -716,8 +723,8 @@ fn initialise(t: &Trees) -> Result<(), StoreError> {
         })
 }
 
-/// Checks the magic and the schema version; returns the commit counter.
-fn check_meta(meta: &sled::Tree, dir: &Path) -> Result<u64, StoreError> {
+/// Checks the magic and the schema version; returns the commit counter and the schema.
+fn check_meta(meta: &sled::Tree, dir: &Path) -> Result<(u64, u32), StoreError> {
     let get = |k: &[u8]| meta.get(k).map_err(backend("open"));
     if get(keys::META_MAGIC)?.as_deref() != Some(keys::MAGIC_VALUE) {
         return Err(StoreError::NotAStore {
@@ -739,14 +746,14 @@ fn check_meta(meta: &sled::Tree, dir: &Path) -> Result<u64, StoreError> {
             supported: SCHEMA_VERSION,
         });
     }
-    if schema < SCHEMA_VERSION {
-        // No older schema exists yet; an upgrade step goes here when one does.
+    // Schema 1 (one entry per member) is upgraded once open (`SledStore::upgrade_members`).
+    if schema < 1 {
         return Err(damaged(dir, format!("unknown schema version {schema}")));
     }
     let next = get(keys::META_NEXT_ID)?.ok_or_else(|| missing(keys::META_NEXT_ID))?;
     keys::u64_value("meta", keys::META_NEXT_ID, &next)?;
     let seq = get(keys::META_SEQ)?.ok_or_else(|| missing(keys::META_SEQ))?;
-    keys::u64_value("meta", keys::META_SEQ, &seq)
+    Ok((keys::u64_value("meta", keys::META_SEQ, &seq)?, schema))
 }
 
 /// Recomputes the content digest and compares it with the one the transactions kept. A store
@@ -817,12 +824,78 @@ fn tx_history(
     Ok(())
 }
 
-fn tx_member(tx: &Tx<'_>, id: JobId, index: u32) -> TxResult<Option<MemberV1>> {
-    let k = keys::member(id, index);
+/// The raw member records of page `page` of job `id` (empty when there is no such page).
+fn tx_page(tx: &Tx<'_>, id: JobId, page: u32) -> TxResult<Vec<Vec<u8>>> {
+    let k = keys::member(id, page);
     match tx.members.get(k)? {
-        Some(v) => decode("member", &k, &v).map(Some).or_abort(),
-        None => Ok(None),
+        Some(v) => Ok(pages::decode(&k, &v)
+            .or_abort()?
+            .into_iter()
+            .map(<[u8]>::to_vec)
+            .collect()),
+        None => Ok(Vec::new()),
     }
+}
+
+/// Moves the `count` schema-1 member entries of job `id` into pages (nothing when its first
+/// entry is a page already).
+fn tx_upgrade_job(tx: &Tx<'_>, id: JobId, count: u32) -> TxResult<()> {
+    let mut records = Vec::with_capacity(count as usize);
+    for index in 0..count {
+        let k = keys::member(id, index);
+        match tx.members.get(k)? {
+            Some(v) if index == 0 && pages::is_page(&v) => return Ok(()),
+            Some(v) => records.push(v),
+            None => {
+                return abort(keys::corrupt_key(
+                    "member",
+                    &k,
+                    format!("missing: the job has {count} members"),
+                ))
+            }
+        }
+    }
+    for (page, chunk) in records.chunks(pages::PAGE as usize).enumerate() {
+        tx.members
+            .insert(&keys::member(id, page as u32)[..], pages::encode(chunk))?;
+    }
+    for index in pages::pages(count)..count {
+        tx.members.remove(&keys::member(id, index))?;
+    }
+    Ok(())
+}
+
+/// Writes members `start..` of job `id` from `members`, filling the last page first.
+fn tx_append_members(
+    tx: &Tx<'_>,
+    id: JobId,
+    start: u32,
+    members: &[NewMember],
+    now: Timestamp,
+) -> TxResult<()> {
+    let mut index = start;
+    let mut rest = members;
+    while !rest.is_empty() {
+        let (key, slot) = pages::place(id, index);
+        let mut page = if slot == 0 {
+            Vec::new()
+        } else {
+            tx_page(tx, id, index / pages::PAGE)?
+        };
+        if page.len() != slot {
+            return abort(keys::corrupt_key(
+                "member page",
+                &key,
+                format!("holds {} members, expected {slot}", page.len()),
+            ));
+        }
+        let take = rest.len().min(pages::PAGE as usize - slot);
+        page.extend(rest[..take].iter().map(|m| encode(&MemberV1::new(m, now))));
+        tx.members.insert(&key[..], pages::encode(&page))?;
+        rest = &rest[take..];
+        index += take as u32;
+    }
+    Ok(())
 }
 
 /// Moves the indexes of job `id` from state `old` (None: new job) to `new`.
@@ -850,24 +923,37 @@ fn tx_settle_pending(
     now: Timestamp,
 ) -> TxResult<Vec<MemberState>> {
     let mut all = Vec::with_capacity(count as usize);
-    for index in 0..count {
-        let Some(mut m) = tx_member(tx, id, index)? else {
+    for page in 0..pages::pages(count) {
+        let key = keys::member(id, page);
+        let mut records = tx_page(tx, id, page)?;
+        let want = (count - page * pages::PAGE).min(pages::PAGE) as usize;
+        if records.len() != want {
             return abort(keys::corrupt_key(
-                "member",
-                &keys::member(id, index),
-                format!("missing: the job has {count} members"),
+                "member page",
+                &key,
+                format!(
+                    "holds {} members, expected {want}: the job has {count} members",
+                    records.len()
+                ),
             ));
-        };
-        if m.state == MemberStateV1::Pending && to != MemberState::Pending {
-            m.state = MemberStateV1::from_api(to);
-            m.updated = now.0;
-            if let Some(d) = detail {
-                m.detail = Some(d.to_string());
-            }
-            tx.members
-                .insert(&keys::member(id, index)[..], encode(&m))?;
         }
-        all.push(m.state.to_api());
+        let mut changed = false;
+        for record in &mut records {
+            let mut m: MemberV1 = decode("member", &key, record).or_abort()?;
+            if m.state == MemberStateV1::Pending && to != MemberState::Pending {
+                m.state = MemberStateV1::from_api(to);
+                m.updated = now.0;
+                if let Some(d) = detail {
+                    m.detail = Some(d.to_string());
+                }
+                *record = encode(&m);
+                changed = true;
+            }
+            all.push(m.state.to_api());
+        }
+        if changed {
+            tx.members.insert(&key[..], pages::encode(&records))?;
+        }
     }
     Ok(all)
 }
@@ -937,12 +1023,7 @@ impl JobStore for SledStore {
                 job.created_at,
                 count,
             );
-            for (i, m) in job.members.iter().enumerate() {
-                tx.members.insert(
-                    &keys::member(id, i as u32)[..],
-                    encode(&MemberV1::new(m, job.created_at)),
-                )?;
-            }
+            tx_append_members(tx, id, 0, &job.members, job.created_at)?;
             tx.owners
                 .insert(&keys::owner(job.owner_uid, id)[..], EMPTY)?;
             if let Some(h) = &job.keyword_hash {
@@ -1053,15 +1134,16 @@ impl JobStore for SledStore {
     fn members(&self, id: JobId) -> Result<Vec<Member>, StoreError> {
         self.guarded("members", || {
             self.require_job(id)?;
-            self.t
-                .members
-                .scan_prefix(keys::job(id))
-                .map(|kv| {
-                    let (k, v) = kv.map_err(backend("members"))?;
-                    let index = member_index(&k)?;
-                    Ok(decode::<MemberV1>("member", &k, &v)?.to_api(index))
-                })
-                .collect()
+            let mut out = Vec::new();
+            for kv in self.t.members.scan_prefix(keys::job(id)) {
+                let (k, v) = kv.map_err(backend("members"))?;
+                let first = page_first(&k)?;
+                for (slot, record) in pages::decode(&k, &v)?.into_iter().enumerate() {
+                    let m: MemberV1 = decode("member", &k, record)?;
+                    out.push(m.to_api(first + slot as u32));
+                }
+            }
+            Ok(out)
         })
     }
 
@@ -1145,12 +1227,7 @@ impl JobStore for SledStore {
                     state: state.name(),
                 });
             }
-            for (i, m) in members.iter().enumerate() {
-                tx.members.insert(
-                    &keys::member(id, i as u32)[..],
-                    encode(&MemberV1::new(m, now)),
-                )?;
-            }
+            tx_append_members(tx, id, 0, &members, now)?;
             rec.members = count;
             rec.frozen = true;
             let detail = format!("{count} member{} frozen", if count == 1 { "" } else { "s" });
@@ -1166,8 +1243,10 @@ impl JobStore for SledStore {
         update: MemberUpdate,
         now: Timestamp,
     ) -> Result<Member, StoreError> {
+        let updates = [(index, update)];
         self.write("update_member", |tx| {
-            tx_update_member(tx, id, index, &update, now)
+            let mut changed = tx_update_members(tx, id, &updates, now, true)?;
+            Ok(changed.remove(0))
         })
     }
 
@@ -1176,12 +1255,9 @@ impl JobStore for SledStore {
         id: JobId,
         updates: Vec<(u32, MemberUpdate)>,
         now: Timestamp,
-    ) -> Result<Vec<Member>, StoreError> {
+    ) -> Result<(), StoreError> {
         self.write("update_members", |tx| {
-            updates
-                .iter()
-                .map(|(index, u)| tx_update_member(tx, id, *index, u, now))
-                .collect()
+            tx_update_members(tx, id, &updates, now, false).map(drop)
         })
     }
 
@@ -1493,12 +1569,7 @@ impl JobStore for SledStore {
                 Ok(c) => c,
                 Err(e) => return abort(e),
             };
-            for (i, m) in files.iter().enumerate() {
-                tx.members.insert(
-                    &keys::member(id, (start + i) as u32)[..],
-                    encode(&MemberV1::new(m, now)),
-                )?;
-            }
+            tx_append_members(tx, id, rec.members, &files, now)?;
             rec.members = count;
             let detail = WalkV1::listed_detail(dir, files.len(), subdirs.len());
             tx_history(tx, id, &mut rec, now, "listed", Some(&detail))?;
@@ -1528,7 +1599,58 @@ impl JobStore for SledStore {
     }
 }
 
+/// Members moved into pages per upgrade transaction (a larger job moves alone, whole).
+const UPGRADE_BATCH: u32 = 4096;
+
 impl SledStore {
+    /// Upgrades a schema-1 store (one entry per member) to pages: every job's members move in
+    /// one transaction with the others of its batch, and the last transaction records schema
+    /// 2. A crash in between leaves some jobs moved, whole, and the rest not; the next open
+    /// goes on from there (a job whose first entry is a page has moved).
+    fn upgrade_members(&self) -> Result<(), StoreError> {
+        let mut jobs = Vec::new();
+        for kv in self.t.jobs.iter() {
+            let (k, v) = kv.map_err(backend("upgrade"))?;
+            let id = keys::trailing_id("job", &k, 8)?;
+            let rec: JobV1 = decode("job", &k, &v)?;
+            if rec.members > 0 {
+                jobs.push((id, rec.members));
+            }
+        }
+        let mut batch: Vec<(JobId, u32)> = Vec::new();
+        let mut size = 0;
+        let mut moved = 0u64;
+        let mut flush = |batch: &mut Vec<(JobId, u32)>| -> Result<(), StoreError> {
+            self.write("upgrade", |tx| {
+                for &(id, count) in batch.iter() {
+                    tx_upgrade_job(tx, id, count)?;
+                }
+                Ok(())
+            })?;
+            moved += batch.iter().map(|&(_, n)| u64::from(n)).sum::<u64>();
+            batch.clear();
+            Ok(())
+        };
+        for (id, count) in jobs {
+            if size + count > UPGRADE_BATCH && !batch.is_empty() {
+                flush(&mut batch)?;
+                size = 0;
+            }
+            batch.push((id, count));
+            size += count;
+        }
+        if !batch.is_empty() {
+            flush(&mut batch)?;
+        }
+        self.write("upgrade", |tx| {
+            tx.meta
+                .insert(keys::META_SCHEMA, &SCHEMA_VERSION.to_be_bytes()[..])?;
+            Ok(())
+        })?;
+        tracing::info!(dir = %self.dir.display(), members = moved, "store upgraded to schema {SCHEMA_VERSION}: members in pages");
+        Ok(())
+    }
+
     fn read_outbox(&self, id: JobId) -> Result<Option<OutboxEntry>, StoreError> {
         let k = keys::job(id);
         match self.t.outbox.get(k).map_err(backend("outbox"))? {
@@ -1552,15 +1674,23 @@ fn due_entry(k: &IVec) -> Result<(Timestamp, JobId), StoreError> {
     Ok((Timestamp(at), id))
 }
 
-fn member_index(k: &IVec) -> Result<u32, StoreError> {
+/// The index of the first member of the page stored at key `k`.
+fn page_first(k: &IVec) -> Result<u32, StoreError> {
     if k.len() != 12 {
         return Err(keys::corrupt_key(
-            "member",
+            "member page",
             k,
             format!("key is {} bytes, expected 12", k.len()),
         ));
     }
-    keys::u32_value("member", k, &k[8..])
+    let page = keys::u32_value("member page", k, &k[8..])?;
+    page.checked_mul(pages::PAGE).ok_or_else(|| {
+        keys::corrupt_key(
+            "member page",
+            k,
+            format!("page {page} is past the last member"),
+        )
+    })
 }
 
 /// One member's change inside a write transaction (see `JobStore::update_member`).
@@ -1574,25 +1704,48 @@ fn look_stands(free: u64, reserve: u64) -> Option<Duration> {
     (free / 2 > reserve).then_some(Duration::from_millis(250))
 }
 
-fn tx_update_member(
+/// Member changes inside a write transaction (see `JobStore::update_members`), each page
+/// read and written once however many of its members change; with `answer`, the members as
+/// changed, in the order of `updates` (else none).
+fn tx_update_members(
     tx: &Tx<'_>,
     id: JobId,
-    index: u32,
-    update: &MemberUpdate,
+    updates: &[(u32, MemberUpdate)],
     now: Timestamp,
-) -> TxResult<Member> {
-    let Some(mut m) = tx_member(tx, id, index)? else {
-        if tx.jobs.get(keys::job(id))?.is_none() {
-            return abort(StoreError::NotFound(id));
-        }
-        return abort(StoreError::MemberNotFound { job: id, index });
-    };
-    if let Err(e) = m.apply(id, index, update, now) {
-        return abort(e);
+    answer: bool,
+) -> TxResult<Vec<Member>> {
+    let mut by_page: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+    for (n, (index, _)) in updates.iter().enumerate() {
+        by_page.entry(index / pages::PAGE).or_default().push(n);
     }
-    tx.members
-        .insert(&keys::member(id, index)[..], encode(&m))?;
-    Ok(m.to_api(index))
+    let mut out: Vec<Option<Member>> = vec![None; if answer { updates.len() } else { 0 }];
+    for (page, ns) in by_page {
+        let key = keys::member(id, page);
+        let mut records = tx_page(tx, id, page)?;
+        for n in ns {
+            let (index, update) = &updates[n];
+            let (_, slot) = pages::place(id, *index);
+            let Some(record) = records.get_mut(slot) else {
+                if tx.jobs.get(keys::job(id))?.is_none() {
+                    return abort(StoreError::NotFound(id));
+                }
+                return abort(StoreError::MemberNotFound {
+                    job: id,
+                    index: *index,
+                });
+            };
+            let mut m: MemberV1 = decode("member", &key, record).or_abort()?;
+            if let Err(e) = m.apply(id, *index, update, now) {
+                return abort(e);
+            }
+            *record = encode(&m);
+            if answer {
+                out[n] = Some(m.to_api(*index));
+            }
+        }
+        tx.members.insert(&key[..], pages::encode(&records))?;
+    }
+    Ok(out.into_iter().flatten().collect())
 }
 
 #[cfg(test)]

@@ -153,7 +153,7 @@ fn a_newer_schema_is_refused() {
             e,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 1
+                supported: bftp_store::SCHEMA_VERSION
             }
         ),
         "{e:?}"
@@ -453,7 +453,8 @@ fn a_lost_or_reverted_entry_is_damage_though_sled_opens_it() {
         f(&db);
         db.flush().unwrap();
     };
-    let member2 = [&1u64.to_be_bytes()[..], &2u32.to_be_bytes()[..]].concat();
+    // Job 1's members, all three on its first page.
+    let page0 = [&1u64.to_be_bytes()[..], &0u32.to_be_bytes()[..]].concat();
     let fresh = || {
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path());
@@ -466,8 +467,8 @@ fn a_lost_or_reverted_entry_is_damage_though_sled_opens_it() {
     };
     type Damage<'a> = (&'a str, &'a dyn Fn(&sled::Db));
     let damage: [Damage; 3] = [
-        ("a member lost", &|db| {
-            db.open_tree("members").unwrap().remove(&member2).unwrap();
+        ("a page of members lost", &|db| {
+            db.open_tree("members").unwrap().remove(&page0).unwrap();
         }),
         ("a due-index entry lost", &|db| {
             let due = db.open_tree("due").unwrap();

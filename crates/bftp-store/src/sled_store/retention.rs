@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use bftp_core::retention::{removable, Keep, Report};
 
+use super::pages::PAGE;
 use super::{first_after, SledStore, Tx, TxResult};
 use crate::error::{backend, StoreError};
 use crate::keys;
@@ -115,22 +116,29 @@ impl SledStore {
                     .unwrap_or_default();
                 // The entries to remove in this transaction, read outside it (a transaction
                 // cannot scan); a final job gains no member and no history, so they stay true.
+                // A page of members counts as the members it can hold.
                 let prefix = keys::job(id);
                 let mut parts: Vec<IVec> = Vec::new();
-                for k in self.t.members.scan_prefix(prefix).keys().take(batch) {
+                let page_budget = (batch / PAGE as usize).max(1);
+                for k in self.t.members.scan_prefix(prefix).keys().take(page_budget) {
                     parts.push(k.map_err(backend("remove_jobs"))?);
                 }
                 let members = parts.len();
+                let history_budget = if members < page_budget {
+                    batch.saturating_sub(members * PAGE as usize)
+                } else {
+                    0
+                };
                 for k in self
                     .t
                     .history
                     .scan_prefix(prefix)
                     .keys()
-                    .take(batch - members)
+                    .take(history_budget)
                 {
                     parts.push(k.map_err(backend("remove_jobs"))?);
                 }
-                let last = parts.len() < batch;
+                let last = members < page_budget && parts.len() - members < history_budget;
                 let step = self.write("remove_jobs", |tx| {
                     remove_step(
                         tx,
