@@ -495,8 +495,10 @@ impl SledStore {
                 let (k, v) = kv.map_err(backend("verify"))?;
                 page_first(&k)?;
                 for record in pages::decode(&k, &v)? {
-                    decode::<MemberV1>("member", &k, record)?;
-                    r.members += 1;
+                    if !pages::is_hole(record) {
+                        decode::<MemberV1>("member", &k, record)?;
+                        r.members += 1;
+                    }
                 }
                 r.bytes += (k.len() + v.len()) as u64;
             }
@@ -837,27 +839,25 @@ fn tx_page(tx: &Tx<'_>, id: JobId, page: u32) -> TxResult<Vec<Vec<u8>>> {
     }
 }
 
-/// Moves the `count` schema-1 member entries of job `id` into pages (nothing when its first
-/// entry is a page already).
+/// Moves the `count` schema-1 member entries of job `id` into pages (nothing when one of its
+/// entries is a page already: the job has moved). A member whose entry is gone (a removal
+/// cut off part way: the digest checked at open says no entry was lost otherwise) becomes a
+/// hole in its page, and a page of holes is not written.
 fn tx_upgrade_job(tx: &Tx<'_>, id: JobId, count: u32) -> TxResult<()> {
     let mut records = Vec::with_capacity(count as usize);
     for index in 0..count {
-        let k = keys::member(id, index);
-        match tx.members.get(k)? {
-            Some(v) if index == 0 && pages::is_page(&v) => return Ok(()),
-            Some(v) => records.push(v),
-            None => {
-                return abort(keys::corrupt_key(
-                    "member",
-                    &k,
-                    format!("missing: the job has {count} members"),
-                ))
-            }
+        match tx.members.get(keys::member(id, index))? {
+            Some(v) if pages::is_page(&v) => return Ok(()),
+            v => records.push(v.map(|v| v.to_vec()).unwrap_or_default()),
         }
     }
     for (page, chunk) in records.chunks(pages::PAGE as usize).enumerate() {
-        tx.members
-            .insert(&keys::member(id, page as u32)[..], pages::encode(chunk))?;
+        let key = keys::member(id, page as u32);
+        if chunk.iter().all(Vec::is_empty) {
+            tx.members.remove(&key)?;
+        } else {
+            tx.members.insert(&key[..], pages::encode(chunk))?;
+        }
     }
     for index in pages::pages(count)..count {
         tx.members.remove(&keys::member(id, index))?;
@@ -1139,6 +1139,9 @@ impl JobStore for SledStore {
                 let (k, v) = kv.map_err(backend("members"))?;
                 let first = page_first(&k)?;
                 for (slot, record) in pages::decode(&k, &v)?.into_iter().enumerate() {
+                    if pages::is_hole(record) {
+                        continue;
+                    }
                     let m: MemberV1 = decode("member", &k, record)?;
                     out.push(m.to_api(first + slot as u32));
                 }
@@ -1725,7 +1728,7 @@ fn tx_update_members(
         for n in ns {
             let (index, update) = &updates[n];
             let (_, slot) = pages::place(id, *index);
-            let Some(record) = records.get_mut(slot) else {
+            let Some(record) = records.get_mut(slot).filter(|r| !pages::is_hole(r)) else {
                 if tx.jobs.get(keys::job(id))?.is_none() {
                     return abort(StoreError::NotFound(id));
                 }

@@ -164,3 +164,44 @@ fn an_upgrade_cut_off_between_jobs_goes_on_at_the_next_open() {
     assert_eq!(schema(dir.path()), SCHEMA_VERSION);
     assert_eq!(entries(dir.path()), 3 + 1);
 }
+
+#[test]
+fn members_a_cut_off_removal_had_taken_stay_gone_and_the_rest_keep_their_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ids, before) = three_jobs(dir.path());
+    as_schema_1(dir.path(), &ids);
+    // A removal of the big job cut off after its first transaction: members 0..40 gone (a
+    // removal goes through the keys in order), the job and the rest still there.
+    {
+        let db = sled::open(dir.path()).unwrap();
+        let members = db.open_tree("members").unwrap();
+        for index in 0..40u32 {
+            let key = [&ids[0].0.to_be_bytes()[..], &index.to_be_bytes()[..]].concat();
+            members.remove(key).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let store = open(dir.path());
+    let left = store.members(ids[0]).unwrap();
+    assert_eq!(left, before[0][40..], "members 40..70, at their indexes");
+    assert_eq!(store.members(ids[1]).unwrap(), before[1]);
+    // A member that is gone stays gone: a change to it is refused, as before the upgrade.
+    let u = MemberUpdate {
+        state: Some(MemberState::FailedPermanent),
+        ..Default::default()
+    };
+    let e = store.update_member(ids[0], 3, u, Timestamp(1_796_040_100_000));
+    assert!(
+        matches!(
+            e,
+            Err(bftp_store::StoreError::MemberNotFound { index: 3, .. })
+        ),
+        "{e:?}"
+    );
+    assert_eq!(store.verify().unwrap().members, 30 + 1);
+    drop(store);
+    // Page 0 was all holes: not written. Pages 1 and 2 hold the rest.
+    assert_eq!(entries(dir.path()), 2 + 1);
+    let store = open(dir.path());
+    assert_eq!(store.members(ids[0]).unwrap(), before[0][40..]);
+}

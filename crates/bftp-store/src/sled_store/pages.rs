@@ -12,7 +12,10 @@
 //! at key `(job, i / PAGE)`, in slot `i % PAGE`; every page but a job's last holds exactly
 //! [`PAGE`] members, and a job's pages hold exactly its `members` count. A member record
 //! always starts with `{`, so a page is never taken for one, nor one for a page (the
-//! upgrade from schema 1 relies on that to tell a job already upgraded).
+//! upgrade from schema 1 relies on that to tell a job already upgraded). An empty record is
+//! a hole: a member whose schema-1 entry a removal had taken when the upgrade came (the
+//! removal of a job with many members goes in several transactions); it is not listed, and a
+//! change to it is refused as to a member that does not exist.
 
 use crate::error::StoreError;
 use crate::keys;
@@ -37,6 +40,11 @@ pub(crate) fn pages(count: u32) -> u32 {
 /// Whether a stored value is a page (and not a schema-1 member record).
 pub(crate) fn is_page(v: &[u8]) -> bool {
     v.first() == Some(&MAGIC)
+}
+
+/// Whether a page's record is a hole (see the module's text).
+pub(crate) fn is_hole(record: &[u8]) -> bool {
+    record.is_empty()
 }
 
 /// A page's records, in slot order.
@@ -88,10 +96,19 @@ mod tests {
 
     #[test]
     fn a_page_holds_its_records_in_order() {
-        let records: Vec<Vec<u8>> = vec![b"{\"a\":1}".to_vec(), b"{}".to_vec(), vec![b'{'; 300]];
+        let records: Vec<Vec<u8>> = vec![
+            b"{\"a\":1}".to_vec(),
+            Vec::new(),
+            b"{}".to_vec(),
+            vec![b'{'; 300],
+        ];
         let page = encode(&records);
         assert!(is_page(&page));
-        assert_eq!(decode(b"k", &page).unwrap(), records);
+        let back = decode(b"k", &page).unwrap();
+        assert_eq!(back, records);
+        // The empty record is a hole, and only it.
+        let holes: Vec<bool> = back.iter().map(|r| is_hole(r)).collect();
+        assert_eq!(holes, [false, true, false, false]);
         // A schema-1 member record is never a page.
         assert!(!is_page(b"{\"v\":1}"));
     }
