@@ -16,22 +16,23 @@ use crate::scheduler::{content, submit, wait_final};
 /// The server-side control sockets of the server on `port` that are not closed yet
 /// (every state but LISTEN and TIME_WAIT: a session the client has left but the server
 /// has not ended still counts), from `/proc/net/tcp` and `tcp6` (vsftpd takes IPv4 on an
-/// IPv6 socket). Each test server has a port of its own.
+/// IPv6 socket). Each test server has a port of its own. Counted by address pair: the kernel
+/// writes those files a page per read and does not hold its socket table still in between, so
+/// a socket can be listed twice in one read (seen: one session three times, failing the limit
+/// with two sessions open).
 fn server_sessions(port: u16) -> usize {
     let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
-        .map(|p| {
-            let tcp = std::fs::read_to_string(p).unwrap_or_default();
-            tcp.lines()
-                .skip(1)
-                .filter(|l| {
-                    let f: Vec<&str> = l.split_whitespace().collect();
-                    f.len() > 3 && f[1].ends_with(&want) && f[3] != "0A" && f[3] != "06"
-                })
-                .count()
-        })
-        .sum()
+    let mut sessions = std::collections::HashSet::new();
+    for p in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let tcp = std::fs::read_to_string(p).unwrap_or_default();
+        for l in tcp.lines().skip(1) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() > 3 && f[1].ends_with(&want) && f[3] != "0A" && f[3] != "06" {
+                sessions.insert((f[1].to_string(), f[2].to_string()));
+            }
+        }
+    }
+    sessions.len()
 }
 
 /// The session processes of a proFTPD (its master's children), from `/proc`.
