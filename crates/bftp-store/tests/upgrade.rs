@@ -205,3 +205,62 @@ fn members_a_cut_off_removal_had_taken_stay_gone_and_the_rest_keep_their_indexes
     let store = open(dir.path());
     assert_eq!(store.members(ids[0]).unwrap(), before[0][40..]);
 }
+
+/// The frozen schema-1 store in `tests/fixtures/store_schema1` (see the fixtures' README),
+/// copied: the upgrade must read yesterday's queue as it was written.
+#[test]
+fn the_frozen_schema_1_store_opens_with_its_members_as_written() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store_schema1");
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&fixture).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+    }
+    assert_eq!(schema(dir.path()), 1);
+    assert_eq!(entries(dir.path()), 40 + 1);
+    let store = open(dir.path());
+    let m = store.members(JobId(1)).unwrap();
+    assert_eq!(m.len(), 40);
+    for (i, m) in m.iter().enumerate() {
+        assert_eq!(
+            (m.index, m.name.as_str()),
+            (i as u32, &*format!("f{i:03}.dat"))
+        );
+        assert_eq!(m.size, Some(1000 + i as u64));
+        let want = match i {
+            0 | 33 => MemberState::Succeeded,
+            39 => MemberState::FailedPermanent,
+            _ => MemberState::Pending,
+        };
+        assert_eq!(m.state, want, "member {i}");
+    }
+    assert_eq!(m[33].detail.as_deref(), Some("thirty-three"));
+    assert_eq!(m[33].dest_reply.as_ref().map(|r| r.code), Some(Some(226)));
+    let done = store.members(JobId(2)).unwrap();
+    assert_eq!(done.len(), 1);
+    assert_eq!(
+        (done[0].name.as_str(), done[0].state),
+        ("f100.dat", MemberState::Succeeded)
+    );
+    // The queued job goes on in the new layout: its members settle as a failed job's would.
+    let t = Timestamp(1_796_040_200_000);
+    store
+        .apply(JobId(1), JobEvent::Start { attempt: 1 }, t, None)
+        .unwrap();
+    let job = store
+        .settle_and_finish(
+            JobId(1),
+            MemberState::FailedPermanent,
+            t,
+            Some("gave up".into()),
+        )
+        .unwrap();
+    assert!(job.state.is_final(), "{job:?}");
+    let m = store.members(JobId(1)).unwrap();
+    assert_eq!(m[5].state, MemberState::FailedPermanent);
+    assert_eq!(m[33].state, MemberState::Succeeded);
+    drop(store);
+    assert_eq!(schema(dir.path()), SCHEMA_VERSION);
+    assert_eq!(entries(dir.path()), 2 + 1);
+    assert_eq!(open(dir.path()).verify().unwrap().members, 41);
+}
