@@ -5,7 +5,8 @@
 //! read and finish, the final view's read) and prints each phase's CPU (every thread of the
 //! process, from /proc) and wall time.
 //!
-//! `cargo run --release -p bftp-store --example queued_members [-- MEMBERS]` (default 2000;
+//! `cargo run --release -p bftp-store --example queued_members [-- MEMBERS [BATCHES]]` (2000
+//! members and 15 grouped transactions by default;
 //! the store in a temporary directory under /tmp).
 
 use std::time::Instant;
@@ -88,7 +89,11 @@ fn main() {
         .collect();
     store.freeze_members(id, members, now).unwrap();
     mark("freeze", &mut phases);
-    let per = n / 15 + 1;
+    let batches: usize = std::env::args()
+        .nth(2)
+        .map(|a| a.parse().unwrap())
+        .unwrap_or(15);
+    let per = n / batches + 1;
     let reply = |code, text: &str| {
         Some(LastReply {
             code: Some(code),
