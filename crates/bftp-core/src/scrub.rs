@@ -117,7 +117,7 @@ impl Scrubber {
         }
         let mut out = String::with_capacity(text.len());
         let mut at = 0;
-        'outer: while at < text.len() {
+        while at < text.len() {
             // Nothing can match where no form starts: pass the run before the next byte
             // that could start one (always a character boundary) in one piece.
             if let Some(skip) = text.as_bytes()[at..]
@@ -130,24 +130,29 @@ impl Scrubber {
                 out.push_str(&text[at..]);
                 break;
             }
-            let rest = &text[at..];
-            for n in &self.needles {
-                if n.text.len() <= MASK.len() && rest.starts_with(MASK) {
-                    out.push_str(MASK);
-                    at += MASK.len();
-                    continue 'outer;
-                }
-                if self.matches_at(text, at, n) {
-                    out.push_str(MASK);
-                    at += n.text.len();
-                    continue 'outer;
-                }
-            }
-            let c = rest.chars().next().expect("not at the end");
-            out.push(c);
-            at += c.len_utf8();
+            at = self.scrub_at(text, at, &mut out);
         }
         out
+    }
+
+    /// One step of [`Scrubber::scrub`] at `at`: [`MASK`] for the form that matches there (a
+    /// [`MASK`] already there stays, unless a longer form starts at it), else the character
+    /// there, written to `out`; where the next step starts.
+    fn scrub_at(&self, text: &str, at: usize, out: &mut String) -> usize {
+        let rest = &text[at..];
+        for n in &self.needles {
+            if n.text.len() <= MASK.len() && rest.starts_with(MASK) {
+                out.push_str(MASK);
+                return at + MASK.len();
+            }
+            if self.matches_at(text, at, n) {
+                out.push_str(MASK);
+                return at + n.text.len();
+            }
+        }
+        let c = rest.chars().next().expect("not at the end");
+        out.push(c);
+        at + c.len_utf8()
     }
 
     /// [`Scrubber::scrub`] for an excerpt that was cut and ends with `…`: the end before
@@ -415,22 +420,8 @@ mod tests {
     fn scrub_at_every_position(s: &Scrubber, text: &str) -> String {
         let mut out = String::new();
         let mut at = 0;
-        'outer: while at < text.len() {
-            for n in &s.needles {
-                if n.text.len() <= MASK.len() && text[at..].starts_with(MASK) {
-                    out.push_str(MASK);
-                    at += MASK.len();
-                    continue 'outer;
-                }
-                if s.matches_at(text, at, n) {
-                    out.push_str(MASK);
-                    at += n.text.len();
-                    continue 'outer;
-                }
-            }
-            let c = text[at..].chars().next().unwrap();
-            out.push(c);
-            at += c.len_utf8();
+        while at < text.len() {
+            at = s.scrub_at(text, at, &mut out);
         }
         out
     }

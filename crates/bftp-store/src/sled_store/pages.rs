@@ -15,7 +15,9 @@
 //! upgrade from schema 1 relies on that to tell a job already upgraded). An empty record is
 //! a hole: a member whose schema-1 entry a removal had taken when the upgrade came (the
 //! removal of a job with many members goes in several transactions); it is not listed, and a
-//! change to it is refused as to a member that does not exist.
+//! change to it is refused as to a member that does not exist. Holes count as slots; a page
+//! that would hold nothing but holes is not written, so such a job (final, being removed)
+//! lacks that page.
 
 use crate::error::StoreError;
 use crate::keys;
