@@ -13,6 +13,7 @@
 mod config;
 mod deliver;
 mod error;
+mod ledger;
 mod message;
 mod render;
 mod retry;
@@ -22,6 +23,7 @@ mod tree;
 pub use config::{MailConfig, MailRetry, SmtpTls, TransportConfig};
 pub use deliver::{classify_sendmail_exit, Class, Mailer, SendError};
 pub use error::MailError;
+pub use ledger::{ReportBuilder, FULL_REPORT_MAX_MEMBERS, NOT_COPIED_IN_TEXT};
 pub use message::{build_message, message_id, Envelope};
-pub use render::{render, Report, ReportInput, REPORT_SCHEMA};
+pub use render::{render, Ledger, Report, ReportInput, REPORT_SCHEMA};
 pub use retry::next_delay;

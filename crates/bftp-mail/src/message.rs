@@ -38,10 +38,15 @@ pub fn message_id(job_id: u64, stamp_ms: u64, domain: &str) -> String {
     format!("<bftp.job-{job_id}.{stamp_ms}@{domain}>")
 }
 
-/// The report as a `multipart/mixed` message: the text (UTF-8, quoted-printable) and the JSON
-/// as an attachment `bftp-job-<id>.json` (base64). Headers: From, To, Subject, Date,
-/// Message-ID, `Auto-Submitted: auto-generated` (RFC 3834: no auto-replies to it) and
-/// `X-BFTP-Job: <id>`.
+/// The report as a `multipart/mixed` message: the text (UTF-8, quoted-printable), the JSON
+/// as an attachment `bftp-job-<id>.json` (base64) and, for a large job, its ledger
+/// `bftp-job-<id>.members.jsonl.gz` (`application/gzip`, base64). Headers: From, To,
+/// Subject, Date, Message-ID, `Auto-Submitted: auto-generated` (RFC 3834: no auto-replies to
+/// it) and `X-BFTP-Job: <id>`.
+///
+/// Linear in the report's size: lettre turns a text body's bare LFs into CRLF with one
+/// `String::insert` each (quadratic: minutes for a 100,000-line text), so the text and the
+/// JSON are handed over with CRLF already, which leaves it nothing to insert.
 pub fn build_message(report: &Report, env: &Envelope) -> Result<Message, MailError> {
     let job_id = report.job_id;
     let mailbox = |field: &'static str, address: &str| -> Result<Mailbox, MailError> {
@@ -85,15 +90,13 @@ pub fn build_message(report: &Report, env: &Envelope) -> Result<Message, MailErr
             .filter(char::is_ascii_alphanumeric)
             .collect::<String>()
     );
-    let text = Body::new_with_encoding(
-        report.text.clone(),
-        ContentTransferEncoding::QuotedPrintable,
-    )
-    .map_err(|_| build("the text cannot be quoted-printable".into()))?;
-    let json = Body::new_with_encoding(report.json.clone(), ContentTransferEncoding::Base64)
+    let (text, json) = text_bodies(report);
+    let text = Body::new_with_encoding(text, ContentTransferEncoding::QuotedPrintable)
+        .map_err(|_| build("the text cannot be quoted-printable".into()))?;
+    let json = Body::new_with_encoding(json, ContentTransferEncoding::Base64)
         .map_err(|_| build("the JSON cannot be base64".into()))?;
     let json_type = ContentType::parse("application/json").map_err(|e| build(e.to_string()))?;
-    let body = MultiPart::mixed()
+    let mut body = MultiPart::mixed()
         .boundary(boundary)
         .singlepart(
             SinglePart::builder()
@@ -101,7 +104,38 @@ pub fn build_message(report: &Report, env: &Envelope) -> Result<Message, MailErr
                 .body(text),
         )
         .singlepart(Attachment::new(format!("bftp-job-{job_id}.json")).body(json, json_type));
+    if let Some(ledger) = &report.ledger {
+        // Bytes, not a String: lettre base64-encodes them as they are, with no line endings
+        // to convert.
+        let gzip = Body::new_with_encoding(ledger.gzip.clone(), ContentTransferEncoding::Base64)
+            .map_err(|_| build("the ledger cannot be base64".into()))?;
+        let gzip_type = ContentType::parse("application/gzip").map_err(|e| build(e.to_string()))?;
+        body = body.singlepart(Attachment::new(ledger.file_name.clone()).body(gzip, gzip_type));
+    }
     builder.multipart(body).map_err(|e| build(e.to_string()))
+}
+
+/// The text and the JSON as lettre is handed them: with CRLF line endings already, so that
+/// its own conversion, one `String::insert` per bare LF, has nothing to do.
+fn text_bodies(report: &Report) -> (String, String) {
+    (
+        crlf_line_endings(&report.text),
+        crlf_line_endings(&report.json),
+    )
+}
+
+/// `text` with every line ending CRLF, in one pass (see [`build_message`]).
+pub(crate) fn crlf_line_endings(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 16);
+    let mut after_cr = false;
+    for c in text.chars() {
+        if c == '\n' && !after_cr {
+            out.push('\r');
+        }
+        after_cr = c == '\r';
+        out.push(c);
+    }
+    out
 }
 
 /// `<left@right>` with printable ASCII and no spaces: what a Message-ID header may carry.
@@ -136,6 +170,45 @@ mod tests {
         assert_eq!(message_id(1, 2, "ev>il\r\nX: y"), "<bftp.job-1.2@evilXy>");
         assert_eq!(message_id(1, 2, ""), "<bftp.job-1.2@localhost>");
         assert_eq!(message_id(1, 2, "..."), "<bftp.job-1.2@localhost>");
+    }
+
+    /// Issue 27: lettre inserts a CR before each bare LF of a text body with one
+    /// `String::insert` (quadratic: a 100,000-file report froze bftpd for minutes); what it
+    /// is handed has none.
+    #[test]
+    fn lettre_is_handed_no_bare_line_feed() {
+        let lines: String = (0..5000).map(|i| format!("line {i}\n")).collect();
+        let report = Report {
+            job_id: 1,
+            subject: "s".into(),
+            text: lines.clone(),
+            json: lines,
+            ledger: None,
+        };
+        let (text, json) = text_bodies(&report);
+        for body in [text, json] {
+            let bare = body
+                .as_bytes()
+                .windows(2)
+                .filter(|w| w[1] == b'\n' && w[0] != b'\r')
+                .count();
+            assert_eq!(bare, 0);
+            assert_eq!(body.matches("\r\n").count(), 5000);
+        }
+    }
+
+    #[test]
+    fn line_endings_become_crlf_once() {
+        for (text, want) in [
+            ("", ""),
+            ("a\nb\n", "a\r\nb\r\n"),
+            ("\n", "\r\n"),
+            ("a\r\nb", "a\r\nb"),
+            ("ü\n\n", "ü\r\n\r\n"),
+            ("lone\rcr\n", "lone\rcr\r\n"),
+        ] {
+            assert_eq!(crlf_line_endings(text), want, "{text:?}");
+        }
     }
 
     #[test]

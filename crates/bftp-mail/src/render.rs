@@ -55,6 +55,94 @@ pub struct Report {
     pub text: String,
     /// Pretty JSON, schema [`REPORT_SCHEMA`].
     pub json: String,
+    /// A large job's per-file ledger, attached beside the JSON (which then lists no member);
+    /// `None` for a job of at most [`crate::FULL_REPORT_MAX_MEMBERS`] members, whose JSON
+    /// has them all.
+    pub ledger: Option<Ledger>,
+}
+
+/// The per-file ledger of a large report: one JSON object per line (a member as `bftp status
+/// --json` shows it, scrubbed like the rest of the report), gzip-compressed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ledger {
+    /// `bftp-job-<id>.members.jsonl.gz`
+    pub file_name: String,
+    pub gzip: Vec<u8>,
+    /// Lines in it: every member of the job.
+    pub members: usize,
+}
+
+/// The members counted by state, and the first few names the text of a cancelled job
+/// shows; made from all members at once (a small report) or one at a time (a large one).
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    files: usize,
+    succeeded: usize,
+    failed: usize,
+    cancelled: usize,
+    uncertain: usize,
+    refused: usize,
+    bytes: u64,
+    first_succeeded: Vec<String>,
+    first_cancelled: Vec<String>,
+}
+
+impl Tally {
+    pub(crate) fn of(members: &[MemberView]) -> Tally {
+        let mut t = Tally::default();
+        members.iter().for_each(|m| t.add(m));
+        t
+    }
+
+    pub(crate) fn add(&mut self, m: &MemberView) {
+        self.files += 1;
+        self.bytes += m.bytes.unwrap_or(0);
+        let first = |names: &mut Vec<String>| {
+            if names.len() < NAMES_IN_SUMMARY {
+                names.push(m.name.clone());
+            }
+        };
+        match m.state.as_str() {
+            "succeeded" => {
+                self.succeeded += 1;
+                first(&mut self.first_succeeded);
+            }
+            "failed_permanent" | "failed_retries_exhausted" => self.failed += 1,
+            "cancelled" => {
+                self.cancelled += 1;
+                first(&mut self.first_cancelled);
+            }
+            "uncertain" => self.uncertain += 1,
+            "refused" => self.refused += 1,
+            _ => {}
+        }
+    }
+
+    /// The counts as the API's view has them.
+    pub(crate) fn counts(&self) -> bftp_api::MemberCounts {
+        let n = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
+        let done = self.succeeded + self.failed + self.cancelled + self.uncertain + self.refused;
+        bftp_api::MemberCounts {
+            files: n(self.files),
+            pending: n(self.files - done),
+            succeeded: n(self.succeeded),
+            failed: n(self.failed),
+            cancelled: n(self.cancelled),
+            uncertain: n(self.uncertain),
+            refused: n(self.refused),
+        }
+    }
+}
+
+/// What the text's file section shows: every member (a small report, from the view), or a
+/// large report's counts and its first members not copied (the rest are in the ledger).
+pub(crate) enum Files<'a> {
+    All,
+    Ledger {
+        file_name: &'a str,
+        not_copied: &'a [MemberView],
+        not_copied_total: usize,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -81,14 +169,34 @@ struct JsonReport<'a> {
     job: &'a JobView,
     transcript: &'a [String],
     transcript_omitted: usize,
+    /// A large report's ledger attachment: its `job.members` is then empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    members_file: Option<&'a str>,
 }
 
+/// The report of a job whose view holds all its members: text and JSON list every one. A
+/// job of more than [`crate::FULL_REPORT_MAX_MEMBERS`] members is reported through
+/// [`crate::ReportBuilder`] instead, which does not need them all at once.
 pub fn render(input: &ReportInput) -> Report {
     let scrubber = Scrubber::new(input.secrets);
     let safe = |s: &str| clean(&scrubber.scrub(s));
     let job = safe_view(input.job, &safe);
-    let (transcript, omitted) = bound_transcript(input.transcript, &safe);
-    let summary = summarize(&job);
+    let tally = Tally::of(&job.members);
+    compose(&scrubber, &job, &tally, input.transcript, Files::All, None)
+}
+
+/// Subject, text and JSON of `job` (already made safe), with `tally` its members' counts.
+pub(crate) fn compose(
+    scrubber: &Scrubber,
+    job: &JobView,
+    tally: &Tally,
+    transcript: &[String],
+    files: Files,
+    ledger: Option<Ledger>,
+) -> Report {
+    let safe = |s: &str| clean(&scrubber.scrub(s));
+    let (transcript, omitted) = bound_transcript(transcript, &safe);
+    let summary = summarize(job, tally);
 
     let subject = format!(
         "BFTP results: {}: {} ({})",
@@ -96,8 +204,12 @@ pub fn render(input: &ReportInput) -> Report {
         summary.outcome,
         counts_phrase(&summary, false)
     );
-    let text = render_text(&job, &summary, &transcript, omitted);
-    let json = render_json(&job, summary, &transcript, omitted, &scrubber);
+    let members_file = match files {
+        Files::All => None,
+        Files::Ledger { file_name, .. } => Some(file_name),
+    };
+    let text = render_text(job, &summary, tally, &files, &transcript, omitted);
+    let json = render_json(job, summary, &transcript, omitted, members_file, scrubber);
 
     Report {
         job_id: job.id,
@@ -106,10 +218,11 @@ pub fn render(input: &ReportInput) -> Report {
         subject: scrubber.scrub(&subject).replace(['\r', '\n'], " "),
         text: scrubber.scrub(&text),
         json,
+        ledger,
     }
 }
 
-fn safe_view(v: &JobView, safe: &dyn Fn(&str) -> String) -> JobView {
+pub(crate) fn safe_view(v: &JobView, safe: &dyn Fn(&str) -> String) -> JobView {
     let opt = |o: &Option<String>| o.as_deref().map(safe);
     let endpoint = |e: &EndpointView| EndpointView {
         host: safe(&e.host),
@@ -120,13 +233,10 @@ fn safe_view(v: &JobView, safe: &dyn Fn(&str) -> String) -> JobView {
         has_acct: e.has_acct,
         url: safe(&redact_url(&e.url)),
     };
-    let reply = |r: &Option<ReplyView>| {
-        r.as_ref().map(|r| ReplyView {
-            code: r.code,
-            text: safe(&r.text),
-        })
+    let mut out = JobView {
+        members: Vec::new(),
+        ..v.clone()
     };
-    let mut out = v.clone();
     out.state = safe(&v.state);
     out.outcome = opt(&v.outcome);
     out.next_attempt_at = opt(&v.next_attempt_at);
@@ -145,26 +255,7 @@ fn safe_view(v: &JobView, safe: &dyn Fn(&str) -> String) -> JobView {
     out.retry.cap = safe(&v.retry.cap);
     out.retry.deadline = safe(&v.retry.deadline);
     out.notify = v.notify.iter().map(|n| safe(n)).collect();
-    out.members = v
-        .members
-        .iter()
-        .map(|m| MemberView {
-            index: m.index,
-            name: safe(&m.name),
-            state: safe(&m.state),
-            attempts: m.attempts,
-            size: m.size,
-            bytes: m.bytes,
-            source_reply: reply(&m.source_reply),
-            dest_reply: reply(&m.dest_reply),
-            detail: opt(&m.detail),
-            updated_at: safe(&m.updated_at),
-            proof: opt(&m.proof),
-            // A report is of a final job: nothing is in flight.
-            progress: None,
-            tls: opt(&m.tls),
-        })
-        .collect();
+    out.members = v.members.iter().map(|m| safe_member(m, safe)).collect();
     // The report does not describe its own delivery.
     out.report = None;
     for (h, orig) in out.history.iter_mut().zip(&v.history) {
@@ -173,6 +264,32 @@ fn safe_view(v: &JobView, safe: &dyn Fn(&str) -> String) -> JobView {
         h.detail = opt(&orig.detail);
     }
     out
+}
+
+pub(crate) fn safe_member(m: &MemberView, safe: &dyn Fn(&str) -> String) -> MemberView {
+    let opt = |o: &Option<String>| o.as_deref().map(safe);
+    let reply = |r: &Option<ReplyView>| {
+        r.as_ref().map(|r| ReplyView {
+            code: r.code,
+            text: safe(&r.text),
+        })
+    };
+    MemberView {
+        index: m.index,
+        name: safe(&m.name),
+        state: safe(&m.state),
+        attempts: m.attempts,
+        size: m.size,
+        bytes: m.bytes,
+        source_reply: reply(&m.source_reply),
+        dest_reply: reply(&m.dest_reply),
+        detail: opt(&m.detail),
+        updated_at: safe(&m.updated_at),
+        proof: opt(&m.proof),
+        // A report is of a final job: nothing is in flight.
+        progress: None,
+        tls: opt(&m.tls),
+    }
 }
 
 /// The last [`TRANSCRIPT_MAX_LINES`] lines, each cut, PASS/ACCT masked; and how many earlier
@@ -193,19 +310,9 @@ fn bound_transcript(lines: &[String], safe: &dyn Fn(&str) -> String) -> (Vec<Str
     (kept, omitted)
 }
 
-fn summarize(job: &JobView) -> Summary<'_> {
-    let count = |states: &[&str]| {
-        job.members
-            .iter()
-            .filter(|m| states.contains(&m.state.as_str()))
-            .count()
-    };
-    let succeeded = count(&["succeeded"]);
-    let failed = count(&["failed_permanent", "failed_retries_exhausted"]);
-    let cancelled = count(&["cancelled"]);
-    let uncertain = count(&["uncertain"]);
-    let refused = count(&["refused"]);
-    let files = job.members.len();
+fn summarize<'a>(job: &'a JobView, t: &Tally) -> Summary<'a> {
+    let (files, succeeded, failed) = (t.files, t.succeeded, t.failed);
+    let (cancelled, uncertain, refused) = (t.cancelled, t.uncertain, t.refused);
     let pending = files - succeeded - failed - cancelled - uncertain - refused;
     let derived = if job.state == "cancelled" {
         "cancelled"
@@ -231,7 +338,7 @@ fn summarize(job: &JobView) -> Summary<'_> {
         uncertain,
         refused,
         pending,
-        bytes: job.members.iter().filter_map(|m| m.bytes).sum(),
+        bytes: t.bytes,
     }
 }
 
@@ -262,7 +369,14 @@ fn counts_phrase(s: &Summary, before_cancel: bool) -> String {
 
 // Long on purpose: the report's text in the order a reader sees it (summary, ledger,
 // refused names, history, transcript); each section is a few lines of its own.
-fn render_text(job: &JobView, s: &Summary, transcript: &[String], omitted: usize) -> String {
+fn render_text(
+    job: &JobView,
+    s: &Summary,
+    tally: &Tally,
+    files: &Files,
+    transcript: &[String],
+    omitted: usize,
+) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -282,19 +396,16 @@ fn render_text(job: &JobView, s: &Summary, transcript: &[String], omitted: usize
             "BFTP job {} was cancelled at {at}, after {attempts}.",
             job.id
         );
-        let names = |state: &str| -> Vec<&str> {
-            job.members
-                .iter()
-                .filter(|m| m.state == state)
-                .map(|m| m.name.as_str())
-                .collect()
-        };
         let _ = writeln!(
             t,
             "Done before the cancel: {}",
-            name_list(&names("succeeded"))
+            name_list(&tally.first_succeeded, tally.succeeded)
         );
-        let _ = writeln!(t, "Cancelled: {}", name_list(&names("cancelled")));
+        let _ = writeln!(
+            t,
+            "Cancelled: {}",
+            name_list(&tally.first_cancelled, tally.cancelled)
+        );
     } else {
         let _ = writeln!(t, "BFTP job {} finished at {at}, after {attempts}.", job.id);
         t.push_str(
@@ -357,7 +468,39 @@ fn render_text(job: &JobView, s: &Summary, transcript: &[String], omitted: usize
     );
     field("submitted", &job.created_at);
 
-    if job.recursive {
+    if let Files::Ledger {
+        file_name,
+        not_copied,
+        not_copied_total,
+    } = files
+    {
+        let source = if job.destination.is_some() {
+            "source:"
+        } else {
+            "server:"
+        };
+        let by_state: Vec<String> = [
+            (s.succeeded, "succeeded"),
+            (s.failed, "failed"),
+            (s.cancelled, "cancelled"),
+            (s.uncertain, "uncertain"),
+            (s.refused, "refused"),
+            (s.pending, "not done"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+        crate::ledger::files_in_brief(
+            s.files,
+            &by_state.join(", "),
+            file_name,
+            not_copied,
+            *not_copied_total,
+            source,
+            &mut t,
+        );
+    } else if job.recursive {
         crate::tree::files_by_directory(&job.members, &mut t);
     } else {
         let _ = writeln!(t, "\nFiles ({})", job.members.len());
@@ -452,11 +595,23 @@ fn render_text(job: &JobView, s: &Summary, transcript: &[String], omitted: usize
         }
     }
 
-    let _ = writeln!(
-        t,
-        "\nThe same report is attached as bftp-job-{}.json (schema {REPORT_SCHEMA}).",
-        job.id
-    );
+    match files {
+        Files::All => {
+            let _ = writeln!(
+                t,
+                "\nThe same report is attached as bftp-job-{}.json (schema {REPORT_SCHEMA}).",
+                job.id
+            );
+        }
+        Files::Ledger { file_name, .. } => {
+            let _ = writeln!(
+                t,
+                "\nThe same report is attached as bftp-job-{}.json (schema {REPORT_SCHEMA}), \
+                 its files\nin {file_name}.",
+                job.id
+            );
+        }
+    }
     t
 }
 
@@ -471,22 +626,19 @@ fn endpoint_line(e: &EndpointView) -> String {
     line
 }
 
-fn reply_line(r: &ReplyView) -> String {
+pub(crate) fn reply_line(r: &ReplyView) -> String {
     match r.code {
         Some(c) => format!("{c} {}", r.text),
         None => format!("(no reply code) {}", r.text),
     }
 }
 
-fn name_list(names: &[&str]) -> String {
-    match names.len() {
+/// `first` (at most [`NAMES_IN_SUMMARY`] names) of `total`.
+fn name_list(first: &[String], total: usize) -> String {
+    match total {
         0 => "none".to_string(),
-        n if n <= NAMES_IN_SUMMARY => names.join(", "),
-        n => format!(
-            "{}, and {} more",
-            names[..NAMES_IN_SUMMARY].join(", "),
-            n - NAMES_IN_SUMMARY
-        ),
+        n if n <= first.len() => first.join(", "),
+        n => format!("{}, and {} more", first.join(", "), n - first.len()),
     }
 }
 
@@ -495,6 +647,7 @@ fn render_json(
     summary: Summary,
     transcript: &[String],
     omitted: usize,
+    members_file: Option<&str>,
     scrubber: &Scrubber,
 ) -> String {
     let doc = JsonReport {
@@ -503,6 +656,7 @@ fn render_json(
         job,
         transcript,
         transcript_omitted: omitted,
+        members_file,
     };
     let mut value = serde_json::to_value(&doc).expect("plain data serializes");
     scrub_value(&mut value, scrubber);
@@ -521,7 +675,7 @@ fn render_json(
     .expect("a Value serializes")
 }
 
-fn scrub_value(v: &mut serde_json::Value, scrubber: &Scrubber) {
+pub(crate) fn scrub_value(v: &mut serde_json::Value, scrubber: &Scrubber) {
     use serde_json::Value;
     match v {
         Value::String(s) => *s = scrubber.scrub(s),

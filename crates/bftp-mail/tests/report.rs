@@ -5,7 +5,12 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use base64::Engine as _;
 use bftp_api::{EndpointView, EventView, JobView, MemberView, ReplyView, RetryView};
-use bftp_mail::{build_message, message_id, render, Envelope, Report, ReportInput};
+use std::io::Read as _;
+
+use bftp_mail::{
+    build_message, message_id, render, Envelope, Report, ReportBuilder, ReportInput,
+    FULL_REPORT_MAX_MEMBERS, NOT_COPIED_IN_TEXT,
+};
 
 fn endpoint(host: &str, user: &str, path: &str) -> EndpointView {
     EndpointView {
@@ -594,12 +599,8 @@ fn each_file_names_its_proof() {
     assert_eq!(json["job"]["members"][1]["proof"], "size", "{json:#}");
 }
 
-/// Issue 16: a recursive job of 10,000 files in 1,000 directories reads counts first (one line
-/// per directory), then the files not copied with their detail, then the copied ones one line
-/// each under their directory; the walk's `listed` events are one line; the JSON has every
-/// member.
-#[test]
-fn a_tree_of_ten_thousand_files_reads_by_directory() {
+/// A recursive job of 10,000 files in 1,000 directories, one of them failed.
+fn ten_thousand_file_tree() -> JobView {
     let mut members = Vec::new();
     for d in 0..1000 {
         for f in 0..10 {
@@ -625,6 +626,43 @@ fn a_tree_of_ten_thousand_files_reads_by_directory() {
             Some(&format!("directory {d}")),
         ));
     }
+    j
+}
+
+/// The report the daemon makes: members given one at a time.
+fn built(job: &JobView, transcript: &[String], secrets: &[String]) -> Report {
+    let header = JobView {
+        members: Vec::new(),
+        ..job.clone()
+    };
+    let mut b = ReportBuilder::new(header, transcript, secrets);
+    job.members.iter().cloned().for_each(|m| b.push(m));
+    b.finish()
+}
+
+/// A large report's ledger: its file name and its lines, each a member.
+fn ledger_lines(r: &Report) -> (String, Vec<serde_json::Value>) {
+    let ledger = r.ledger.as_ref().expect("a ledger attachment");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&ledger.gzip[..])
+        .read_to_string(&mut text)
+        .expect("gzip");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), ledger.members);
+    (ledger.file_name.clone(), lines)
+}
+
+/// Issue 16: a recursive job of 10,000 files in 1,000 directories rendered whole reads counts
+/// first (one line per directory), then the files not copied with their detail, then the
+/// copied ones one line each under their directory; the walk's `listed` events are one
+/// line; the JSON has every member. (The daemon reports a job this large in brief: see
+/// `a_tree_of_ten_thousand_files_is_reported_in_brief`.)
+#[test]
+fn a_tree_of_ten_thousand_files_reads_by_directory() {
+    let j = ten_thousand_file_tree();
     let r = rendered(&j, &[], &[]);
     let text = shown(&r);
     let lines = text.lines().count();
@@ -655,6 +693,173 @@ fn a_tree_of_ten_thousand_files_reads_by_directory() {
     assert!(text.contains("1000 directories frozen"));
     let json: serde_json::Value = serde_json::from_str(&r.json).unwrap();
     assert_eq!(json["job"]["members"].as_array().unwrap().len(), 10_000);
+    assert!(r.ledger.is_none());
+}
+
+/// Issue 27: a job of more than FULL_REPORT_MAX_MEMBERS members is reported in brief: the
+/// text has the counts and the files not copied with their replies, the JSON the job without
+/// its members, and the gzip ledger every member, in order, in full.
+#[test]
+fn a_tree_of_ten_thousand_files_is_reported_in_brief() {
+    let j = ten_thousand_file_tree();
+    let r = built(&j, &login_transcript(), &[]);
+    assert_eq!(
+        r.subject,
+        "BFTP results: 42: partial (9999 of 10000 files copied, 1 failed)"
+    );
+    let text = shown(&r);
+    assert!(text.lines().count() < 100, "{text}");
+    assert!(
+        text.contains("\nFiles (10000): 9999 succeeded, 1 failed\n"),
+        "{text}"
+    );
+    assert!(text.contains("bftp-job-42.members.jsonl.gz"), "{text}");
+    let failed = text.find("Not copied (1)\n").expect("failures");
+    assert!(text[failed..].contains("dir0432/f1.dat"), "{text}");
+    assert!(text[failed..].contains("detail:      550 Permission denied"));
+    assert!(
+        !text.contains("dir0432/f2.dat"),
+        "a copied file is not listed"
+    );
+    assert!(text.contains("1000 directories frozen"));
+    assert!(text.contains("Transcript of the last attempt (10 lines)"));
+
+    let json: serde_json::Value = serde_json::from_str(&r.json).unwrap();
+    assert_eq!(json["summary"]["files"], 10_000);
+    assert_eq!(json["summary"]["succeeded"], 9_999);
+    assert_eq!(json["summary"]["bytes"], 999_900);
+    assert_eq!(json["job"]["counts"]["files"], 10_000);
+    assert_eq!(json["job"]["counts"]["failed"], 1);
+    assert_eq!(json["job"]["members"], serde_json::json!([]));
+    assert_eq!(json["members_file"], "bftp-job-42.members.jsonl.gz");
+
+    let (name, lines) = ledger_lines(&r);
+    assert_eq!(name, "bftp-job-42.members.jsonl.gz");
+    assert_eq!(lines.len(), 10_000);
+    for (line, m) in lines.iter().zip(&j.members) {
+        assert_eq!(line, &serde_json::to_value(m).unwrap());
+    }
+    assert_eq!(lines[4321]["detail"], "550 Permission denied");
+    assert_eq!(lines[9999]["proof"], "size");
+}
+
+/// A report of at most FULL_REPORT_MAX_MEMBERS members keeps its look: the builder, fed one
+/// member at a time, makes what `render` makes of the whole view, secrets scrubbed alike.
+#[test]
+fn a_small_report_built_a_member_at_a_time_is_the_rendered_one() {
+    let secrets = vec!["hunter2".to_string()];
+    let mut j = partial_job();
+    j.members[0].detail = Some("the server said hunter2".into());
+    let whole = rendered(&j, &login_transcript(), &secrets);
+    let mut counted = j.clone();
+    counted.counts = bftp_api::MemberCounts {
+        files: 4,
+        succeeded: 3,
+        failed: 1,
+        ..Default::default()
+    };
+    assert_eq!(
+        built(&j, &login_transcript(), &secrets),
+        rendered(&counted, &login_transcript(), &secrets)
+    );
+    assert!(!whole.json.contains("hunter2"));
+    let mut at_limit = j.clone();
+    at_limit.members = (0..FULL_REPORT_MAX_MEMBERS as u32)
+        .map(|i| member(i, &format!("f{i}"), "succeeded", Some(1)))
+        .collect();
+    assert!(built(&at_limit, &[], &[]).ledger.is_none());
+    at_limit
+        .members
+        .push(member(1000, "one-more", "succeeded", Some(1)));
+    assert!(built(&at_limit, &[], &[]).ledger.is_some());
+}
+
+/// The text and the JSON of a report in brief do not grow with the job: ten times the
+/// members give the same text and JSON but for the numbers (the memory a report holds is its
+/// compressed ledger), and the files not copied shown in the text stop at
+/// NOT_COPIED_IN_TEXT, the rest counted.
+#[test]
+fn a_report_in_brief_does_not_grow_with_the_job() {
+    let job_of = |n: u32| {
+        let members = (0..n)
+            .map(|i| {
+                if i % 7 == 0 {
+                    let mut m = member(i, &format!("d{}/f{i:07}", i / 100), "uncertain", None);
+                    m.detail = Some("an append was under way".into());
+                    m
+                } else {
+                    member(i, &format!("d{}/f{i:07}", i / 100), "succeeded", Some(10))
+                }
+            })
+            .collect();
+        job("partial", members)
+    };
+    let digits = |s: &str| s.chars().filter(|c| !c.is_ascii_digit()).count();
+    let small = built(&job_of(10_000), &[], &[]);
+    let large = built(&job_of(100_000), &[], &[]);
+    assert_eq!(digits(&small.text), digits(&large.text));
+    assert_eq!(digits(&small.json), digits(&large.json));
+    assert!(large.text.len() < 200_000, "{}", large.text.len());
+    assert_eq!(
+        large.text.matches("\n  uncertain ").count(),
+        NOT_COPIED_IN_TEXT
+    );
+    let more = 100_000usize.div_ceil(7) - NOT_COPIED_IN_TEXT;
+    assert!(
+        large.text.contains(&format!(
+            "and {more} more not copied, not listed here: the attachment has every one."
+        )),
+        "{}",
+        large.text
+    );
+    let (_, lines) = ledger_lines(&large);
+    assert_eq!(lines.len(), 100_000);
+    assert_eq!(lines[99_999]["name"], "d999/f0099999");
+}
+
+/// A report in brief is mailed with its ledger as a third part, `application/gzip`, whose
+/// bytes are the ledger's.
+#[test]
+fn a_brief_message_carries_the_ledger() {
+    let r = built(&ten_thousand_file_tree(), &[], &[]);
+    let raw = String::from_utf8(build_message(&r, &envelope(&r)).unwrap().formatted()).unwrap();
+    for h in [
+        "Content-Disposition: attachment; filename=\"bftp-job-42.json\"\r\n",
+        "Content-Disposition: attachment; filename=\"bftp-job-42.members.jsonl.gz\"\r\n",
+        "Content-Type: application/gzip\r\n",
+    ] {
+        assert!(raw.contains(h), "missing {h:?}");
+    }
+    let at = raw.find("Content-Type: application/gzip").unwrap();
+    let body = &raw[at..];
+    let start = body.find("\r\n\r\n").unwrap() + 4;
+    let end = body.find("\r\n--").unwrap();
+    let b64: String = body[start..end].split("\r\n").collect();
+    let gzip = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    assert_eq!(gzip, r.ledger.unwrap().gzip);
+}
+
+/// The secrets are out of every line of the ledger, in every form, a secret spanning two
+/// fields or equal to a number included.
+#[test]
+fn a_ledger_line_holds_no_secret() {
+    let secrets = vec!["hunter2".to_string(), "4096".to_string()];
+    let mut members: Vec<MemberView> = (0..FULL_REPORT_MAX_MEMBERS as u32 + 5)
+        .map(|i| member(i, &format!("f{i}"), "succeeded", Some(1)))
+        .collect();
+    members[3].detail = Some("pass=hunter2".into());
+    members[4].bytes = Some(4096);
+    members[5].source_reply = reply(550, "no aHVudGVyMg== here");
+    let r = built(&job("succeeded", members), &[], &secrets);
+    let (_, lines) = ledger_lines(&r);
+    let all: String = lines.iter().map(|l| l.to_string()).collect();
+    for needle in ["hunter2", "aHVudGVyMg", "4096"] {
+        assert!(!all.contains(needle), "{needle} in the ledger");
+    }
+    assert_eq!(lines[4]["bytes"], "****");
+    assert_eq!(lines[3]["detail"], "pass=****");
 }
 
 /// A file's TLS line (each control connection, the data's encryption and TLS client) is in

@@ -132,6 +132,10 @@ pub trait JobStore: Send + Sync {
     /// The job's members, by index.
     fn members(&self, id: JobId) -> Result<Vec<Member>, StoreError>;
 
+    /// At most `limit` of the job's members, by index, from index `from` on: a job of any
+    /// size read a page at a time (the report of a large job), in memory bounded by `limit`.
+    fn members_page(&self, id: JobId, from: u32, limit: usize) -> Result<Vec<Member>, StoreError>;
+
     /// Applies `event` through `bftp_core::transition` (an invalid one is
     /// `InvalidTransition` and changes nothing) and records it in the history with `detail`.
     /// `Start { attempt }` sets `attempts`; `Cancel` also makes every pending member

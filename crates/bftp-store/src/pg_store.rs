@@ -1217,6 +1217,39 @@ impl Inner {
             .collect()
     }
 
+    async fn members_page(
+        &self,
+        id: JobId,
+        from: u32,
+        limit: usize,
+    ) -> Result<Vec<Member>, StoreError> {
+        let c = self.client("members").await?;
+        self.require_job(&c, "members", id).await?;
+        let from = i32::try_from(from).unwrap_or(i32::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = c
+            .query(
+                &c.prepare_cached(
+                    "SELECT idx, rec FROM members WHERE job = $1 AND idx >= $2 \
+                     ORDER BY idx LIMIT $3",
+                )
+                .await
+                .map_err(pg("prepare"))?,
+                &[&id_of(id), &from, &limit],
+            )
+            .await
+            .map_err(pg("members"))?;
+        rows.iter()
+            .map(|r| {
+                let index = r.get::<_, i32>(0) as u32;
+                Ok(
+                    decode::<MemberV1>("member", &keys::member(id, index), r.get::<_, &[u8]>(1))?
+                        .to_api(index),
+                )
+            })
+            .collect()
+    }
+
     async fn apply(
         &self,
         id: JobId,
@@ -1992,6 +2025,10 @@ impl JobStore for PgStore {
 
     fn members(&self, id: JobId) -> Result<Vec<Member>, StoreError> {
         self.with(|i| async move { i.members(id).await })
+    }
+
+    fn members_page(&self, id: JobId, from: u32, limit: usize) -> Result<Vec<Member>, StoreError> {
+        self.with(|i| async move { i.members_page(id, from, limit).await })
     }
 
     fn apply(

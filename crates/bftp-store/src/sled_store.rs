@@ -1150,6 +1150,31 @@ impl JobStore for SledStore {
         })
     }
 
+    fn members_page(&self, id: JobId, from: u32, limit: usize) -> Result<Vec<Member>, StoreError> {
+        self.guarded("members", || {
+            self.require_job(id)?;
+            let mut out = Vec::new();
+            let start = pages::place(id, from).0;
+            let end = keys::member(id, u32::MAX);
+            for kv in self.t.members.range(start..=end) {
+                if out.len() >= limit {
+                    break;
+                }
+                let (k, v) = kv.map_err(backend("members"))?;
+                let first = page_first(&k)?;
+                for (slot, record) in pages::decode(&k, &v)?.into_iter().enumerate() {
+                    let index = first + slot as u32;
+                    if index < from || pages::is_hole(record) || out.len() >= limit {
+                        continue;
+                    }
+                    let m: MemberV1 = decode("member", &k, record)?;
+                    out.push(m.to_api(index));
+                }
+            }
+            Ok(out)
+        })
+    }
+
     fn apply(
         &self,
         id: JobId,

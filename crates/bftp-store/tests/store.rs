@@ -1222,7 +1222,46 @@ fn refusal_memory_counts_attempts_and_survives_a_reopen(fx: &Fixture) {
     fx.verify();
 }
 
+/// A job's members read a page at a time are the members, in order, each once, whatever
+/// the page size and wherever a page starts (the sled store's own pages hold 32).
+fn members_read_in_pages_are_the_members_in_order(fx: &Fixture) {
+    let store = fx.open();
+    let id = store.submit(job(1)).unwrap().job().id;
+    let listed: Vec<NewMember> = (0..100)
+        .map(|i| NewMember {
+            name: format!("f{i:03}"),
+            size: Some(i),
+            modified: None,
+            refused: None,
+        })
+        .collect();
+    store.freeze_members(id, listed, at(61)).unwrap();
+    let all = store.members(id).unwrap();
+    assert_eq!(all.len(), 100);
+    for limit in [1, 7, 32, 33, 100, 1000] {
+        let mut read = Vec::new();
+        let mut from = 0;
+        loop {
+            let page = store.members_page(id, from, limit).unwrap();
+            assert!(page.len() <= limit, "{limit}: a page of {}", page.len());
+            let Some(last) = page.last() else { break };
+            from = last.index + 1;
+            read.extend(page);
+        }
+        assert_eq!(read, all, "pages of {limit}");
+    }
+    let tail = store.members_page(id, 95, 10).unwrap();
+    let names: Vec<&str> = tail.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["f095", "f096", "f097", "f098", "f099"]);
+    assert!(store.members_page(id, 100, 10).unwrap().is_empty());
+    assert!(matches!(
+        store.members_page(JobId(999_999), 0, 10),
+        Err(StoreError::NotFound(_))
+    ));
+}
+
 both_stores!(
+    members_read_in_pages_are_the_members_in_order,
     made_destination_directories_are_remembered_with_the_walk,
     submit_then_get_preserves_every_field,
     ids_count_up_and_are_not_reused_after_reopen,

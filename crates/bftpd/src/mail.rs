@@ -29,6 +29,9 @@ use crate::secrets::Secrets;
 
 /// Reports looked at per trip to the store.
 const BATCH: usize = 16;
+/// Members read per trip to the store while a report is built: what bounds the memory a
+/// report of any size takes besides its compressed ledger.
+const MEMBERS_PAGE: usize = 1024;
 /// How long a report waits for the attempt of a just-cancelled job to wind down.
 const WAIT_FOR_ATTEMPT: Duration = Duration::from_secs(1);
 /// After a store error, the postman looks again this much later.
@@ -205,13 +208,13 @@ impl Postman {
             };
         }
         let fail = |error: String| self.failed(entry, error);
-        let (message, recipients) = match self.compose(entry).await {
+        let (envelope, message) = match self.compose(entry).await {
             Ok(m) => m,
             Err(Compose::Store(e)) => return fail(format!("cannot read the job: {e}")),
             Err(Compose::Refused(error)) => return DeliveryTry::GaveUp { error },
         };
-        tracing::debug!(job = id.0, to = ?recipients, "delivering the report");
-        match self.mailer.send(&message).await {
+        tracing::debug!(job = id.0, to = ?envelope.to(), bytes = message.len(), "delivering the report");
+        match self.mailer.send_raw(&envelope, &message).await {
             Ok(()) => DeliveryTry::Delivered,
             Err(SendError::Permanent { reason }) => DeliveryTry::GaveUp { error: reason },
             Err(SendError::Transient { reason }) => {
@@ -240,41 +243,75 @@ impl Postman {
         }
     }
 
-    /// The message of a report, rendered from what the store holds now.
+    /// The message of a report, rendered from what the store holds now, with its envelope.
+    /// Built on the blocking pool, never on a runtime worker (bftpd has one by default: a
+    /// report built there would stop the API, the scheduler and every copy until it is done).
     async fn compose(
         &self,
         entry: &OutboxEntry,
-    ) -> Result<(lettre::Message, Vec<String>), Compose> {
-        let id: JobId = entry.job;
-        let settings = self.settings.clone();
-        let (job, mut view, transcript) = self
-            .blocking(move |s| {
-                let job = s.get(id)?.ok_or(StoreError::NotFound(id))?;
-                let view = crate::views::load_view(s, &settings, &job)?;
-                let transcript = s.transcript(id)?.map(|t| t.lines).unwrap_or_default();
-                Ok((job, view, transcript))
-            })
-            .await
-            .map_err(Compose::Store)?;
-        // The report is about the job, not about its own delivery.
-        view.report = None;
-        let secrets = crate::attempt::clear_secrets(&self.secrets, &job.spec);
-        let report = bftp_mail::render(&bftp_mail::ReportInput {
-            job: &view,
-            transcript: &transcript,
-            secrets: &secrets,
-        });
-        let to = self.settings.recipients(&job).map_err(Compose::Refused)?;
-        let envelope = bftp_mail::Envelope {
-            from: self.settings.from.clone(),
-            to: to.clone(),
-            message_id: self.settings.message_id(entry),
-            date: entry.created_at.to_system(),
-        };
-        let message = bftp_mail::build_message(&report, &envelope)
-            .map_err(|e| Compose::Refused(format!("cannot build the message: {e}")))?;
-        Ok((message, to))
+    ) -> Result<(lettre::address::Envelope, Vec<u8>), Compose> {
+        let (store, secrets) = (self.store.clone(), self.secrets.clone());
+        let (settings, entry) = (self.settings.clone(), entry.clone());
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || {
+            span.in_scope(|| report_message(&*store, &secrets, &settings, &entry))
+        })
+        .await
+        .expect("report task panicked")
     }
+}
+
+/// The report of `entry`'s job as the bytes of a message, read from the store
+/// [`MEMBERS_PAGE`] members at a time: the time it takes is linear in the job's members and
+/// the memory it holds is a page, the text's bounded lists and the compressed ledger
+/// (`bftp_mail::ReportBuilder`). Blocking.
+fn report_message(
+    store: &dyn JobStore,
+    secrets: &Secrets,
+    settings: &MailSettings,
+    entry: &OutboxEntry,
+) -> Result<(lettre::address::Envelope, Vec<u8>), Compose> {
+    let id: JobId = entry.job;
+    let job = store
+        .get(id)
+        .and_then(|j| j.ok_or(StoreError::NotFound(id)))
+        .map_err(Compose::Store)?;
+    let to = settings.recipients(&job).map_err(Compose::Refused)?;
+    let history = store.history(id).map_err(Compose::Store)?;
+    let transcript = store
+        .transcript(id)
+        .map_err(Compose::Store)?
+        .map(|t| t.lines)
+        .unwrap_or_default();
+    // The report is about the job, not about its own delivery: no `report` in its view.
+    let header = crate::views::job_view(&job, &[], &history);
+    let clear = crate::attempt::clear_secrets(secrets, &job.spec);
+    let mut builder = bftp_mail::ReportBuilder::new(header, &transcript, &clear);
+    let mut from = 0;
+    loop {
+        let page = store
+            .members_page(id, from, MEMBERS_PAGE)
+            .map_err(Compose::Store)?;
+        let Some(last) = page.last() else { break };
+        from = last.index + 1;
+        // The members' views, as the job's view makes them.
+        let views = crate::views::job_view(&job, &page, &[]).members;
+        views.into_iter().for_each(|m| builder.push(m));
+        if page.len() < MEMBERS_PAGE {
+            break;
+        }
+    }
+    let report = builder.finish();
+    let envelope = bftp_mail::Envelope {
+        from: settings.from.clone(),
+        to,
+        message_id: settings.message_id(entry),
+        date: entry.created_at.to_system(),
+    };
+    let message = bftp_mail::build_message(&report, &envelope)
+        .map_err(|e| Compose::Refused(format!("cannot build the message: {e}")))?;
+    drop(report);
+    Ok((message.envelope().clone(), message.formatted()))
 }
 
 enum Compose {
