@@ -9,6 +9,7 @@ mod infra;
 mod ledger;
 mod mail;
 mod mail_delivery;
+mod mail_large;
 mod months;
 mod observe;
 mod pg_nodes;

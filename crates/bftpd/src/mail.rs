@@ -264,8 +264,8 @@ impl Postman {
 /// The report of `entry`'s job as the bytes of a message, read from the store
 /// [`MEMBERS_PAGE`] members at a time: the time it takes is linear in the job's members and
 /// the memory it holds is a page, the text's bounded lists and the compressed ledger
-/// (`bftp_mail::ReportBuilder`). Blocking.
-fn report_message(
+/// (`bftp_mail::ReportBuilder`). Blocking. Public for the benchmark (`bench-report`).
+pub fn report_message(
     store: &dyn JobStore,
     secrets: &Secrets,
     settings: &MailSettings,
@@ -314,7 +314,9 @@ fn report_message(
     Ok((message.envelope().clone(), message.formatted()))
 }
 
-enum Compose {
+/// Why a report's message could not be made.
+#[derive(Debug)]
+pub enum Compose {
     Store(StoreError),
     /// The report can never be sent as it is (no mailbox, an address lettre refuses).
     Refused(String),
