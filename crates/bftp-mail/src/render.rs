@@ -142,6 +142,9 @@ pub(crate) enum Files<'a> {
         file_name: &'a str,
         not_copied: &'a [MemberView],
         not_copied_total: usize,
+        /// Members past the ledger's limit, left out of it: (succeeded, not copied).
+        left_out: (usize, usize),
+        limit: usize,
     },
 }
 
@@ -172,6 +175,13 @@ struct JsonReport<'a> {
     /// A large report's ledger attachment: its `job.members` is then empty.
     #[serde(skip_serializing_if = "Option::is_none")]
     members_file: Option<&'a str>,
+    /// Members left out of that attachment, past its size limit.
+    #[serde(skip_serializing_if = "is_zero")]
+    members_file_omitted: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The report of a job whose view holds all its members: text and JSON list every one. A
@@ -204,12 +214,23 @@ pub(crate) fn compose(
         summary.outcome,
         counts_phrase(&summary, false)
     );
-    let members_file = match files {
-        Files::All => None,
-        Files::Ledger { file_name, .. } => Some(file_name),
+    let (members_file, omitted_from_file) = match files {
+        Files::All => (None, 0),
+        Files::Ledger {
+            file_name,
+            left_out,
+            ..
+        } => (Some(file_name), left_out.0 + left_out.1),
     };
     let text = render_text(job, &summary, tally, &files, &transcript, omitted);
-    let json = render_json(job, summary, &transcript, omitted, members_file, scrubber);
+    let json = render_json(
+        job,
+        summary,
+        &transcript,
+        omitted,
+        (members_file, omitted_from_file),
+        scrubber,
+    );
 
     Report {
         job_id: job.id,
@@ -468,12 +489,7 @@ fn render_text(
     );
     field("submitted", &job.created_at);
 
-    if let Files::Ledger {
-        file_name,
-        not_copied,
-        not_copied_total,
-    } = files
-    {
+    if let Files::Ledger { .. } = files {
         let source = if job.destination.is_some() {
             "source:"
         } else {
@@ -491,15 +507,8 @@ fn render_text(
         .filter(|(n, _)| *n > 0)
         .map(|(n, what)| format!("{n} {what}"))
         .collect();
-        crate::ledger::files_in_brief(
-            s.files,
-            &by_state.join(", "),
-            file_name,
-            not_copied,
-            *not_copied_total,
-            source,
-            &mut t,
-        );
+        let _ = writeln!(t, "\nFiles ({}): {}", s.files, by_state.join(", "));
+        crate::ledger::files_in_brief(files, job.id, source, &mut t);
     } else if job.recursive {
         crate::tree::files_by_directory(&job.members, &mut t);
     } else {
@@ -647,7 +656,7 @@ fn render_json(
     summary: Summary,
     transcript: &[String],
     omitted: usize,
-    members_file: Option<&str>,
+    (members_file, members_file_omitted): (Option<&str>, usize),
     scrubber: &Scrubber,
 ) -> String {
     let doc = JsonReport {
@@ -657,6 +666,7 @@ fn render_json(
         transcript,
         transcript_omitted: omitted,
         members_file,
+        members_file_omitted,
     };
     let mut value = serde_json::to_value(&doc).expect("plain data serializes");
     scrub_value(&mut value, scrubber);

@@ -817,6 +817,56 @@ fn a_report_in_brief_does_not_grow_with_the_job() {
     assert_eq!(lines[99_999]["name"], "d999/f0099999");
 }
 
+/// Past its size limit the ledger keeps only the files not copied, and the text and the JSON
+/// say how many were left out: a report's size is bounded whatever the job's.
+#[test]
+fn a_ledger_past_its_limit_keeps_the_files_not_copied() {
+    let limit = 64 << 10;
+    let members: Vec<MemberView> = (0..60_000u32)
+        .map(|i| {
+            let name = format!("d{}/f{i:07}-{:x}", i / 100, i.wrapping_mul(2_654_435_761));
+            if i % 1000 == 999 {
+                member(i, &name, "failed_permanent", None)
+            } else {
+                member(i, &name, "succeeded", Some(u64::from(i)))
+            }
+        })
+        .collect();
+    let j = job("partial", members);
+    let header = JobView {
+        members: Vec::new(),
+        ..j.clone()
+    };
+    let mut b = ReportBuilder::new(header, &[], &[]).with_ledger_limit(limit);
+    j.members.iter().cloned().for_each(|m| b.push(m));
+    let r = b.finish();
+    let gzip_len = r.ledger.as_ref().unwrap().gzip.len();
+    assert!(gzip_len < limit + (1 << 20), "{gzip_len}");
+    let (_, lines) = ledger_lines(&r);
+    assert!(lines.len() < 60_000, "{}", lines.len());
+    let failed: Vec<u64> = lines
+        .iter()
+        .filter(|l| l["state"] == "failed_permanent")
+        .map(|l| l["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        failed,
+        (0..60).map(|k| k * 1000 + 999).collect::<Vec<u64>>()
+    );
+    let indexes: Vec<u64> = lines.iter().map(|l| l["index"].as_u64().unwrap()).collect();
+    assert!(indexes.windows(2).all(|w| w[0] < w[1]), "in order");
+    let left = 60_000 - lines.len();
+    let text = shown(&r);
+    assert!(
+        text.contains(&format!("{left} copied files are left\n  out of it.")),
+        "{text}"
+    );
+    assert!(text.contains("bftp status --json 42"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&r.json).unwrap();
+    assert_eq!(json["members_file_omitted"], left);
+    assert_eq!(json["summary"]["files"], 60_000);
+}
+
 /// A report in brief is mailed with its ledger as a third part, `application/gzip`, whose
 /// bytes are the ledger's.
 #[test]
