@@ -430,9 +430,17 @@ fn render_text(
     } else {
         let _ = writeln!(t, "BFTP job {} finished at {at}, after {attempts}.", job.id);
         t.push_str(
-            "\"Finished\" means that bftpd stopped working on the job, not that it succeeded:\n\
-             the outcome is the first line, and each file's line below is the evidence.\n",
+            "\"Finished\" means that bftpd stopped working on the job, not that it succeeded:\n",
         );
+        t.push_str(match files {
+            Files::All => {
+                "the outcome is the first line, and each file's line below is the evidence.\n"
+            }
+            Files::Ledger { .. } => {
+                "the outcome is the first line, and each file's line in the attached ledger is\n\
+                 the evidence.\n"
+            }
+        });
     }
     if s.outcome != "succeeded" {
         if let Some(last) = job.history.last() {
