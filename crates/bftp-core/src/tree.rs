@@ -17,9 +17,26 @@ pub enum HiddenNames {
     /// `ls -a` shows: the server honoured `-a`.
     Shown,
     /// The server ignored `LIST -a` (no `.` entry): names starting with a dot, if any, were
-    /// not listed. The directory's other files are copied; the ledger says so.
+    /// not listed. The directory's other files are copied; a `refused` member
+    /// ([`hidden_member`]) says so in the ledger, so the job cannot read `succeeded`.
     NotShown,
 }
+
+/// The name of the `refused` member that stands for a directory's hidden names when they
+/// could not be listed: `DIR/.*` (no listed name can be it: `.*` starts with a dot, and no
+/// name starting with a dot was listed there).
+pub fn hidden_member(dir: &str) -> String {
+    if dir.is_empty() {
+        ".*".to_owned()
+    } else {
+        format!("{dir}/.*")
+    }
+}
+
+/// Its reason.
+pub const HIDDEN_NOT_LISTED: &str = "refused: the source server ignored LIST -a, so names \
+     starting with a dot in this directory, if any, were not listed and are not copied (give \
+     the server MLSD, or let it honour -a: proFTPD's ListOptions without \"strict\")";
 
 impl HiddenNames {
     /// The rule for a `LIST -a` listing: `-a` was honoured when the output holds the
@@ -185,6 +202,9 @@ mod tests {
     fn hidden_names_are_shown_only_when_the_dot_entry_proves_it() {
         assert_eq!(HiddenNames::of_list_a(true), HiddenNames::Shown);
         assert_eq!(HiddenNames::of_list_a(false), HiddenNames::NotShown);
+        assert_eq!(hidden_member(""), ".*");
+        assert_eq!(hidden_member("a/b"), "a/b/.*");
+        assert!(HIDDEN_NOT_LISTED.starts_with("refused: "));
     }
 
     #[test]

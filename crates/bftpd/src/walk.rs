@@ -11,7 +11,7 @@
 //! the server cut short, one that would pass `max_tree_members`) is a `refused` member named
 //! by its path, its files not frozen (`bftp_core::tree`): the rest of the walk goes on. A
 //! directory listed without its hidden names (a server that ignores `LIST -a`) gets a
-//! `hidden_names_not_listed` history event, written before its listing is frozen. The whole
+//! `refused` member `DIR/.*` saying so, frozen with its listing. The whole
 //! walk ends before any file moves; then every listed directory is made on the destination,
 //! parents first, an existing one counting as made; one the destination refuses for good
 //! fails the members under it, not the job ([`MadeDirs::failed`]).
@@ -22,13 +22,10 @@ use std::sync::Arc;
 use bftp_core::tree::{DirRefusal, HiddenNames};
 use bftp_core::{JobSpec, Timestamp};
 use bftp_ftp::{DirListing, ListError, Pair, TreeKind};
-use bftp_store::{HistoryEvent, JobId, JobStore, NewMember, StoreError, Walk};
+use bftp_store::{JobId, JobStore, NewMember, StoreError, Walk};
 
 use crate::ftp::join_path;
 use crate::scheduler::AttemptEnd;
-
-/// The history event of a directory listed without its hidden names.
-pub const HIDDEN_NOT_LISTED: &str = "hidden_names_not_listed";
 
 /// What one listed directory contributes: its members and its subdirectories (relative to
 /// the job's root).
@@ -139,6 +136,12 @@ pub fn sort(
             )),
         }
     }
+    if listing.hidden == HiddenNames::NotShown {
+        out.members.push(refused(
+            bftp_core::tree::hidden_member(dir),
+            bftp_core::tree::HIDDEN_NOT_LISTED.to_owned(),
+        ));
+    }
     for r in listing.rejected.iter() {
         out.members.push(refused(
             join_path(dir, &r.line),
@@ -173,7 +176,7 @@ pub async fn walk(
         if let Ok(l) = &listed {
             keep(&l.transcript);
         }
-        let (sorted, hidden) = settle(&dir, listed, &walk.unique, members, pair.limits()).map_err(
+        let sorted = settle(&dir, listed, &walk.unique, members, pair.limits()).map_err(
             |(reason, permanent)| {
                 if permanent {
                     AttemptEnd::JobPermanent { reason }
@@ -184,32 +187,12 @@ pub async fn walk(
         )?;
         members += sorted.members.len();
         let at = now();
-        if hidden == HiddenNames::NotShown {
-            // Before the freeze: a crash between the two lists the directory again and
-            // says it again, never leaves it frozen without saying it.
-            let event = hidden_event(&dir, at);
-            blocking(store, move |s| s.append_history(id, event)).await?;
-        }
         walk = blocking(store, move |s| {
             s.record_directory(id, &dir, sorted.members, sorted.subdirs, sorted.unique, at)
         })
         .await?;
     }
     Ok(walk)
-}
-
-/// The history event of directory `dir` listed without its hidden names.
-fn hidden_event(dir: &str, at: Timestamp) -> HistoryEvent {
-    HistoryEvent {
-        at,
-        kind: HIDDEN_NOT_LISTED.into(),
-        detail: Some(format!(
-            "directory {:?}: the source server ignored LIST -a, so names starting with a dot \
-             there, if any, were not listed (proFTPD: drop `strict` from ListOptions; or give \
-             the server MLSD)",
-            if dir.is_empty() { "." } else { dir }
-        )),
-    }
 }
 
 /// What directory `dir` contributes to the walk, from its listing or the reason it has none:
@@ -222,20 +205,13 @@ fn settle(
     seen: &BTreeMap<String, String>,
     members: usize,
     limits: &bftp_ftp::Limits,
-) -> Result<(Sorted, HiddenNames), (String, bool)> {
-    let (sorted, hidden) = match listed {
-        Ok(listing) => (
-            sort(dir, &listing, seen, limits.max_tree_depth),
-            listing.hidden,
-        ),
-        Err(ListError::TooLarge { limit }) => (
-            Sorted::refused_dir(dir, &DirRefusal::TooLarge { limit }),
-            HiddenNames::Shown,
-        ),
-        Err(ListError::Truncated { cut }) => (
-            Sorted::refused_dir(dir, &DirRefusal::Cut(cut)),
-            HiddenNames::Shown,
-        ),
+) -> Result<Sorted, (String, bool)> {
+    let sorted = match listed {
+        Ok(listing) => sort(dir, &listing, seen, limits.max_tree_depth),
+        Err(ListError::TooLarge { limit }) => {
+            Sorted::refused_dir(dir, &DirRefusal::TooLarge { limit })
+        }
+        Err(ListError::Truncated { cut }) => Sorted::refused_dir(dir, &DirRefusal::Cut(cut)),
         Err(e) => {
             let permanent = e.disposition().is_permanent() && dir.is_empty();
             return Err((
@@ -247,12 +223,12 @@ fn settle(
     let max = limits.max_tree_members;
     if members + sorted.members.len() > max {
         let files = sorted.members.len() + sorted.subdirs.len();
-        return Ok((
-            Sorted::refused_dir(dir, &DirRefusal::TooManyMembers { files, max }),
-            HiddenNames::Shown,
+        return Ok(Sorted::refused_dir(
+            dir,
+            &DirRefusal::TooManyMembers { files, max },
         ));
     }
-    Ok((sorted, hidden))
+    Ok(sorted)
 }
 
 /// Lists directory `dir` (relative to `root`).
@@ -273,9 +249,6 @@ pub struct Tree {
     pub walk: Walk,
     /// Every member, in walk order: files, and the refused entries with their reasons.
     pub members: Vec<NewMember>,
-    /// The directories listed without their hidden names (a server that ignores `LIST -a`),
-    /// each with the sentence the durable walk's history event says.
-    pub hidden_not_listed: Vec<String>,
 }
 
 /// Walks the tree below `root` in memory (see [`Tree`]), with the pair's limits.
@@ -288,11 +261,7 @@ pub async fn walk_in_memory(pair: &mut Pair, root: &str) -> Result<Tree, (String
     while let Some(dir) = tree.walk.frontier.first().cloned() {
         let listed = list(pair, root, &dir).await;
         let limits = pair.limits();
-        let (sorted, hidden) = settle(&dir, listed, &tree.walk.unique, tree.members.len(), limits)?;
-        if hidden == HiddenNames::NotShown {
-            let event = hidden_event(&dir, Timestamp(0));
-            tree.hidden_not_listed.extend(event.detail);
-        }
+        let sorted = settle(&dir, listed, &tree.walk.unique, tree.members.len(), limits)?;
         tree.walk.record(&dir, &sorted.subdirs, &sorted.unique);
         tree.members.extend(sorted.members);
     }
@@ -536,18 +505,22 @@ mod tests {
             ("many", Ok(listing(3)), 1, "many", "max_tree_members"),
         ];
         for (dir, listed, before, name, setting) in rows {
-            let (sorted, hidden) = settle(dir, listed, &seen, before, &limits).unwrap();
-            assert_eq!(hidden, HiddenNames::Shown, "{dir}");
+            let sorted = settle(dir, listed, &seen, before, &limits).unwrap();
             assert!(sorted.subdirs.is_empty(), "{dir}");
             assert_eq!(sorted.members.len(), 1, "{dir}");
             assert_eq!(sorted.members[0].name, name);
             let why = sorted.members[0].refused.as_deref().unwrap();
             assert!(why.contains(setting), "{dir}: {why}");
         }
-        // Within the limit: the files, and whether hidden names were shown.
-        let (sorted, hidden) = settle("ok", Ok(listing(3)), &seen, 0, &limits).unwrap();
-        assert_eq!(sorted.members.len(), 3);
-        assert_eq!(hidden, HiddenNames::NotShown);
+        // Within the limit: the files, and the member that says hidden names were not
+        // listed (the member limit counts it too).
+        let sorted = settle("ok", Ok(listing(2)), &seen, 0, &limits).unwrap();
+        let names: Vec<(&str, bool)> = sorted
+            .members
+            .iter()
+            .map(|m| (m.name.as_str(), m.refused.is_some()))
+            .collect();
+        assert_eq!(names, [("ok/.*", true), ("ok/f0", false), ("ok/f1", false)]);
         // Not a limit: the walk ends, permanent only for the root.
         let gone = || ListError::DirectoryMissing {
             dir: "x".into(),

@@ -196,9 +196,7 @@ async fn tree(
     let _ = tx
         .send(TransferEvent::Listed {
             files: names.clone(),
-            // Directories listed without their hidden names, said as the queued job's
-            // history says them.
-            rejected: tree.hidden_not_listed.clone(),
+            rejected: vec![],
         })
         .await;
     for m in refused {

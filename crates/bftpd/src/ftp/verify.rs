@@ -116,9 +116,6 @@ fn tree_detail(tree: &crate::walk::Tree) -> String {
         plural(files.len(), "file", "files"),
         plural(bytes as usize, "byte listed", "bytes listed"),
     );
-    for note in &tree.hidden_not_listed {
-        out.push_str(&format!("; {note}"));
-    }
     if refused.is_empty() {
         out.push_str("; nothing refused");
         return out;
