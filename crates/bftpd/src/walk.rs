@@ -370,6 +370,11 @@ async fn blocking<T: Send + 'static>(
     let store = store.clone();
     match tokio::task::spawn_blocking(move || f(&*store)).await {
         Ok(Ok(v)) => Ok(v),
+        // The store's own bound (`[ftp] max_tree_members` is at most it, but each directory
+        // refused past it is one more member): no later attempt gets further.
+        Ok(Err(e @ StoreError::TooManyMembers { .. })) => Err(AttemptEnd::JobPermanent {
+            reason: format!("the tree is too large for one job: {e}"),
+        }),
         Ok(Err(e)) => Err(AttemptEnd::Transient {
             reason: format!("the daemon could not record the walk: {e}"),
         }),

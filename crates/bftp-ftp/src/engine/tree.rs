@@ -88,18 +88,17 @@ impl Pair {
         } else {
             WalkMethod::List
         };
+        // A path starting with `-` would be read as options of LIST (proFTPD drops the
+        // connection at `LIST -a -d`): `./` keeps it a path.
+        let list_path = if dir.starts_with('-') {
+            format!("./{dir}")
+        } else {
+            dir.to_owned()
+        };
         let data = match method {
             WalkMethod::Mlsd => self.walk_data("MLSD", dir).await?,
-            // `-a`: without it vsftpd and proFTPD hide names starting with a dot. A path
-            // starting with `-` would be read as options: `./` keeps it a path.
-            WalkMethod::List => {
-                let arg = if dir.starts_with('-') {
-                    format!("./{dir}")
-                } else {
-                    dir.to_owned()
-                };
-                self.walk_data("LIST -a", &arg).await?
-            }
+            // `-a`: without it vsftpd and proFTPD hide names starting with a dot.
+            WalkMethod::List => self.walk_data("LIST -a", &list_path).await?,
         };
         let (data, hidden) = match method {
             WalkMethod::Mlsd => (data, HiddenNames::Shown),
@@ -113,12 +112,10 @@ impl Pair {
                         "LIST -a showed no `.` entry: the server ignores -a; names starting \
                          with a dot are not listed",
                     );
-                    let arg = if dir.starts_with('-') {
-                        format!("./{dir}")
-                    } else {
-                        dir.to_owned()
-                    };
-                    (self.walk_data("LIST", &arg).await?, HiddenNames::NotShown)
+                    (
+                        self.walk_data("LIST", &list_path).await?,
+                        HiddenNames::NotShown,
+                    )
                 }
             },
         };
