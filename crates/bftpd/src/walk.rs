@@ -197,25 +197,26 @@ pub async fn walk(
 
 /// What directory `dir` contributes to the walk, from its listing or the reason it has none:
 /// a limit or a cut listing refuses the directory (the walk goes on); any other failure
-/// ends the walk (`Err`: why, and whether it is permanent). `members`: how many the walk
-/// froze before it.
+/// ends the walk (`Err`: why, and whether it is permanent: only the root's own permanent
+/// refusal is, a subdirectory may be readable next time). `members`: how many the walk froze
+/// before it.
 fn settle(
     dir: &str,
-    listed: Result<DirListing, ListError>,
+    listed: Result<DirListing, (String, ListError)>,
     seen: &BTreeMap<String, String>,
     members: usize,
     limits: &bftp_ftp::Limits,
 ) -> Result<Sorted, (String, bool)> {
     let sorted = match listed {
         Ok(listing) => sort(dir, &listing, seen, limits.max_tree_depth),
-        Err(ListError::TooLarge { limit }) => {
+        Err((_, ListError::TooLarge { limit })) => {
             Sorted::refused_dir(dir, &DirRefusal::TooLarge { limit })
         }
-        Err(ListError::Truncated { cut }) => Sorted::refused_dir(dir, &DirRefusal::Cut(cut)),
-        Err(e) => {
+        Err((_, ListError::Truncated { cut })) => Sorted::refused_dir(dir, &DirRefusal::Cut(cut)),
+        Err((path, e)) => {
             let permanent = e.disposition().is_permanent() && dir.is_empty();
             return Err((
-                format!("listing the source directory {dir:?}: {e}"),
+                format!("listing the source directory {path:?}: {e}"),
                 permanent,
             ));
         }
@@ -231,14 +232,14 @@ fn settle(
     Ok(sorted)
 }
 
-/// Lists directory `dir` (relative to `root`).
-async fn list(pair: &mut Pair, root: &str, dir: &str) -> Result<DirListing, ListError> {
+/// Lists directory `dir` (relative to `root`); an error with the path listed.
+async fn list(pair: &mut Pair, root: &str, dir: &str) -> Result<DirListing, (String, ListError)> {
     let path = if dir.is_empty() {
         root.to_owned()
     } else {
         join_path(root, dir)
     };
-    pair.list_dir(&path).await
+    pair.list_dir(&path).await.map_err(|e| (path, e))
 }
 
 /// A whole tree walked in memory, by the rules of the durable walk ([`sort`], [`settle`] and
@@ -487,7 +488,7 @@ mod tests {
         // (directory, listing, members before) -> the refused member and its setting
         type Row<'a> = (
             &'a str,
-            Result<DirListing, ListError>,
+            Result<DirListing, (String, ListError)>,
             usize,
             &'a str,
             &'a str,
@@ -495,14 +496,14 @@ mod tests {
         let rows: Vec<Row> = vec![
             (
                 "big",
-                Err(ListError::TooLarge { limit: 10 }),
+                Err(("/big".into(), ListError::TooLarge { limit: 10 })),
                 0,
                 "big",
                 "max_listing_bytes",
             ),
             (
                 "",
-                Err(ListError::Truncated { cut: cut.clone() }),
+                Err(("/".into(), ListError::Truncated { cut: cut.clone() })),
                 0,
                 ".",
                 "LimitRecursion",
@@ -534,8 +535,15 @@ mod tests {
                 vec!["gone".into()],
             ),
         };
-        assert!(settle("", Err(gone()), &seen, 0, &limits).unwrap_err().1);
-        assert!(!settle("sub", Err(gone()), &seen, 0, &limits).unwrap_err().1);
+        let (why, permanent) =
+            settle("", Err(("/t".into(), gone())), &seen, 0, &limits).unwrap_err();
+        assert!(permanent);
+        assert!(
+            why.starts_with("listing the source directory \"/t\": "),
+            "{why}"
+        );
+        let sub = settle("sub", Err(("/t/sub".into(), gone())), &seen, 0, &limits);
+        assert!(!sub.unwrap_err().1);
     }
 
     /// The loop rule, one row per case: the listed directory (`dir`, its own unique fact),
