@@ -351,3 +351,53 @@ fn each_tree_limit_is_a_setting_and_refuses_a_directory_not_the_job() {
     assert_eq!(got.len(), 5, "{got:#?}");
     assert_eq!(dst.read_file("in/tree/small.txt").unwrap(), b"small");
 }
+
+/// Item 7, a server that refuses `-a` rather than ignoring it (a scripted server: none of
+/// the three real ones does): `501` to `LIST -a`, then the plain `LIST` is used, and the
+/// listing says hidden names were not shown. Before, `LIST -a` refused would have failed
+/// the walk.
+#[test]
+fn a_server_that_refuses_list_a_is_listed_plainly_and_said_to_hide_names() {
+    use bftp_tests::hostile::{Action, HostileServer, Script};
+    use bftp_tests::scenario::{hostile_login, open as open_logins};
+    let listing = b"-rw-r--r--   1 u g 5 Dec  1 10:00 a.dat\r\n\
+drwxr-xr-x   2 u g 4096 Dec  1 10:00 sub\r\n"
+        .to_vec();
+    let script = |host: [u8; 4], user: &str| {
+        Script::new()
+            .host(host.into())
+            .user(user, format!("{user}-pw"))
+            .data_timeout(Duration::from_secs(5))
+    };
+    let src = HostileServer::start(script([127, 0, 0, 5], "src").without_mlsd().on(
+        "LIST",
+        Action::Sequence(vec![
+            Action::reply("501 -a: unknown option"),
+            Action::ServeData(listing),
+        ]),
+    ))
+    .unwrap();
+    let dst = HostileServer::start(script([127, 0, 0, 6], "dst")).unwrap();
+    let limits = bftp_ftp::Limits {
+        reply_timeout: Duration::from_secs(5),
+        ..bftp_ftp::Limits::default()
+    };
+    let got = block_on(async {
+        let mut pair = open_logins(&hostile_login(&src), &hostile_login(&dst), &limits).await?;
+        let got = pair.list_dir("/pub").await;
+        pair.close().await;
+        anyhow::Ok(got)
+    })
+    .unwrap()
+    .unwrap();
+    assert_eq!(got.method, WalkMethod::List);
+    assert_eq!(got.hidden, HiddenNames::NotShown, "{got:#?}");
+    let names: Vec<&str> = got.entries.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["a.dat", "sub"], "{got:#?}");
+    let lists: Vec<String> = src
+        .commands()
+        .into_iter()
+        .filter(|c| c.starts_with("LIST"))
+        .collect();
+    assert_eq!(lists, ["LIST -a /pub", "LIST /pub"]);
+}

@@ -95,28 +95,25 @@ impl Pair {
         } else {
             dir.to_owned()
         };
-        let data = match method {
-            WalkMethod::Mlsd => self.walk_data("MLSD", dir).await?,
-            // `-a`: without it vsftpd and proFTPD hide names starting with a dot.
-            WalkMethod::List => self.walk_data("LIST -a", &list_path).await?,
-        };
         let (data, hidden) = match method {
-            WalkMethod::Mlsd => (data, HiddenNames::Shown),
-            WalkMethod::List => match HiddenNames::of_list_a(parse_list(&data, dir).dot_entry) {
-                HiddenNames::Shown => (data, HiddenNames::Shown),
-                // `-a` ignored, or taken for a name: the plain listing, said to be without
-                // hidden names.
-                HiddenNames::NotShown => {
+            WalkMethod::Mlsd => (self.walk_data("MLSD", dir).await?, HiddenNames::Shown),
+            // `-a`: without it vsftpd and proFTPD hide names starting with a dot.
+            WalkMethod::List => match self.walk_data("LIST -a", &list_path).await {
+                Ok(data) if parse_list(&data, dir).dot_entry => (data, HiddenNames::Shown),
+                // `-a` ignored (no `.` entry), or refused, or taken for a name: the plain
+                // listing, said to be without hidden names.
+                Ok(_) | Err(ListError::Refused { .. }) => {
                     self.note(
                         Side::Source,
-                        "LIST -a showed no `.` entry: the server ignores -a; names starting \
-                         with a dot are not listed",
+                        "LIST -a showed no `.` entry: the server does not honour -a; names \
+                         starting with a dot are not listed",
                     );
                     (
                         self.walk_data("LIST", &list_path).await?,
-                        HiddenNames::NotShown,
+                        HiddenNames::of_list_a(false),
                     )
                 }
+                Err(e) => return Err(e),
             },
         };
         let scrubber = self.recorder.scrubber().clone();
