@@ -30,4 +30,5 @@ mod slow_tree;
 mod slow_unique;
 mod tls;
 mod tree;
+mod tree_limits;
 mod unique;

@@ -119,6 +119,10 @@ pub struct FtpOptions {
     pub digest: bool,
     /// proFTPD only: lines added to its configuration (`ShowSymlinks off`, for one).
     pub proftpd_extra: String,
+    /// Pure-FTPd only: arguments added to its command line (`-L 100:5`, its listing cap).
+    pub pure_ftpd_args: Vec<String>,
+    /// vsftpd only: lines added to its configuration (`force_dot_files=YES`, for one).
+    pub vsftpd_extra: String,
 }
 
 /// A test server's TLS setup: its certificate and key (PEM files), the CA it trusts when it
@@ -147,6 +151,8 @@ impl Default for FtpOptions {
             tls: None,
             digest: false,
             proftpd_extra: String::new(),
+            pure_ftpd_args: Vec::new(),
+            vsftpd_extra: String::new(),
         }
     }
 }
@@ -512,6 +518,16 @@ impl FtpServer {
             self.kind
         );
         ensure!(
+            self.opts.pure_ftpd_args.is_empty() || self.kind == ServerKind::PureFtpd,
+            "pure_ftpd_args is only for Pure-FTPd, not {}",
+            self.kind
+        );
+        ensure!(
+            self.opts.vsftpd_extra.is_empty() || self.kind == ServerKind::Vsftpd,
+            "vsftpd_extra is only for vsftpd, not {}",
+            self.kind
+        );
+        ensure!(
             !self.opts.digest || self.kind == ServerKind::Proftpd,
             "digest is only for proFTPD, not {}",
             self.kind
@@ -566,7 +582,8 @@ vsftpd_log_file={log}
 log_ftp_protocol=YES
 syslog_enable=NO
 local_max_rate={rate}
-",
+{extra}",
+                        extra = self.opts.vsftpd_extra,
                         rate = self.opts.max_rate.unwrap_or(0),
                         ssl = self.vsftpd_tls(),
                         host = self.opts.host,
@@ -704,6 +721,7 @@ AllowOverwrite on
                 if self.opts.fxp {
                     cmd.arg("-w");
                 }
+                cmd.args(&self.opts.pure_ftpd_args);
                 if let Some(tls) = &self.opts.tls {
                     // One PEM file with the key and the certificate; 1: TLS allowed, 2:
                     // required for the login.

@@ -12,9 +12,9 @@ pub mod transcript;
 
 pub use engine::{
     hash_wait, verify, ActionError, Announce, Announced, AttemptReport, Check, CopyOutcome,
-    CopyRequest, DataTls, DirListing, Failure, Fallback, HashProof, JobFailure, LastReply,
-    ListError, ListMethod, Listed, Listing, Pair, PairError, Progress, RejectedName, SizeCheck,
-    SizeWatch, Skipped, TreeEntry, TreeKind, VerifyReport, VerifyRequest, WalkMethod,
+    CopyRequest, DataTls, DirListing, Failure, Fallback, HashProof, HiddenNames, JobFailure,
+    LastReply, ListError, ListMethod, Listed, Listing, Pair, PairError, Progress, RejectedName,
+    SizeCheck, SizeWatch, Skipped, TreeEntry, TreeKind, VerifyReport, VerifyRequest, WalkMethod,
     CHECK_SOURCE_FILE, HASH_RATE_FLOOR,
 };
 pub use limits::{AddressCheck, AllowAll, Limits, ServerLogin};

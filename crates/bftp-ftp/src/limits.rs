@@ -104,8 +104,14 @@ pub struct Limits {
     pub transfer_timeout: Duration,
     /// Line and reply size bounds for the control connections.
     pub reply: ReplyLimits,
-    /// The most listing data read for one `list_source`.
+    /// The most listing data read for one listing (`[ftp] max_listing_bytes`): a larger
+    /// one is refused (a wildcard job fails, a tree's directory is refused).
     pub max_listing_bytes: usize,
+    /// The deepest directory a tree's walk lists, below its root (`[ftp] max_tree_depth`).
+    pub max_tree_depth: usize,
+    /// The most members a tree's walk freezes (`[ftp] max_tree_members`; the store's own
+    /// bound is the ceiling): a directory that would pass it is refused.
+    pub max_tree_members: usize,
     pub transcript: TranscriptLimits,
     /// Per-host reply overrides from the configuration, applied by `classify_for_host`
     /// before the table of RULES.md §5.
@@ -122,6 +128,8 @@ impl Default for Limits {
             transfer_timeout: Duration::from_secs(6 * 3600),
             reply: ReplyLimits::default(),
             max_listing_bytes: 16 * 1024 * 1024,
+            max_tree_depth: 64,
+            max_tree_members: 1_000_000,
             transcript: TranscriptLimits::default(),
             overrides: Vec::new(),
             tls: crate::tls::TlsTrust::default(),

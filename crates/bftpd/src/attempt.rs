@@ -683,6 +683,7 @@ impl Run {
                 return AttemptEnd::JobPermanent { reason };
             }
         }
+        let mut made = crate::walk::MadeDirs::default();
         if spec.recursive {
             // The whole tree is frozen before any file moves; then its directories are made.
             let clock = self.clock.clone();
@@ -695,16 +696,19 @@ impl Run {
                 |t| self.keep(t.clone()),
             )
             .await;
-            let made = match walked {
+            let dirs = match walked {
                 Ok(walk) => {
                     crate::walk::make_dirs(&mut pair, &spec, &walk, Some((&self.store, id))).await
                 }
                 Err(end) => Err(end),
             };
             self.keep(pair.take_transcript());
-            if let Err(end) = made {
-                self.close(pair).await;
-                return end;
+            match dirs {
+                Ok(dirs) => made = dirs,
+                Err(end) => {
+                    self.close(pair).await;
+                    return end;
+                }
             }
         }
         // A job frozen just now has its members as this attempt wrote them: no read back.
@@ -728,6 +732,10 @@ impl Run {
             },
         };
         self.load_claims(&members);
+        let members = match self.blocked(members, &made).await {
+            Ok(m) => m,
+            Err(e) => return store_failed(e),
+        };
         let work: VecDeque<Member> = members.into_iter().filter(needs_work).collect();
         // More pairs for a multi-file job, up to `parallel_pairs`, on the slots free now
         // (see `crate::lanes`); each logs in while the first one already works.
@@ -777,6 +785,36 @@ impl Run {
             (None, None) => AttemptEnd::Complete,
             (None, Some(reason)) => AttemptEnd::Transient { reason },
         }
+    }
+
+    /// The pending members under a destination directory that could not be made fail for
+    /// good, with its reply (RULES.md §10); the others are returned, to be copied.
+    async fn blocked(
+        &self,
+        members: Vec<Member>,
+        made: &crate::walk::MadeDirs,
+    ) -> Result<Vec<Member>, StoreError> {
+        if made.failed.is_empty() {
+            return Ok(members);
+        }
+        let (blocked, rest): (Vec<_>, Vec<_>) = members.into_iter().partition(|m| {
+            m.state == MemberState::Pending && m.intent.is_none() && made.blocked(&m.name).is_some()
+        });
+        let updates: Vec<(u32, MemberUpdate)> = blocked
+            .iter()
+            .map(|m| {
+                let u = MemberUpdate {
+                    state: Some(MemberState::FailedPermanent),
+                    detail: made.blocked(&m.name),
+                    ..Default::default()
+                };
+                (m.index, u)
+            })
+            .collect();
+        let (id, now) = (self.id, self.clock.now());
+        self.blocking(move |s| s.update_members(id, updates, now))
+            .await?;
+        Ok(rest)
     }
 
     /// RULES.md §4.4: the first successful listing, matched by us, durable before any member

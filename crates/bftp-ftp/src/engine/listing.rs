@@ -128,6 +128,9 @@ pub enum ListError {
     DataConnection { addr: SocketAddr, detail: String },
     #[error("the listing is larger than {limit} bytes")]
     TooLarge { limit: usize },
+    /// The server said it cut the listing short (Pure-FTPd's `-L` cap).
+    #[error("the server cut the listing short: {:?}{}", cut.said, cut.setting.map(|s| format!(" ({s})")).unwrap_or_default())]
+    Truncated { cut: bftp_core::tree::ListingCut },
     #[error("{what} {value:?} cannot be sent in a command: {error}")]
     BadArgument {
         what: &'static str,
@@ -161,6 +164,7 @@ impl ListError {
                 Disposition::Transient(TransientKind::DataConnection)
             }
             ListError::TooLarge { .. }
+            | ListError::Truncated { .. }
             | ListError::BadArgument { .. }
             | ListError::PrivilegedPort { .. }
             | ListError::NoPassiveMode { .. }
@@ -274,13 +278,25 @@ impl Names<'_> {
 
 /// What a listing command gave.
 pub(super) enum DataReply {
-    Data(Vec<u8>),
+    /// The data and the final reply, which may say the listing was cut
+    /// ([`bftp_core::tree::listing_cut`]).
+    Data(Vec<u8>, Reply),
     /// The first or final reply was negative.
     Negative {
         command: String,
         reply: Reply,
         disposition: Disposition,
     },
+}
+
+/// A listing whose final reply says it was cut is refused: never taken as whole (RULES.md
+/// §10). The count a reply may give counts the listing's non-empty lines.
+pub(super) fn cut_short(data: &[u8], last: &Reply) -> Option<bftp_core::tree::ListingCut> {
+    let lines = data
+        .split(|&b| b == b'\n')
+        .filter(|l| l.iter().any(|b| !b.is_ascii_whitespace()))
+        .count();
+    bftp_core::tree::listing_cut(&last.text(), lines)
 }
 
 /// `dir/name`, with `dir` as the job wrote it (`""` is the login directory).
@@ -382,12 +398,15 @@ impl Pair {
         let mut fallbacks = Vec::new();
         if mlsd {
             match self.data_command("MLSD", dir).await? {
-                DataReply::Data(data) => {
+                DataReply::Data(data, last) => {
+                    if let Some(cut) = cut_short(&data, &last) {
+                        return Err(ListError::Truncated { cut });
+                    }
                     return Ok(Fetched::Data {
                         method: ListMethod::Mlsd,
                         data,
                         fallbacks,
-                    })
+                    });
                 }
                 DataReply::Negative {
                     command,
@@ -418,11 +437,16 @@ impl Pair {
             });
         }
         Ok(match self.data_command("NLST", dir).await? {
-            DataReply::Data(data) => Fetched::Data {
-                method: ListMethod::Nlst,
-                data,
-                fallbacks,
-            },
+            DataReply::Data(data, last) => {
+                if let Some(cut) = cut_short(&data, &last) {
+                    return Err(ListError::Truncated { cut });
+                }
+                Fetched::Data {
+                    method: ListMethod::Nlst,
+                    data,
+                    fallbacks,
+                }
+            }
             DataReply::Negative {
                 command,
                 reply,
@@ -643,10 +667,13 @@ impl Pair {
         let result = self.exchange(Side::Source, &line).await;
         match (self.classify(Side::Source, kind, &result), result) {
             (Disposition::Preliminary, Ok(_)) => {}
-            (Disposition::Done, Ok(_)) => {
+            (Disposition::Done, Ok(reply)) => {
                 // Done without a 1yz: nothing more to read on the control connection.
                 let mut stream = self.listing_stream(tcp, addr).await?;
-                return Ok(DataReply::Data(self.read_data(&mut stream, addr).await?));
+                return Ok(DataReply::Data(
+                    self.read_data(&mut stream, addr).await?,
+                    reply,
+                ));
             }
             (disposition, Ok(reply)) => {
                 return Ok(DataReply::Negative {
@@ -664,11 +691,14 @@ impl Pair {
         let data = self.read_data(&mut stream, addr).await;
         // proFTPD holds its final reply until the receiver closes.
         drop(stream);
-        let data = data?;
         let deadline = self.reply_deadline();
         let result = self.read_reply(Side::Source, verb, deadline).await;
+        // A listing left unread still has its final reply (226, or 426 for the closed data
+        // connection): it is read first, so the connection stays in step for the next
+        // listing of the walk.
+        let data = data?;
         match (self.classify(Side::Source, kind, &result), result) {
-            (Disposition::Done, Ok(_)) => Ok(DataReply::Data(data)),
+            (Disposition::Done, Ok(reply)) => Ok(DataReply::Data(data, reply)),
             (disposition, Ok(reply)) => Ok(DataReply::Negative {
                 command: verb.to_owned(),
                 reply,

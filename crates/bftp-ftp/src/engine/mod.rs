@@ -38,7 +38,7 @@ pub use outcome::{
 pub use proof::{hash_wait, HashProof, HASH_RATE_FLOOR};
 pub use size_watch::SizeWatch;
 pub use tls_data::DataTls;
-pub use tree::{DirListing, TreeEntry, TreeKind, WalkMethod};
+pub use tree::{DirListing, HiddenNames, TreeEntry, TreeKind, WalkMethod};
 pub use verify::{verify, Check, VerifyReport, VerifyRequest, CHECK_SOURCE_FILE};
 
 use crate::limits::{AddressCheck, Limits, ServerLogin};
@@ -549,6 +549,11 @@ impl Pair {
 
     fn host(&self, side: Side) -> &str {
         &self.logins[index(side)].host
+    }
+
+    /// The limits the pair was opened with (a tree's walk reads its bounds there).
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     fn note(&self, side: Side, text: &str) {

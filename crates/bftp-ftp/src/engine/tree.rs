@@ -2,13 +2,20 @@
 //! (file, directory, symbolic link, special), from MLSD where FEAT offers MLST, else from
 //! LIST in the Unix `ls -l` format (vsftpd). NLST cannot tell a directory from a file or a
 //! link, so it is not used here. Links and special files are reported, never followed.
+//!
+//! Hidden names: MLSD shows names starting with a dot (proFTPD and Pure-FTPd both do);
+//! LIST is sent as `LIST -a` (vsftpd, proFTPD and Pure-FTPd honour it), and the `.` entry in
+//! its output proves `-a` was honoured; without it the directory is listed again with plain
+//! LIST and marked [`HiddenNames::NotShown`]. A listing whose final reply says it was cut
+//! (Pure-FTPd's `-L` cap) is an error ([`ListError::Truncated`]), never a whole directory.
 
 use crate::parse::unix_list::{parse_list, ListKind};
 use crate::parse::{check_argument, parse_mlsd, EntryKind};
 use crate::transcript::{Side, Transcript};
 
-use super::listing::DataReply;
+use super::listing::{cut_short, DataReply};
 use bftp_core::reply::{CommandKind, Disposition, PermanentKind};
+pub use bftp_core::tree::HiddenNames;
 
 use super::{ActionError, ListError, Pair, RejectedName};
 
@@ -51,6 +58,8 @@ pub struct DirListing {
     pub entries: Vec<TreeEntry>,
     pub rejected: Vec<RejectedName>,
     pub method: WalkMethod,
+    /// Whether names starting with a dot could be listed (MLSD, or LIST -a honoured).
+    pub hidden: HiddenNames,
     /// MLSD's `unique` fact of the listed directory itself (`type=cdir`).
     pub unique: Option<String>,
     pub transcript: Transcript,
@@ -74,25 +83,38 @@ impl Pair {
             .await
             .iter()
             .any(|f| f.trim_start().to_ascii_uppercase().starts_with("MLST"));
-        let (method, verb) = if mlsd {
-            (WalkMethod::Mlsd, "MLSD")
+        let method = if mlsd {
+            WalkMethod::Mlsd
         } else {
-            (WalkMethod::List, "LIST")
+            WalkMethod::List
         };
-        let data = match self.data_command(verb, dir).await? {
-            DataReply::Data(data) => data,
-            DataReply::Negative {
-                command,
-                reply,
-                disposition,
-            } => {
-                return Err(ListError::Refused {
-                    host: self.host(Side::Source).to_owned(),
-                    command,
-                    reply,
-                    disposition,
-                })
-            }
+        // A path starting with `-` would be read as options of LIST (proFTPD drops the
+        // connection at `LIST -a -d`): `./` keeps it a path.
+        let list_path = if dir.starts_with('-') {
+            format!("./{dir}")
+        } else {
+            dir.to_owned()
+        };
+        let (data, hidden) = match method {
+            WalkMethod::Mlsd => (self.walk_data("MLSD", dir).await?, HiddenNames::Shown),
+            // `-a`: without it vsftpd and proFTPD hide names starting with a dot.
+            WalkMethod::List => match self.walk_data("LIST -a", &list_path).await {
+                Ok(data) if parse_list(&data, dir).dot_entry => (data, HiddenNames::Shown),
+                // `-a` ignored (no `.` entry), or refused, or taken for a name: the plain
+                // listing, said to be without hidden names.
+                Ok(_) | Err(ListError::Refused { .. }) => {
+                    self.note(
+                        Side::Source,
+                        "LIST -a showed no `.` entry: the server does not honour -a; names \
+                         starting with a dot are not listed",
+                    );
+                    (
+                        self.walk_data("LIST", &list_path).await?,
+                        HiddenNames::of_list_a(false),
+                    )
+                }
+                Err(e) => return Err(e),
+            },
         };
         let scrubber = self.recorder.scrubber().clone();
         let refuse = |line: &str, reason: String| RejectedName {
@@ -104,6 +126,7 @@ impl Pair {
             entries: Vec::new(),
             rejected: Vec::new(),
             method,
+            hidden,
             unique: None,
             transcript: Transcript::default(),
         };
@@ -175,6 +198,27 @@ impl Pair {
         }
         listing.transcript = self.recorder.take();
         Ok(listing)
+    }
+
+    /// The data of one listing of the walk, whole: a negative reply or a final reply that
+    /// says the listing was cut is an error.
+    async fn walk_data(&mut self, verb: &str, dir: &str) -> Result<Vec<u8>, ListError> {
+        match self.data_command(verb, dir).await? {
+            DataReply::Data(data, last) => match cut_short(&data, &last) {
+                Some(cut) => Err(ListError::Truncated { cut }),
+                None => Ok(data),
+            },
+            DataReply::Negative {
+                command,
+                reply,
+                disposition,
+            } => Err(ListError::Refused {
+                host: self.host(Side::Source).to_owned(),
+                command,
+                reply,
+                disposition,
+            }),
+        }
     }
 
     /// Make the directory `path` on the destination: MKD; a refused MKD of a directory that

@@ -56,6 +56,9 @@ pub enum ListLineError {
 pub struct UnixListing {
     pub entries: Vec<ListEntry>,
     pub rejected: Vec<RejectedLine<ListLineError>>,
+    /// The listing held the directory's own `.` entry, which only `ls -a` prints: the server
+    /// honoured `LIST -a`, so names starting with a dot are listed too.
+    pub dot_entry: bool,
 }
 
 const MONTHS: [&str; 12] = [
@@ -100,13 +103,28 @@ fn words(line: &str) -> Vec<(&str, usize)> {
 
 /// One LIST line: `Ok(None)` for a line that names nothing (`total N`, `.`, `..`, blank).
 pub fn parse_list_line(line: &str, listed_dir: &str) -> Result<Option<ListEntry>, ListLineError> {
+    parse_line(line, listed_dir).map(|l| match l {
+        Line::Entry(e) => Some(e),
+        Line::Nothing | Line::Dot => None,
+    })
+}
+
+enum Line {
+    Entry(ListEntry),
+    /// `total N`, `..`, a blank line.
+    Nothing,
+    /// `.`, the listed directory itself (`ls -a`).
+    Dot,
+}
+
+fn parse_line(line: &str, listed_dir: &str) -> Result<Line, ListLineError> {
     let trimmed = line.trim_end();
     if trimmed.trim().is_empty() {
-        return Ok(None);
+        return Ok(Line::Nothing);
     }
     let w = words(trimmed);
     if w.len() == 2 && w[0].0.eq_ignore_ascii_case("total") {
-        return Ok(None);
+        return Ok(Line::Nothing);
     }
     let mode = w[0].0;
     let mode_ok = (10..=11).contains(&mode.len())
@@ -149,14 +167,17 @@ pub fn parse_list_line(line: &str, listed_dir: &str) -> Result<Option<ListEntry>
         b'c' | b'b' | b'p' | b's' | b'D' => (raw_name, ListKind::Special(type_char as char)),
         _ => return Err(ListLineError::NotUnix("unknown file type")),
     };
-    if name == "." || name == ".." {
-        return Ok(None);
+    if name == "." {
+        return Ok(Line::Dot);
+    }
+    if name == ".." {
+        return Ok(Line::Nothing);
     }
     if kind == ListKind::File && size.is_none() {
         return Err(ListLineError::NotUnix("no size column"));
     }
     let name = member_name(name, listed_dir)?;
-    Ok(Some(ListEntry {
+    Ok(Line::Entry(ListEntry {
         name,
         kind,
         size: size.filter(|_| !matches!(type_char, b'c' | b'b')),
@@ -172,19 +193,20 @@ pub fn parse_list(listing: &[u8], listed_dir: &str) -> UnixListing {
         let parsed = match std::str::from_utf8(bytes) {
             Ok(text) => match text.bytes().find(|b| matches!(b, b'\r' | b'\n' | 0)) {
                 Some(byte) => Err(ListLineError::Name(NameError::ForbiddenByte { byte })),
-                None => parse_list_line(text, listed_dir),
+                None => parse_line(text, listed_dir),
             },
             Err(_) => Err(ListLineError::Name(NameError::NotUtf8 {
                 lossy: String::from_utf8_lossy(bytes).into_owned(),
             })),
         };
         match parsed {
-            Ok(Some(entry)) => {
+            Ok(Line::Entry(entry)) => {
                 if seen.insert(entry.name.clone()) {
                     out.entries.push(entry);
                 }
             }
-            Ok(None) => {}
+            Ok(Line::Dot) => out.dot_entry = true,
+            Ok(Line::Nothing) => {}
             Err(reason) => out.rejected.push(RejectedLine::new(bytes, reason)),
         }
     }
@@ -213,6 +235,7 @@ lrwxrwxrwx    1 1000     1000            5 Dec 01 23:00 link -> a.dat\r\n\
 drwxr-xr-x    3 1000     1000         4096 Dec 01 23:00 sub dir\r\n";
         let l = parse_list(listing, "/pub");
         assert!(l.rejected.is_empty(), "{:?}", l.rejected);
+        assert!(!l.dot_entry, "no `.`: hidden names may be missing");
         assert_eq!(
             l.entries,
             vec![
@@ -227,6 +250,35 @@ drwxr-xr-x    3 1000     1000         4096 Dec 01 23:00 sub dir\r\n";
                     Some(5)
                 ),
                 entry("sub dir", ListKind::Dir, Some(4096)),
+            ]
+        );
+    }
+
+    /// `LIST -a` (vsftpd 3.0.3): `.` and `..` are not entries, but `.` proves `-a` was
+    /// honoured; names starting with a dot or a dash are names like any other.
+    #[test]
+    fn list_a_shows_hidden_names_and_the_dot_entry() {
+        let listing = b"-rw-r--r--    1 1003     1004            4 Dec 04 17:46 -a\r\n\
+drwxr-xr-x    3 1003     1004         4096 Dec 04 17:46 .\r\n\
+drwxr-xr-x    4 1003     1004         4096 Dec 04 17:46 ..\r\n\
+drwxr-xr-x    2 1003     1004         4096 Dec 04 17:46 .dotdir\r\n\
+-rw-r--r--    1 1003     1004            1 Dec 04 17:46 .hidden\r\n\
+-rw-r--r--    1 1003     1004            4 Dec 04 17:46 -la x\r\n";
+        let l = parse_list(listing, "top");
+        assert!(l.rejected.is_empty(), "{:?}", l.rejected);
+        assert!(l.dot_entry);
+        let names: Vec<(&str, &ListKind)> = l
+            .entries
+            .iter()
+            .map(|e| (e.name.as_str(), &e.kind))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("-a", &ListKind::File),
+                (".dotdir", &ListKind::Dir),
+                (".hidden", &ListKind::File),
+                ("-la x", &ListKind::File),
             ]
         );
     }

@@ -1,5 +1,5 @@
-//! `[ftp]` in the config: timeouts, pairs per job, per-host connection slots, reply
-//! overrides; and the engine's `Limits` made from them.
+//! `[ftp]` in the config: timeouts, pairs per job, per-host connection slots, the bounds of
+//! listings and trees, reply overrides; and the engine's `Limits` made from them.
 
 use std::time::Duration;
 
@@ -40,6 +40,17 @@ pub struct FtpConfig {
     /// How long a kept pair waits for its next job before it is closed.
     #[serde(default = "d_pool_timeout", with = "crate::config::humantime_duration")]
     pub pool_idle_timeout: Duration,
+    /// The most bytes of one listing bftpd reads (a wildcard job's, or one directory of a
+    /// tree): a larger listing fails a wildcard job and refuses a tree's directory.
+    #[serde(default = "d_listing_bytes")]
+    pub max_listing_bytes: usize,
+    /// The deepest directory a tree's walk lists, below the root: a deeper one is refused.
+    #[serde(default = "d_tree_depth")]
+    pub max_tree_depth: usize,
+    /// The most members a tree's walk freezes (at most the store's bound, 1,000,000): a
+    /// directory whose entries would pass it is refused.
+    #[serde(default = "d_tree_members")]
+    pub max_tree_members: usize,
     /// Per-host reply overrides (RULES.md §5), for servers that send a 5yz for a broken
     /// connection: `{ host = "ftp.example.org", code = 550, treat_as = "transient" }`.
     #[serde(default)]
@@ -74,6 +85,15 @@ fn d_pool_idle() -> usize {
 fn d_pool_timeout() -> Duration {
     Duration::from_secs(30)
 }
+fn d_listing_bytes() -> usize {
+    Limits::default().max_listing_bytes
+}
+fn d_tree_depth() -> usize {
+    Limits::default().max_tree_depth
+}
+fn d_tree_members() -> usize {
+    Limits::default().max_tree_members
+}
 fn d_connect() -> Duration {
     Limits::default().connect_timeout
 }
@@ -95,6 +115,9 @@ impl Default for FtpConfig {
             watch_progress: d_watch(),
             pool_max_idle: d_pool_idle(),
             pool_idle_timeout: d_pool_timeout(),
+            max_listing_bytes: d_listing_bytes(),
+            max_tree_depth: d_tree_depth(),
+            max_tree_members: d_tree_members(),
             overrides: Vec::new(),
             tls: Default::default(),
         }
@@ -122,8 +145,21 @@ impl FtpConfig {
                     .map_err(|e| anyhow::anyhow!("[ftp] override for {}: {e}", o.host))?,
             );
         }
+        if self.max_listing_bytes == 0 || self.max_tree_depth == 0 {
+            anyhow::bail!("[ftp] max_listing_bytes and max_tree_depth must be at least 1");
+        }
+        if !(1..=bftp_store::MAX_MEMBERS).contains(&self.max_tree_members) {
+            anyhow::bail!(
+                "[ftp] max_tree_members must be between 1 and {} (the store's bound), not {}",
+                bftp_store::MAX_MEMBERS,
+                self.max_tree_members
+            );
+        }
         Ok(Limits {
             connect_timeout: self.connect_timeout,
+            max_listing_bytes: self.max_listing_bytes,
+            max_tree_depth: self.max_tree_depth,
+            max_tree_members: self.max_tree_members,
             reply_timeout: self.reply_timeout,
             transfer_timeout: self.transfer_timeout,
             overrides,

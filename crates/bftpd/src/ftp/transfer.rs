@@ -187,7 +187,7 @@ async fn tree(
     tx: &mpsc::Sender<TransferEvent>,
     summary: &mut TransferSummary,
 ) -> Result<Vec<String>, String> {
-    let tree = crate::walk::walk_in_memory(pair, spec.source_root(), bftp_store::MAX_MEMBERS)
+    let tree = crate::walk::walk_in_memory(pair, spec.source_root())
         .await
         .map_err(|(reason, _)| reason)?;
     let (refused, files): (Vec<_>, Vec<_>) =
@@ -218,14 +218,40 @@ async fn tree(
         };
         let _ = tx.send(TransferEvent::File(result)).await;
     }
-    crate::walk::make_dirs(pair, spec, &tree.walk, None)
+    let made = crate::walk::make_dirs(pair, spec, &tree.walk, None)
         .await
         .map_err(|end| match end {
             crate::scheduler::AttemptEnd::JobPermanent { reason }
             | crate::scheduler::AttemptEnd::Transient { reason } => reason,
             other => format!("{other:?}"),
         })?;
-    Ok(names)
+    // The files under a directory the destination would not make fail with its reply; the
+    // others are copied.
+    let mut copy = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(why) = made.blocked(&name) else {
+            copy.push(name);
+            continue;
+        };
+        summary.files += 1;
+        summary.failed += 1;
+        let result = FileResult {
+            name,
+            state: "failed_permanent".into(),
+            bytes: None,
+            evidence: None,
+            stored_as: None,
+            source_reply: None,
+            dest_reply: None,
+            fallbacks: vec![],
+            detail: Some(why),
+            seconds: 0.0,
+            tls: None,
+            proof: None,
+        };
+        let _ = tx.send(TransferEvent::File(result)).await;
+    }
+    Ok(copy)
 }
 
 /// An extra connection pair opened during the listing, with its host slots.

@@ -80,9 +80,7 @@ async fn source_tree(
 ) -> CheckView {
     let walked = match Pair::open(src, dst, spec.params, limits, check).await {
         Ok(mut pair) => {
-            let walked =
-                crate::walk::walk_in_memory(&mut pair, spec.source_root(), bftp_store::MAX_MEMBERS)
-                    .await;
+            let walked = crate::walk::walk_in_memory(&mut pair, spec.source_root()).await;
             pair.close().await;
             walked.map_err(|(reason, _)| reason)
         }
