@@ -46,6 +46,7 @@ use crate::types::{
 };
 use crate::{HostSlots, JobStore, MAX_MEMBERS};
 
+mod reach;
 mod slots;
 pub use slots::PgHostSlots;
 
@@ -276,6 +277,9 @@ fn pg(op: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
                 };
             }
         }
+        if let Some(reason) = reach::unreachable(&e) {
+            return StoreError::Unreachable { op, reason };
+        }
         StoreError::Backend {
             op,
             source: BackendError::new(e),
@@ -284,9 +288,12 @@ fn pg(op: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
 }
 
 fn pool_err(op: &'static str) -> impl Fn(deadpool_postgres::PoolError) -> StoreError {
-    move |e| StoreError::Backend {
-        op,
-        source: BackendError::new(e),
+    move |e| match reach::pool_unreachable(&e) {
+        Some(reason) => StoreError::Unreachable { op, reason },
+        None => StoreError::Backend {
+            op,
+            source: BackendError::new(e),
+        },
     }
 }
 
@@ -684,7 +691,7 @@ impl Inner {
             }
             Err(e) => {
                 self.set_releasing(id, false);
-                Err(pg(op)(e))
+                Err(reach::commit_failed(op)(e))
             }
         }
     }
@@ -1096,7 +1103,7 @@ impl Inner {
         }
         tx_history(&tx, OP, id, &mut rec, job.created_at, "submitted", None).await?;
         tx_put_job(&tx, OP, id, &rec, false).await?;
-        tx.commit().await.map_err(pg(OP))?;
+        tx.commit().await.map_err(reach::commit_failed(OP))?;
         Ok(Submitted::Created(job_to_api(id, &rec)?))
     }
 
@@ -1306,7 +1313,7 @@ impl Inner {
         if release {
             self.commit_release(tx, OP, id).await?;
         } else {
-            tx.commit().await.map_err(pg(OP))?;
+            tx.commit().await.map_err(reach::commit_failed(OP))?;
         }
         job_to_api(id, &rec)
     }
@@ -1374,7 +1381,7 @@ impl Inner {
         let detail = format!("{count} member{} frozen", if count == 1 { "" } else { "s" });
         tx_history(&tx, OP, id, &mut rec, now, "members", Some(&detail)).await?;
         tx_put_job(&tx, OP, id, &rec, false).await?;
-        tx.commit().await.map_err(pg(OP))
+        tx.commit().await.map_err(reach::commit_failed(OP))
     }
 
     async fn walk(&self, id: JobId) -> Result<Walk, StoreError> {
@@ -1436,7 +1443,7 @@ impl Inner {
         let out = walk.to_api();
         rec.walk = Some(walk);
         tx_put_job(&tx, OP, id, &rec, false).await?;
-        tx.commit().await.map_err(pg(OP))?;
+        tx.commit().await.map_err(reach::commit_failed(OP))?;
         Ok(out)
     }
 
@@ -1450,7 +1457,7 @@ impl Inner {
         };
         if walk.record_made(&dirs) {
             tx_put_job(&tx, OP, id, &rec, false).await?;
-            tx.commit().await.map_err(pg(OP))?;
+            tx.commit().await.map_err(reach::commit_failed(OP))?;
         }
         Ok(())
     }
@@ -1483,7 +1490,7 @@ impl Inner {
         };
         m.apply(id, index, &update, now)?;
         tx_put_member(&tx, OP, id, index, &m).await?;
-        tx.commit().await.map_err(pg(OP))?;
+        tx.commit().await.map_err(reach::commit_failed(OP))?;
         Ok(m.to_api(index))
     }
 
@@ -1503,7 +1510,7 @@ impl Inner {
         )
         .await?;
         tx_put_job(&tx, OP, id, &rec, false).await?;
-        tx.commit().await.map_err(pg(OP))
+        tx.commit().await.map_err(reach::commit_failed(OP))
     }
 
     /// Running jobs whose lease ran out go back to the queue, due at `now`: their node died,
@@ -1552,7 +1559,7 @@ impl Inner {
                 "took over a job whose lease ran out"
             );
         }
-        tx.commit().await.map_err(pg(OP))
+        tx.commit().await.map_err(reach::commit_failed(OP))
     }
 
     async fn due(
@@ -1786,7 +1793,7 @@ impl Inner {
         )
         .await
         .map_err(pg(OP))?;
-        tx.commit().await.map_err(pg(OP))?;
+        tx.commit().await.map_err(reach::commit_failed(OP))?;
         rec.to_api(id)
     }
 
@@ -1822,7 +1829,7 @@ impl Inner {
         )
         .await
         .map_err(pg(OP))?;
-        tx.commit().await.map_err(pg(OP))
+        tx.commit().await.map_err(reach::commit_failed(OP))
     }
 
     async fn transcript(&self, id: JobId) -> Result<Option<AttemptTranscript>, StoreError> {
@@ -1967,7 +1974,7 @@ impl Inner {
         )
         .await
         .map_err(pg(OP))?;
-        tx.commit().await.map_err(pg(OP))?;
+        tx.commit().await.map_err(reach::commit_failed(OP))?;
         Ok(memory)
     }
 }
