@@ -226,6 +226,20 @@ pub trait JobStore: Send + Sync {
 
     /// Records that fingerprint, replacing any earlier one. Durable.
     fn set_key_fingerprint(&self, fingerprint: [u8; 32]) -> Result<(), StoreError>;
+
+    /// Records `fingerprint` unless a fingerprint is recorded already, as one step that
+    /// several nodes of a shared store may race for: the first one recorded stands. Returns
+    /// the fingerprint that stands (this one, or the earlier one). Durable. The default suits
+    /// a store only one process opens.
+    fn adopt_key_fingerprint(&self, fingerprint: [u8; 32]) -> Result<[u8; 32], StoreError> {
+        match self.key_fingerprint()? {
+            Some(recorded) => Ok(recorded),
+            None => {
+                self.set_key_fingerprint(fingerprint)?;
+                Ok(fingerprint)
+            }
+        }
+    }
     /// What this server last refused of this command, transiently (the capability memory;
     /// see `bftp_core::refusal`). Kept across restarts, across jobs.
     fn refusal(&self, key: &RefusalKey) -> Result<Option<RefusalMemory>, StoreError>;

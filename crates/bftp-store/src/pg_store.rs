@@ -1909,6 +1909,44 @@ impl Inner {
         Ok(())
     }
 
+    /// Inserts the fingerprint if none is recorded, and reads the one that stands, in one
+    /// statement. Under READ COMMITTED the statement's snapshot may predate another node's
+    /// insert that made ours a no-op: then neither shows and the statement runs again (it
+    /// sees the other's row now).
+    async fn adopt_key_fingerprint(&self, fp: [u8; 32]) -> Result<[u8; 32], StoreError> {
+        const OP: &str = "adopt_key_fingerprint";
+        let c = self.client(OP).await?;
+        let stmt = c
+            .prepare_cached(
+                "WITH ins AS (
+                     INSERT INTO bftp_meta (key, value) VALUES ('key_fingerprint', $1)
+                     ON CONFLICT (key) DO NOTHING RETURNING value)
+                 SELECT value FROM ins
+                 UNION ALL
+                 SELECT value FROM bftp_meta WHERE key = 'key_fingerprint'
+                 LIMIT 1",
+            )
+            .await
+            .map_err(pg("prepare"))?;
+        for _ in 0..5 {
+            if let Some(r) = c.query_opt(&stmt, &[&&fp[..]]).await.map_err(pg(OP))? {
+                let v: &[u8] = r.get(0);
+                return <[u8; 32]>::try_from(v).map_err(|_| {
+                    keys::corrupt_key(
+                        "meta",
+                        keys::META_KEY_FINGERPRINT,
+                        format!("{} bytes, not 32", v.len()),
+                    )
+                });
+            }
+        }
+        Err(keys::corrupt_key(
+            "meta",
+            keys::META_KEY_FINGERPRINT,
+            "neither recorded nor readable after five tries",
+        ))
+    }
+
     async fn refusal(&self, key: RefusalKey) -> Result<Option<RefusalMemory>, StoreError> {
         let k = keys::refusal(&key);
         let c = self.client("refusal").await?;
@@ -2127,6 +2165,10 @@ impl JobStore for PgStore {
 
     fn set_key_fingerprint(&self, fingerprint: [u8; 32]) -> Result<(), StoreError> {
         self.with(|i| async move { i.set_key_fingerprint(fingerprint).await })
+    }
+
+    fn adopt_key_fingerprint(&self, fingerprint: [u8; 32]) -> Result<[u8; 32], StoreError> {
+        self.with(|i| async move { i.adopt_key_fingerprint(fingerprint).await })
     }
 
     fn refusal(&self, key: &RefusalKey) -> Result<Option<RefusalMemory>, StoreError> {
