@@ -104,3 +104,149 @@ fn with_the_database_away_submits_get_503_and_a_starting_node_waits_for_it() {
     // The refused submit left nothing behind.
     assert_eq!(cluster.psql(&db, "SELECT count(*) FROM jobs").unwrap(), "2");
 }
+
+/// The value of the sample line `series VALUE` of a node's /metrics text.
+fn metric(d: &Bftpd, series: &str) -> f64 {
+    let (code, body) = http(d.socket(), "GET", "/metrics", None, &[]).unwrap();
+    assert_eq!(code, 200, "{body}");
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Retention on PostgreSQL (it did nothing there: `keep_finished` was ignored with a log
+/// line): two nodes with `keep_finished = "3s"` remove the final, reported jobs with every
+/// row of theirs, once each (the removed counts of the two nodes add up to the jobs), and
+/// nothing unfinished: a queued job and a finished job whose report is pending stay. A
+/// removed job's request key makes a new job.
+#[test]
+fn retention_on_postgres_removes_old_final_jobs_once_over_two_nodes() {
+    use crate::scheduler::{content, status, submit, wait_final};
+    use bftp_tests::{FtpOptions, FtpServer, ServerKind, SmtpSink};
+    let url = postgres::fresh_database();
+    let db = postgres::Cluster::db_of(&url).to_string();
+    let mut sink = SmtpSink::start().unwrap();
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    src.put_file("out/f.dat", &content("f", 10_000)).unwrap();
+    dst.mkdir("in").unwrap();
+    let port = sink.port();
+    let config = |node: &str, key: Option<&std::path::Path>| {
+        let node_config =
+            crate::pg_nodes::node_config_plus(&url, node, key, "keep_finished = \"3s\"\n");
+        move |dir: &std::path::Path| {
+            node_config(dir).replace(
+                &Bftpd::default_config(dir),
+                &Bftpd::mail_config(dir, port, ""),
+            )
+        }
+    };
+    let a = Bftpd::start_with(config("ra", None)).unwrap();
+    let key = a.state_dir().join("secret.key");
+    let b = Bftpd::start_with(config("rb", Some(&key))).unwrap();
+    let nodes = [&a, &b];
+    let queued = submit(
+        &a,
+        &src,
+        &dst,
+        "out/f.dat",
+        "in/q.dat",
+        &["--start", "in 300days"],
+    );
+    let burst: Vec<u64> = (0..6)
+        .map(|i| {
+            let key = format!("burst-{i}");
+            let extra = ["--keyword", "burst", "--request-key", &key];
+            submit(
+                nodes[i % 2],
+                &src,
+                &dst,
+                "out/f.dat",
+                &format!("in/b{i}.dat"),
+                &extra,
+            )
+        })
+        .collect();
+    for &id in &burst {
+        assert_eq!(
+            wait_final(&a, id, Duration::from_secs(60))["outcome"],
+            "succeeded"
+        );
+    }
+    let delivered = Instant::now() + Duration::from_secs(30);
+    while !burst
+        .iter()
+        .all(|&id| status(&a, id)["report"]["state"] == "delivered")
+    {
+        assert!(
+            Instant::now() < delivered,
+            "reports not delivered\n{}",
+            a.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    sink.set_reply(Some("451 4.3.0 try again later")).unwrap();
+    let pending = submit(&b, &src, &dst, "out/f.dat", "in/p.dat", &[]);
+    wait_final(&b, pending, Duration::from_secs(60));
+
+    let removed = || {
+        metric(&a, "bftp_store_jobs_removed_total") + metric(&b, "bftp_store_jobs_removed_total")
+    };
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while removed() < 6.0 {
+        assert!(
+            Instant::now() < deadline,
+            "{} removed\n--- a ---\n{}\n--- b ---\n{}",
+            removed(),
+            a.logs(),
+            b.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let list = burst
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    for table in [
+        "jobs",
+        "members",
+        "history",
+        "requests",
+        "outbox",
+        "transcripts",
+    ] {
+        let col = if table == "jobs" { "id" } else { "job" };
+        let n = postgres::cluster()
+            .psql(
+                &db,
+                &format!("SELECT count(*) FROM {table} WHERE {col} IN ({list})"),
+            )
+            .unwrap();
+        assert_eq!(n, "0", "{table} keeps rows of removed jobs");
+    }
+    for &id in &burst {
+        let o = b.bftp(&["status", &id.to_string()]);
+        assert_eq!(o.status.code(), Some(5), "job {id}: {}", text(&o));
+    }
+    // Nothing unfinished goes, however old; no job is counted twice.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(removed(), 6.0);
+    assert_eq!(status(&b, queued)["state"], "queued");
+    let p = status(&a, pending);
+    assert_eq!(
+        (p["state"].as_str(), p["report"]["state"].as_str()),
+        (Some("finished"), Some("pending")),
+        "{p:#}"
+    );
+    let again = submit(
+        &b,
+        &src,
+        &dst,
+        "out/f.dat",
+        "in/b0.dat",
+        &["--keyword", "burst", "--request-key", "burst-0"],
+    );
+    assert!(!burst.contains(&again) && again > pending, "{again}");
+    sink.stop();
+}

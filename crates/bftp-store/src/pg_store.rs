@@ -47,6 +47,7 @@ use crate::types::{
 use crate::{HostSlots, JobStore, MAX_MEMBERS};
 
 mod reach;
+mod retention;
 mod slots;
 pub use slots::PgHostSlots;
 
@@ -141,6 +142,7 @@ CREATE TRIGGER transcripts_fence BEFORE INSERT OR UPDATE OR DELETE ON transcript
     ),
     (3, slots::MIGRATION),
     (4, slots::NAMES_MIGRATION),
+    (5, retention::MIGRATION),
 ];
 
 /// The schema version this code writes: the last migration.
@@ -2169,6 +2171,40 @@ impl JobStore for PgStore {
 
     fn adopt_key_fingerprint(&self, fingerprint: [u8; 32]) -> Result<[u8; 32], StoreError> {
         self.with(|i| async move { i.adopt_key_fingerprint(fingerprint).await })
+    }
+
+    fn removable_jobs(
+        &self,
+        now: Timestamp,
+        keep: bftp_core::retention::Keep,
+        after: Option<JobId>,
+        scan: usize,
+    ) -> Result<(Vec<JobId>, Option<JobId>), StoreError> {
+        self.with(|i| async move { i.removable_jobs(now, keep, after, scan).await })
+    }
+
+    fn remove_jobs(
+        &self,
+        ids: &[JobId],
+        now: Timestamp,
+        keep: bftp_core::retention::Keep,
+        batch: usize,
+    ) -> Result<u64, StoreError> {
+        let ids = ids.to_vec();
+        self.with(|i| async move { i.remove_jobs(ids, now, keep, batch).await })
+    }
+
+    /// The database's size (`pg_database_size`): the whole database, bftp's tables and all.
+    fn disk_size(&self) -> Result<Option<u64>, StoreError> {
+        self.with(|i| async move {
+            let c = i.client("disk_size").await?;
+            let size: i64 = c
+                .query_one("SELECT pg_database_size(current_database())", &[])
+                .await
+                .map_err(pg("disk_size"))?
+                .get(0);
+            Ok(Some(size.max(0) as u64))
+        })
     }
 
     fn refusal(&self, key: &RefusalKey) -> Result<Option<RefusalMemory>, StoreError> {
