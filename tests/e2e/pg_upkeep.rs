@@ -250,3 +250,107 @@ fn retention_on_postgres_removes_old_final_jobs_once_over_two_nodes() {
     assert!(!burst.contains(&again) && again > pending, "{again}");
     sink.stop();
 }
+
+/// `bftpd backup` of a node on PostgreSQL (it answered HTTP 500 "this store does not
+/// support backup"): the directory holds a `pg_dump` of the database, the key and the config.
+/// Restored as the README says (`pg_restore` into a new database, the key into the state
+/// directory of a node that names it), a node starts with every job: the finished one and
+/// its keyword, and the one that was running, which it takes over and finishes (so it opens
+/// the passwords sealed before the backup).
+#[test]
+fn a_backup_of_a_postgres_node_restores_into_another_database_with_every_job() {
+    use crate::scheduler::{content, status, submit, wait_final};
+    use bftp_tests::{FtpOptions, FtpServer, ServerKind};
+    let src = FtpServer::start(
+        ServerKind::Vsftpd,
+        FtpOptions {
+            max_rate: Some(100_000),
+            ..FtpOptions::default()
+        },
+    )
+    .unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    src.put_file("out/small.dat", &content("small", 1_000))
+        .unwrap();
+    src.put_file("out/slow.dat", &content("slow", 400_000))
+        .unwrap();
+    dst.mkdir("in").unwrap();
+    let url = postgres::fresh_database();
+    let mut a = Bftpd::start_with(node_config(&url, "a", None)).unwrap();
+    let finished = submit(
+        &a,
+        &src,
+        &dst,
+        "out/small.dat",
+        "in/small.dat",
+        &["--keyword", "kept"],
+    );
+    assert_eq!(
+        wait_final(&a, finished, Duration::from_secs(60))["outcome"],
+        "succeeded"
+    );
+    let running = submit(
+        &a,
+        &src,
+        &dst,
+        "out/slow.dat",
+        "in/slow.dat",
+        &["--retry-first", "1s"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while status(&a, running)["state"] != "running" {
+        assert!(Instant::now() < deadline, "not running\n{}", a.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let backups = tempfile::tempdir().unwrap();
+    let dir = backups.path().join("b1");
+    let backup = || {
+        std::process::Command::new(bftp_tests::daemon::bin("bftpd"))
+            .args(["backup", "--config"])
+            .arg(a.config_path())
+            .arg(&dir)
+            .output()
+            .unwrap()
+    };
+    let o = backup();
+    assert!(o.status.success(), "{}\n{}", text(&o), a.logs());
+    let answer: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
+    assert_eq!(answer["jobs"], 2, "{answer:#}");
+    let dump = dir.join("store/bftp.pgdump");
+    assert_eq!(
+        answer["database_dump"],
+        dump.to_str().unwrap(),
+        "{answer:#}"
+    );
+    assert!(dump.exists() && dir.join("secret.key").exists());
+    let config = std::fs::read_to_string(dir.join("bftpd.toml")).unwrap();
+    assert!(config.contains("kind = \"postgres\""), "{config}");
+    let o = backup();
+    assert!(
+        !o.status.success() && text(&o).contains("not empty"),
+        "{}",
+        text(&o)
+    );
+    a.kill9();
+
+    // Another database, as after losing the first: restored from the dump.
+    let url2 = postgres::fresh_database();
+    postgres::cluster()
+        .restore(postgres::Cluster::db_of(&url2), &dump)
+        .unwrap();
+    let b = Bftpd::start_with(node_config(&url2, "b", Some(&dir.join("secret.key")))).unwrap();
+    assert_eq!(status(&b, finished)["outcome"], "succeeded");
+    let o = b.bftp(&["--json", "status", "--keyword", "kept"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)));
+    assert_eq!(v["jobs"].as_array().map(Vec::len), Some(1), "{v:#}");
+    let done = wait_final(&b, running, Duration::from_secs(60));
+    assert_eq!(done["outcome"], "succeeded", "{done:#}\n{}", b.logs());
+    assert_eq!(
+        dst.read_file("in/slow.dat").unwrap(),
+        content("slow", 400_000)
+    );
+    let new = submit(&b, &src, &dst, "out/small.dat", "in/new.dat", &[]);
+    assert!(new > running, "{new}");
+}

@@ -106,6 +106,11 @@ pub enum StoreError {
     #[error("{op}: the job store's database cannot be reached ({reason}); nothing was stored")]
     Unreachable { op: &'static str, reason: String },
 
+    /// The PostgreSQL store's backup could not take the database's copy (no `pg_dump`, or it
+    /// failed): `command` is what to run instead.
+    #[error("the database's copy could not be taken ({reason}); take it with: {command}")]
+    DumpFailed { reason: String, command: String },
+
     /// This store does not implement the operation (a default of the `JobStore` trait).
     #[error("this store does not support {op}")]
     Unsupported { op: &'static str },

@@ -29,7 +29,7 @@ mod types;
 
 pub use error::{BackendError, StoreError};
 #[cfg(feature = "postgres")]
-pub use pg_store::{PgHostSlots, PgOptions, PgStore, PG_SCHEMA_VERSION};
+pub use pg_store::{PgHostSlots, PgOptions, PgStore, PG_DUMP_FILE, PG_SCHEMA_VERSION};
 pub use sled_store::{
     BackupReport, SledStore, StoreOptions, VerifyReport, MAX_MEMBERS, SCHEMA_VERSION,
 };
@@ -302,7 +302,9 @@ pub trait JobStore: Send + Sync {
 
     /// Writes a consistent copy of the store (as of one moment between two transactions)
     /// into `dir`, a new or empty directory, as a store directory that opens like this one
-    /// (the key file is the caller's to copy). Durable before it returns.
+    /// (the key file is the caller's to copy). Durable before it returns. On PostgreSQL the
+    /// copy is a `pg_dump` of the database (`PG_DUMP_FILE` in `dir`), restored with
+    /// `pg_restore` into a database the nodes then name.
     fn backup(&self, _dir: &std::path::Path) -> Result<BackupReport, StoreError> {
         Err(StoreError::Unsupported { op: "backup" })
     }

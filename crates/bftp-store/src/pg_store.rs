@@ -46,9 +46,11 @@ use crate::types::{
 };
 use crate::{HostSlots, JobStore, MAX_MEMBERS};
 
+mod backup;
 mod reach;
 mod retention;
 mod slots;
+pub use backup::DUMP_FILE as PG_DUMP_FILE;
 pub use slots::PgHostSlots;
 
 /// The schema migrations, in order; the database records the highest one applied in
@@ -259,6 +261,8 @@ struct Inner {
 pub struct PgStore {
     inner: Arc<Inner>,
     rt: Option<tokio::runtime::Runtime>,
+    /// Where a backup's `pg_dump` connects (`pg_store/backup.rs`).
+    dump: backup::DumpTarget,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -360,6 +364,10 @@ impl PgStore {
                 source,
             })?;
         let config = opts.config()?;
+        let dump_target = backup::DumpTarget {
+            url: opts.url.clone(),
+            password: opts.password.clone(),
+        };
         let manager = Manager::from_config(
             config.clone(),
             NoTls,
@@ -397,6 +405,7 @@ impl PgStore {
         let store = PgStore {
             inner: inner.clone(),
             rt: Some(rt),
+            dump: dump_target,
         };
         store.run({
             let inner = inner.clone();
@@ -2192,6 +2201,11 @@ impl JobStore for PgStore {
     ) -> Result<u64, StoreError> {
         let ids = ids.to_vec();
         self.with(|i| async move { i.remove_jobs(ids, now, keep, batch).await })
+    }
+
+    /// `pg_dump` of the database into `dir` (`pg_store/backup.rs`).
+    fn backup(&self, dir: &std::path::Path) -> Result<crate::BackupReport, StoreError> {
+        self.dump_into(dir)
     }
 
     /// The database's size (`pg_database_size`): the whole database, bftp's tables and all.
