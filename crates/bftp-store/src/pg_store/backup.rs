@@ -47,6 +47,20 @@ fn pg_dump_binary() -> Option<PathBuf> {
     })
 }
 
+/// The command an operator runs to take the copy by hand: the store's URL holds no password
+/// (`PgOptions::check_url`), and the password is named, never shown.
+fn dump_command(file: &Path, url: &str, with_password: bool) -> String {
+    format!(
+        "pg_dump --format=custom --file={} --dbname='{url}'{}",
+        file.display(),
+        if with_password {
+            " (with PGPASSWORD set to the first line of [store] password_file)"
+        } else {
+            ""
+        }
+    )
+}
+
 impl PgStore {
     pub(super) fn dump_into(&self, dest: &Path) -> Result<BackupReport, StoreError> {
         match std::fs::read_dir(dest) {
@@ -70,16 +84,7 @@ impl PgStore {
         }
         files::create_dir(dest)?;
         let file = dest.join(DUMP_FILE);
-        let command = format!(
-            "pg_dump --format=custom --file={} --dbname='{}'{}",
-            file.display(),
-            self.dump.url,
-            if self.dump.password.is_some() {
-                " (with PGPASSWORD set to the first line of [store] password_file)"
-            } else {
-                ""
-            }
-        );
+        let command = dump_command(&file, &self.dump.url, self.dump.password.is_some());
         let Some(bin) = pg_dump_binary() else {
             return Err(StoreError::DumpFailed {
                 reason: "no pg_dump is installed (Debian: postgresql-client)".into(),
@@ -127,5 +132,21 @@ impl PgStore {
             entries: 0,
             seq: 0,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_to_run_by_hand_names_the_file_and_the_database_never_the_password() {
+        let file = std::path::Path::new("/var/backups/b1/store/bftp.pgdump");
+        let url = "postgres://bftpd@db.example.org:5432/bftp";
+        assert_eq!(
+            super::dump_command(file, url, false),
+            "pg_dump --format=custom --file=/var/backups/b1/store/bftp.pgdump \
+             --dbname='postgres://bftpd@db.example.org:5432/bftp'"
+        );
+        let with = super::dump_command(file, url, true);
+        assert!(with.ends_with("(with PGPASSWORD set to the first line of [store] password_file)"));
     }
 }
