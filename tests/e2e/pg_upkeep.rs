@@ -92,12 +92,17 @@ fn with_the_database_away_submits_get_503_and_a_starting_node_waits_for_it() {
         .is_some_and(|m| m.contains("STATUS=waiting")));
     cluster.start().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
+    let mut answered = false;
     loop {
         match notify.recv(Duration::from_secs(5)) {
             Some(m) if m.contains("READY=1") => break,
+            Some(m) if m.contains("STATUS=the job store's database") && m.contains("answered") => {
+                answered = true
+            }
             _ => assert!(Instant::now() < deadline, "never ready: {}", b.logs()),
         }
     }
+    assert!(answered, "the waiting status was never replaced");
     b.wait_ready(Duration::from_secs(10)).unwrap();
     let (code, out) = try_submit(&b, "after.bin");
     assert_eq!(code, Some(0), "{out}\n{}", b.logs());

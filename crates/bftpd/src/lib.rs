@@ -179,6 +179,9 @@ async fn open_store(
             };
             if tries > 0 {
                 tracing::info!(tries, "the job store's database answers now");
+                service::notify_status(&format!(
+                    "the job store's database at {url} answered after {tries} failed tries"
+                ));
             }
             tracing::info!(node = %node, "job store: PostgreSQL, shared with the other nodes");
             Ok(Some(Arc::new(store)))

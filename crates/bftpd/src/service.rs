@@ -32,6 +32,12 @@ pub fn notify_waiting(status: &str, more: std::time::Duration) {
     }
 }
 
+/// Replaces the status line `systemctl status` shows (after a wait, so that it does not go
+/// on saying that bftpd waits).
+pub fn notify_status(status: &str) {
+    notify(NotifyState::Status(status));
+}
+
 fn notify(state: NotifyState<'_>) {
     // Kept in the environment: STOPPING=1 goes to the same socket later.
     if let Err(e) = sd_notify::notify(false, std::slice::from_ref(&state)) {
