@@ -14,6 +14,7 @@ mod months;
 mod observe;
 mod pg_nodes;
 mod pg_slots;
+mod pg_upkeep;
 mod pipeline;
 mod pool;
 mod proof;

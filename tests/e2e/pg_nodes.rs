@@ -403,3 +403,57 @@ fn check_config_reads_the_schema_version_of_the_database() {
     let o = check("postgres://postgres@127.0.0.1:1/nothing");
     assert_eq!(o.status.code(), Some(1), "{}", bftp_tests::daemon::text(&o));
 }
+
+/// Issue 27: a second node started on the cluster's database before any job exists, with an
+/// empty state directory or a key of its own, refuses to start and says how to copy the
+/// first node's key (it used to record its own key's fingerprint over the first's: jobs
+/// submitted there could not be run by the first node, which then refused to start). With
+/// the first node's key copied, a job submitted on the second node is run by the first.
+#[test]
+fn a_second_node_without_the_clusters_key_refuses_to_start_and_says_how_to_copy_it() {
+    let url = postgres::fresh_database();
+    let mut k1 = Bftpd::start_with(node_config(&url, "k1", None)).unwrap();
+    let key = k1.state_dir().join("secret.key");
+
+    let refused = |r: anyhow::Result<Bftpd>| match r {
+        Ok(_) => panic!("the node started"),
+        Err(e) => format!("{e:#}"),
+    };
+    let e = refused(Bftpd::start_with(node_config(&url, "k2", None)));
+    assert!(
+        e.contains("is missing") && e.contains("copy secret.key from the state directory"),
+        "{e}"
+    );
+    let own_key = tempfile::tempdir().unwrap();
+    let other = own_key.path().join("secret.key");
+    std::fs::write(&other, [7u8; 32]).unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let e = refused(Bftpd::start_with(node_config(&url, "k2", Some(&other))));
+    assert!(
+        e.contains("is not the key this cluster's database records")
+            && e.contains("copy secret.key from the state directory"),
+        "{e}"
+    );
+
+    // The first node's key stands: it starts again, and a node with its key copied works.
+    k1.terminate(Duration::from_secs(30)).unwrap();
+    k1.launch().unwrap();
+    let mut k2 = Bftpd::start_with(node_config(&url, "k2", Some(&key))).unwrap();
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    src.put_file("out/k.bin", &content("k", 10_000)).unwrap();
+    dst.mkdir("in").unwrap();
+    // Due once k2 has stopped: k1 opens the passwords k2 sealed.
+    let id = submit(
+        &k2,
+        &src,
+        &dst,
+        "out/k.bin",
+        "in/k.bin",
+        &["--start", "in 3s"],
+    );
+    k2.terminate(Duration::from_secs(30)).unwrap();
+    let done = crate::scheduler::wait_final(&k1, id, Duration::from_secs(60));
+    assert_eq!(done["outcome"], "succeeded", "{done:#}\n{}", k1.logs());
+    assert_eq!(dst.read_file("in/k.bin").unwrap(), content("k", 10_000));
+}

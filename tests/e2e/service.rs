@@ -137,13 +137,13 @@ fn systemd_analyze_verifies_the_unit() {
 }
 
 /// A datagram socket standing in for systemd's NOTIFY_SOCKET.
-struct Notify {
+pub(crate) struct Notify {
     sock: UnixDatagram,
-    path: PathBuf,
+    pub(crate) path: PathBuf,
 }
 
 impl Notify {
-    fn bind(dir: &Path) -> Notify {
+    pub(crate) fn bind(dir: &Path) -> Notify {
         let path = dir.join("notify.sock");
         let sock = UnixDatagram::bind(&path).unwrap();
         Notify { sock, path }
@@ -151,7 +151,7 @@ impl Notify {
 
     /// The next message (newline-separated assignments, the last newline dropped), or None
     /// after `limit`.
-    fn recv(&self, limit: Duration) -> Option<String> {
+    pub(crate) fn recv(&self, limit: Duration) -> Option<String> {
         self.sock.set_read_timeout(Some(limit)).unwrap();
         let mut buf = [0u8; 4096];
         match self.sock.recv(&mut buf) {

@@ -38,6 +38,8 @@ pub struct Bftpd {
     socket: PathBuf,
     child: Option<Child>,
     starts: u32,
+    /// Environment variables every later start gets (`NOTIFY_SOCKET`...).
+    env: Vec<(String, String)>,
 }
 
 impl Bftpd {
@@ -76,6 +78,14 @@ impl Bftpd {
 
     /// Starts with the config that `make_config` writes for the temporary directory.
     pub fn start_with(make_config: impl FnOnce(&Path) -> String) -> anyhow::Result<Bftpd> {
+        let mut d = Bftpd::prepare(make_config)?;
+        d.launch()?;
+        Ok(d)
+    }
+
+    /// Writes the config that `make_config` makes for a new temporary directory, without
+    /// starting the daemon (start it with [`launch`](Self::launch) or [`spawn`](Self::spawn)).
+    pub fn prepare(make_config: impl FnOnce(&Path) -> String) -> anyhow::Result<Bftpd> {
         let dir = tempfile::Builder::new().prefix("bftpd-test-").tempdir()?;
         // Other test users must reach the socket inside.
         std::fs::set_permissions(
@@ -88,15 +98,19 @@ impl Bftpd {
         let config = dir.path().join("bftpd.toml");
         std::fs::write(&config, make_config(dir.path()))?;
         let socket = dir.path().join("run/bftpd.sock");
-        let mut d = Bftpd {
+        Ok(Bftpd {
             dir,
             config,
             socket,
             child: None,
             starts: 0,
-        };
-        d.launch()?;
-        Ok(d)
+            env: Vec::new(),
+        })
+    }
+
+    /// Sets an environment variable for every later start.
+    pub fn set_env(&mut self, key: &str, value: impl Into<String>) {
+        self.env.push((key.to_string(), value.into()));
     }
 
     pub fn dir(&self) -> &Path {
@@ -140,6 +154,7 @@ impl Bftpd {
             .arg("--config")
             .arg(&self.config)
             .env("RUST_BACKTRACE", "1")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -149,7 +164,7 @@ impl Bftpd {
         Ok(())
     }
 
-    fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<()> {
+    pub fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.as_mut().expect("spawned").try_wait()? {

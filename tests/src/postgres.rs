@@ -293,6 +293,33 @@ impl Cluster {
         Ok(child)
     }
 
+    /// `pg_restore` of `file` (a `pg_dump --format=custom`) into database `db`, the objects
+    /// owned by the restoring role (as an operator restores into a new database).
+    pub fn restore(&self, db: &str, file: &Path) -> Result<(), String> {
+        let out = Command::new(self.bin.join("pg_restore"))
+            .args([
+                "--no-owner",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+            ])
+            .args(["-U", "postgres", "-d", db])
+            .arg(file)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("pg_restore: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "pg_restore {}: {}",
+                file.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
     /// The database name in one of this cluster's URLs.
     pub fn db_of(url: &str) -> &str {
         url.rsplit('/').next().unwrap_or("postgres")

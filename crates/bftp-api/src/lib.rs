@@ -407,12 +407,17 @@ pub struct Health {
     pub version: String,
 }
 
+/// The [`ErrorBody::kind`] of a request refused because the job store's database cannot be
+/// reached (HTTP 503): nothing was stored, and the same request may be sent again later.
+pub const STORE_UNAVAILABLE: &str = "store_unavailable";
+
 /// Every error response.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {
     /// Machine-readable: `invalid_request`, `forbidden_host`, `forbidden`, `not_found`,
-    /// `conflict`, `unavailable`, `internal`; the CLI adds `permission_denied` for its own
-    /// socket errors.
+    /// `conflict`, `unavailable`, `store_unavailable` (HTTP 503: the job store's database
+    /// cannot be reached, nothing was stored), `insufficient_storage`, `internal`; the CLI
+    /// adds `permission_denied` for its own socket errors.
     pub kind: String,
     /// For people; never contains a password.
     pub message: String,

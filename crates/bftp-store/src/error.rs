@@ -16,7 +16,8 @@ use crate::types::JobId;
 ///   written, the store is fine;
 /// - a store that cannot be opened (`NotAStore`, `Locked`, `Damaged`, `SchemaTooNew`, `Io`);
 /// - storage failures at run time (`Backend`, `Corrupt`, `Panicked`, `NotDurable`): the
-///   daemon should stop taking work. After `NotDurable` or `Panicked` the store refuses every
+///   daemon should stop taking work. `Unreachable` (a shared store's database does not
+///   answer) is one too, but nothing was written, and it passes once the database is back. After `NotDurable` or `Panicked` the store refuses every
 ///   further write, because a later flush succeeding proves nothing about the earlier one.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -97,6 +98,18 @@ pub enum StoreError {
 
     #[error("{op} could not be made durable: {reason}; the store refuses further writes")]
     NotDurable { op: &'static str, reason: String },
+
+    /// The shared store's database cannot be reached (refused, reset, shutting down, no
+    /// answer in time) before anything was written: nothing was stored, and the same call may
+    /// succeed once the database is back. (A connection lost while a commit was under way is
+    /// `Backend`: whether that commit landed is not known.)
+    #[error("{op}: the job store's database cannot be reached ({reason}); nothing was stored")]
+    Unreachable { op: &'static str, reason: String },
+
+    /// The PostgreSQL store's backup could not take the database's copy (no `pg_dump`, or it
+    /// failed): `command` is what to run instead.
+    #[error("the database's copy could not be taken ({reason}); take it with: {command}")]
+    DumpFailed { reason: String, command: String },
 
     /// This store does not implement the operation (a default of the `JobStore` trait).
     #[error("this store does not support {op}")]

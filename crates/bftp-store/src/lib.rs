@@ -29,7 +29,7 @@ mod types;
 
 pub use error::{BackendError, StoreError};
 #[cfg(feature = "postgres")]
-pub use pg_store::{PgHostSlots, PgOptions, PgStore, PG_SCHEMA_VERSION};
+pub use pg_store::{PgHostSlots, PgOptions, PgStore, PG_DUMP_FILE, PG_SCHEMA_VERSION};
 pub use sled_store::{
     BackupReport, SledStore, StoreOptions, VerifyReport, MAX_MEMBERS, SCHEMA_VERSION,
 };
@@ -230,6 +230,20 @@ pub trait JobStore: Send + Sync {
 
     /// Records that fingerprint, replacing any earlier one. Durable.
     fn set_key_fingerprint(&self, fingerprint: [u8; 32]) -> Result<(), StoreError>;
+
+    /// Records `fingerprint` unless a fingerprint is recorded already, as one step that
+    /// several nodes of a shared store may race for: the first one recorded stands. Returns
+    /// the fingerprint that stands (this one, or the earlier one). Durable. The default suits
+    /// a store only one process opens.
+    fn adopt_key_fingerprint(&self, fingerprint: [u8; 32]) -> Result<[u8; 32], StoreError> {
+        match self.key_fingerprint()? {
+            Some(recorded) => Ok(recorded),
+            None => {
+                self.set_key_fingerprint(fingerprint)?;
+                Ok(fingerprint)
+            }
+        }
+    }
     /// What this server last refused of this command, transiently (the capability memory;
     /// see `bftp_core::refusal`). Kept across restarts, across jobs.
     fn refusal(&self, key: &RefusalKey) -> Result<Option<RefusalMemory>, StoreError>;
@@ -292,7 +306,9 @@ pub trait JobStore: Send + Sync {
 
     /// Writes a consistent copy of the store (as of one moment between two transactions)
     /// into `dir`, a new or empty directory, as a store directory that opens like this one
-    /// (the key file is the caller's to copy). Durable before it returns.
+    /// (the key file is the caller's to copy). Durable before it returns. On PostgreSQL the
+    /// copy is a `pg_dump` of the database (`PG_DUMP_FILE` in `dir`), restored with
+    /// `pg_restore` into a database the nodes then name.
     fn backup(&self, _dir: &std::path::Path) -> Result<BackupReport, StoreError> {
         Err(StoreError::Unsupported { op: "backup" })
     }

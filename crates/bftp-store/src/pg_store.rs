@@ -46,7 +46,11 @@ use crate::types::{
 };
 use crate::{HostSlots, JobStore, MAX_MEMBERS};
 
+mod backup;
+mod reach;
+mod retention;
 mod slots;
+pub use backup::DUMP_FILE as PG_DUMP_FILE;
 pub use slots::PgHostSlots;
 
 /// The schema migrations, in order; the database records the highest one applied in
@@ -140,6 +144,7 @@ CREATE TRIGGER transcripts_fence BEFORE INSERT OR UPDATE OR DELETE ON transcript
     ),
     (3, slots::MIGRATION),
     (4, slots::NAMES_MIGRATION),
+    (5, retention::MIGRATION),
 ];
 
 /// The schema version this code writes: the last migration.
@@ -256,6 +261,8 @@ struct Inner {
 pub struct PgStore {
     inner: Arc<Inner>,
     rt: Option<tokio::runtime::Runtime>,
+    /// Where a backup's `pg_dump` connects (`pg_store/backup.rs`).
+    dump: backup::DumpTarget,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -276,6 +283,9 @@ fn pg(op: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
                 };
             }
         }
+        if let Some(reason) = reach::unreachable(&e) {
+            return StoreError::Unreachable { op, reason };
+        }
         StoreError::Backend {
             op,
             source: BackendError::new(e),
@@ -284,9 +294,12 @@ fn pg(op: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
 }
 
 fn pool_err(op: &'static str) -> impl Fn(deadpool_postgres::PoolError) -> StoreError {
-    move |e| StoreError::Backend {
-        op,
-        source: BackendError::new(e),
+    move |e| match reach::pool_unreachable(&e) {
+        Some(reason) => StoreError::Unreachable { op, reason },
+        None => StoreError::Backend {
+            op,
+            source: BackendError::new(e),
+        },
     }
 }
 
@@ -351,6 +364,10 @@ impl PgStore {
                 source,
             })?;
         let config = opts.config()?;
+        let dump_target = backup::DumpTarget {
+            url: opts.url.clone(),
+            password: opts.password.clone(),
+        };
         let manager = Manager::from_config(
             config.clone(),
             NoTls,
@@ -388,6 +405,7 @@ impl PgStore {
         let store = PgStore {
             inner: inner.clone(),
             rt: Some(rt),
+            dump: dump_target,
         };
         store.run({
             let inner = inner.clone();
@@ -684,7 +702,7 @@ impl Inner {
             }
             Err(e) => {
                 self.set_releasing(id, false);
-                Err(pg(op)(e))
+                Err(reach::commit_failed(op)(e))
             }
         }
     }
@@ -1096,7 +1114,7 @@ impl Inner {
         }
         tx_history(&tx, OP, id, &mut rec, job.created_at, "submitted", None).await?;
         tx_put_job(&tx, OP, id, &rec, false).await?;
-        tx.commit().await.map_err(pg(OP))?;
+        tx.commit().await.map_err(reach::commit_failed(OP))?;
         Ok(Submitted::Created(job_to_api(id, &rec)?))
     }
 
@@ -1339,7 +1357,7 @@ impl Inner {
         if release {
             self.commit_release(tx, OP, id).await?;
         } else {
-            tx.commit().await.map_err(pg(OP))?;
+            tx.commit().await.map_err(reach::commit_failed(OP))?;
         }
         job_to_api(id, &rec)
     }
@@ -1407,7 +1425,7 @@ impl Inner {
         let detail = format!("{count} member{} frozen", if count == 1 { "" } else { "s" });
         tx_history(&tx, OP, id, &mut rec, now, "members", Some(&detail)).await?;
         tx_put_job(&tx, OP, id, &rec, false).await?;
-        tx.commit().await.map_err(pg(OP))
+        tx.commit().await.map_err(reach::commit_failed(OP))
     }
 
     async fn walk(&self, id: JobId) -> Result<Walk, StoreError> {
@@ -1469,7 +1487,7 @@ impl Inner {
         let out = walk.to_api();
         rec.walk = Some(walk);
         tx_put_job(&tx, OP, id, &rec, false).await?;
-        tx.commit().await.map_err(pg(OP))?;
+        tx.commit().await.map_err(reach::commit_failed(OP))?;
         Ok(out)
     }
 
@@ -1483,7 +1501,7 @@ impl Inner {
         };
         if walk.record_made(&dirs) {
             tx_put_job(&tx, OP, id, &rec, false).await?;
-            tx.commit().await.map_err(pg(OP))?;
+            tx.commit().await.map_err(reach::commit_failed(OP))?;
         }
         Ok(())
     }
@@ -1516,7 +1534,7 @@ impl Inner {
         };
         m.apply(id, index, &update, now)?;
         tx_put_member(&tx, OP, id, index, &m).await?;
-        tx.commit().await.map_err(pg(OP))?;
+        tx.commit().await.map_err(reach::commit_failed(OP))?;
         Ok(m.to_api(index))
     }
 
@@ -1536,7 +1554,7 @@ impl Inner {
         )
         .await?;
         tx_put_job(&tx, OP, id, &rec, false).await?;
-        tx.commit().await.map_err(pg(OP))
+        tx.commit().await.map_err(reach::commit_failed(OP))
     }
 
     /// Running jobs whose lease ran out go back to the queue, due at `now`: their node died,
@@ -1585,7 +1603,7 @@ impl Inner {
                 "took over a job whose lease ran out"
             );
         }
-        tx.commit().await.map_err(pg(OP))
+        tx.commit().await.map_err(reach::commit_failed(OP))
     }
 
     async fn due(
@@ -1819,7 +1837,7 @@ impl Inner {
         )
         .await
         .map_err(pg(OP))?;
-        tx.commit().await.map_err(pg(OP))?;
+        tx.commit().await.map_err(reach::commit_failed(OP))?;
         rec.to_api(id)
     }
 
@@ -1855,7 +1873,7 @@ impl Inner {
         )
         .await
         .map_err(pg(OP))?;
-        tx.commit().await.map_err(pg(OP))
+        tx.commit().await.map_err(reach::commit_failed(OP))
     }
 
     async fn transcript(&self, id: JobId) -> Result<Option<AttemptTranscript>, StoreError> {
@@ -1935,6 +1953,44 @@ impl Inner {
         Ok(())
     }
 
+    /// Inserts the fingerprint if none is recorded, and reads the one that stands, in one
+    /// statement. Under READ COMMITTED the statement's snapshot may predate another node's
+    /// insert that made ours a no-op: then neither shows and the statement runs again (it
+    /// sees the other's row now).
+    async fn adopt_key_fingerprint(&self, fp: [u8; 32]) -> Result<[u8; 32], StoreError> {
+        const OP: &str = "adopt_key_fingerprint";
+        let c = self.client(OP).await?;
+        let stmt = c
+            .prepare_cached(
+                "WITH ins AS (
+                     INSERT INTO bftp_meta (key, value) VALUES ('key_fingerprint', $1)
+                     ON CONFLICT (key) DO NOTHING RETURNING value)
+                 SELECT value FROM ins
+                 UNION ALL
+                 SELECT value FROM bftp_meta WHERE key = 'key_fingerprint'
+                 LIMIT 1",
+            )
+            .await
+            .map_err(pg("prepare"))?;
+        for _ in 0..5 {
+            if let Some(r) = c.query_opt(&stmt, &[&&fp[..]]).await.map_err(pg(OP))? {
+                let v: &[u8] = r.get(0);
+                return <[u8; 32]>::try_from(v).map_err(|_| {
+                    keys::corrupt_key(
+                        "meta",
+                        keys::META_KEY_FINGERPRINT,
+                        format!("{} bytes, not 32", v.len()),
+                    )
+                });
+            }
+        }
+        Err(keys::corrupt_key(
+            "meta",
+            keys::META_KEY_FINGERPRINT,
+            "neither recorded nor readable after five tries",
+        ))
+    }
+
     async fn refusal(&self, key: RefusalKey) -> Result<Option<RefusalMemory>, StoreError> {
         let k = keys::refusal(&key);
         let c = self.client("refusal").await?;
@@ -2000,7 +2056,7 @@ impl Inner {
         )
         .await
         .map_err(pg(OP))?;
-        tx.commit().await.map_err(pg(OP))?;
+        tx.commit().await.map_err(reach::commit_failed(OP))?;
         Ok(memory)
     }
 }
@@ -2157,6 +2213,49 @@ impl JobStore for PgStore {
 
     fn set_key_fingerprint(&self, fingerprint: [u8; 32]) -> Result<(), StoreError> {
         self.with(|i| async move { i.set_key_fingerprint(fingerprint).await })
+    }
+
+    fn adopt_key_fingerprint(&self, fingerprint: [u8; 32]) -> Result<[u8; 32], StoreError> {
+        self.with(|i| async move { i.adopt_key_fingerprint(fingerprint).await })
+    }
+
+    fn removable_jobs(
+        &self,
+        now: Timestamp,
+        keep: bftp_core::retention::Keep,
+        after: Option<JobId>,
+        scan: usize,
+    ) -> Result<(Vec<JobId>, Option<JobId>), StoreError> {
+        self.with(|i| async move { i.removable_jobs(now, keep, after, scan).await })
+    }
+
+    fn remove_jobs(
+        &self,
+        ids: &[JobId],
+        now: Timestamp,
+        keep: bftp_core::retention::Keep,
+        batch: usize,
+    ) -> Result<u64, StoreError> {
+        let ids = ids.to_vec();
+        self.with(|i| async move { i.remove_jobs(ids, now, keep, batch).await })
+    }
+
+    /// `pg_dump` of the database into `dir` (`pg_store/backup.rs`).
+    fn backup(&self, dir: &std::path::Path) -> Result<crate::BackupReport, StoreError> {
+        self.dump_into(dir)
+    }
+
+    /// The database's size (`pg_database_size`): the whole database, bftp's tables and all.
+    fn disk_size(&self) -> Result<Option<u64>, StoreError> {
+        self.with(|i| async move {
+            let c = i.client("disk_size").await?;
+            let size: i64 = c
+                .query_one("SELECT pg_database_size(current_database())", &[])
+                .await
+                .map_err(pg("disk_size"))?
+                .get(0);
+            Ok(Some(size.max(0) as u64))
+        })
     }
 
     fn refusal(&self, key: &RefusalKey) -> Result<Option<RefusalMemory>, StoreError> {

@@ -612,3 +612,35 @@ fn stou_names_and_directory_locks_hold_over_all_nodes() {
     assert!(within(Duration::from_secs(5), || sb.generation() != seen));
     assert!(sb.try_take(&key, 1).unwrap().is_some(), "b's turn");
 }
+
+/// The key fingerprint on a shared store: the first one recorded stands, however many nodes
+/// race to record theirs; a later node learns it instead of replacing it.
+#[test]
+fn the_first_key_fingerprint_recorded_stands_over_racing_nodes() {
+    let url = pgcluster::fresh_database();
+    let nodes: Vec<PgStore> = (0..4)
+        .map(|i| node(&url, &format!("k{i}"), Duration::from_secs(30)))
+        .collect();
+    let barrier = std::sync::Barrier::new(nodes.len());
+    let stood: Vec<[u8; 32]> = std::thread::scope(|s| {
+        let handles: Vec<_> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    n.adopt_key_fingerprint([i as u8 + 1; 32]).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let first = stood[0];
+    assert!(stood.iter().all(|f| *f == first), "{stood:?}");
+    assert!((1..=4).any(|i| first == [i; 32]), "{first:?}");
+    for n in &nodes {
+        assert_eq!(n.key_fingerprint().unwrap(), Some(first));
+        assert_eq!(n.adopt_key_fingerprint([9; 32]).unwrap(), first);
+    }
+}

@@ -9,7 +9,7 @@ use bftp_core::retention::Keep;
 use bftp_core::{JobEvent, JobOutcome, JobState, Timestamp};
 use bftp_store::{
     AttemptTranscript, DeliveryTry, JobFilter, JobId, JobStore, KeyHash, NewJob, RequestKey,
-    SledStore, StateFilter, Submitted,
+    StateFilter, Submitted,
 };
 use common::*;
 
@@ -34,7 +34,7 @@ fn rich(i: u32, members: usize) -> NewJob {
     j
 }
 
-fn finish(store: &SledStore, id: JobId, at: Timestamp) {
+fn finish(store: &dyn JobStore, id: JobId, at: Timestamp) {
     store
         .apply(id, JobEvent::Start { attempt: 1 }, at, None)
         .unwrap();
@@ -59,14 +59,14 @@ fn finish(store: &SledStore, id: JobId, at: Timestamp) {
         .unwrap();
 }
 
-fn deliver(store: &SledStore, id: JobId, at: Timestamp) {
+fn deliver(store: &dyn JobStore, id: JobId, at: Timestamp) {
     store
         .record_delivery(id, DeliveryTry::Delivered, at)
         .unwrap();
 }
 
 /// Removes all that the rule lets go, as the daemon's task does: windows of `scan` jobs.
-fn sweep(store: &SledStore, now: Timestamp, keep: Keep, scan: usize, batch: usize) -> u64 {
+fn sweep(store: &dyn JobStore, now: Timestamp, keep: Keep, scan: usize, batch: usize) -> u64 {
     let (mut after, mut removed) = (None, 0);
     loop {
         let (ids, next) = store.removable_jobs(now, keep, after, scan).unwrap();
@@ -247,4 +247,129 @@ fn after_a_burst_is_removed_the_next_burst_reuses_its_space() {
         "{third} B after three bursts of 1,000 jobs: removed space not reused ({first} B after one; \
          without removal three bursts take about three times that)"
     );
+}
+
+/// Rows of each per-job table of a PostgreSQL store: jobs, members, history, requests,
+/// outbox, transcripts.
+fn pg_rows(url: &str) -> Vec<u64> {
+    let out = pgcluster::cluster()
+        .psql(
+            pgcluster::Cluster::db_of(url),
+            "SELECT (SELECT count(*) FROM jobs) || ' ' || (SELECT count(*) FROM members) || ' ' || \
+             (SELECT count(*) FROM history) || ' ' || (SELECT count(*) FROM requests) || ' ' || \
+             (SELECT count(*) FROM outbox) || ' ' || (SELECT count(*) FROM transcripts)",
+        )
+        .unwrap();
+    out.split(' ').map(|n| n.parse().unwrap()).collect()
+}
+
+/// Waits until `sql` on the test's database answers `want` (another session took its lock).
+fn until_pg(url: &str, sql: &str, want: &str) {
+    let c = pgcluster::cluster();
+    assert!(
+        pgcluster::wait_for(Duration::from_secs(30), || c
+            .psql(pgcluster::Cluster::db_of(url), sql)
+            .is_ok_and(|v| v == want)),
+        "{sql} never answered {want}"
+    );
+}
+
+/// Retention on PostgreSQL (issue 27: it did nothing there): the same rule, every row of a
+/// removed job gone (a job of 1,200 members in transactions of at most 500), nothing kept
+/// touched; one node at a time (while another session holds the retention lock, nothing
+/// goes); a job whose row another session holds is left for the next pass, not waited for.
+#[test]
+fn on_postgres_old_final_jobs_go_with_every_row_one_node_at_a_time_never_waiting() {
+    let url = pgcluster::fresh_database();
+    let c = pgcluster::cluster();
+    let db = pgcluster::Cluster::db_of(&url).to_string();
+    let store = open_pg(&url, "ra");
+    // 1..=20 finished and delivered, 21 of 1,200 members too (to go); 22..=25 finished with
+    // their report pending; 26..=28 queued.
+    let mut ids = Vec::new();
+    for i in 1..=28u32 {
+        let members = if i == 21 { 1_200 } else { 3 };
+        ids.push(store.submit(rich(i, members)).unwrap().job().id);
+    }
+    for &id in &ids[..25] {
+        finish(&store, id, at(10));
+    }
+    for &id in &ids[..21] {
+        deliver(&store, id, at(11));
+    }
+    let before = pg_rows(&url);
+    assert_eq!(&before[..2], &[28, 27 * 3 + 1_200]);
+    assert_eq!(sweep(&store, at(69), KEEP, 7, 500), 0, "too early");
+    assert_eq!(sweep(&store, at(1_000), Keep::Forever, 7, 500), 0);
+    assert_eq!(pg_rows(&url), before);
+
+    // Another node removes: this one leaves its windows alone.
+    let mut other = c
+        .psql_session(&db, "SELECT pg_advisory_lock(4242020216)")
+        .unwrap();
+    let retention_lock = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                          AND objid::bigint = 4242020216 AND database = \
+                          (SELECT oid FROM pg_database WHERE datname = current_database())";
+    until_pg(&url, retention_lock, "1");
+    assert_eq!(sweep(&store, at(71), KEEP, 7, 500), 0);
+    assert_eq!(pg_rows(&url), before);
+    other.kill().unwrap();
+    other.wait().unwrap();
+    until_pg(&url, retention_lock, "0");
+
+    // A session holds job 3's row: it is left, not waited for.
+    let mut holder = c
+        .psql_session(
+            &db,
+            &format!(
+                "BEGIN; SELECT 1 FROM jobs WHERE id = {} FOR UPDATE",
+                ids[2].0
+            ),
+        )
+        .unwrap();
+    until_pg(
+        &url,
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' \
+         AND datname = current_database()",
+        "1",
+    );
+    let started = std::time::Instant::now();
+    assert_eq!(sweep(&store, at(71), KEEP, 7, 500), 20);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    until_pg(
+        &url,
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' \
+         AND datname = current_database()",
+        "0",
+    );
+    assert_eq!(sweep(&store, at(71), KEEP, 7, 500), 1);
+
+    for &id in &ids[..21] {
+        assert_eq!(store.get(id).unwrap(), None, "job {id}");
+    }
+    // What is left: the 7 kept jobs with every row of theirs; nothing of the others.
+    let hist: u64 = ids[21..]
+        .iter()
+        .map(|&id| store.history(id).unwrap().len() as u64)
+        .sum();
+    assert_eq!(pg_rows(&url), [7, 7 * 3, hist, 7, 4, 4]);
+    for &id in &ids[21..25] {
+        assert_eq!(store.members(id).unwrap().len(), 3);
+        assert!(store.transcript(id).unwrap().is_some());
+    }
+    assert_eq!(store.due(at(1_000_000), 100).unwrap().len(), 3);
+    // A removed job's request key makes a new job; a kept one's still names its job.
+    let again = store.submit(rich(1, 3)).unwrap();
+    assert!(matches!(again, Submitted::Created(_)), "{again:?}");
+    assert!(again.job().id.0 > 28, "ids are never reused: {again:?}");
+    assert!(
+        matches!(store.submit(rich(22, 3)).unwrap(), Submitted::Existing(j) if j.id == ids[21])
+    );
+    assert!(store.disk_size().unwrap().is_some_and(|b| b > 0));
 }

@@ -32,6 +32,9 @@ pub enum Exit {
     /// bftpd's disk is nearly full (HTTP 507): nothing was stored; try again once the
     /// operator freed space.
     DiskFull = 9,
+    /// bftpd's job store (its PostgreSQL database) cannot be reached (HTTP 503, kind
+    /// `store_unavailable`): nothing was stored; the same command may be run again later.
+    StoreUnavailable = 10,
     /// Interrupted (SIGINT, Ctrl-C): `transfer` closed its connection, which aborts the copy
     /// in bftpd. 128 + SIGINT, as a shell reports a command killed by it.
     Interrupted = 130,
@@ -53,6 +56,8 @@ Exit codes:
     8  verification or transfer found a problem: a `verify` check failed, or a
        `transfer` did not copy every file
     9  bftpd's disk is nearly full (HTTP 507): nothing was stored; try again later
+   10  bftpd's job store (its database) cannot be reached (HTTP 503): nothing was
+       stored; try again later
   130  interrupted (Ctrl-C): `transfer` drops its connection, which aborts the copy";
 
 impl Exit {
@@ -72,7 +77,16 @@ impl Exit {
             Exit::PermissionDenied => "permission_denied",
             Exit::Problem => "problem",
             Exit::DiskFull => "insufficient_storage",
+            Exit::StoreUnavailable => bftp_api::STORE_UNAVAILABLE,
             Exit::Interrupted => "interrupted",
+        }
+    }
+
+    /// The exit code for an HTTP error status from bftpd and the `kind` of its error body.
+    pub fn from_response(status: u16, kind: Option<&str>) -> Exit {
+        match (status, kind) {
+            (503, Some(bftp_api::STORE_UNAVAILABLE)) => Exit::StoreUnavailable,
+            _ => Exit::from_http_status(status),
         }
     }
 
@@ -115,8 +129,9 @@ impl Failure {
     /// An HTTP error response from bftpd. The message is the body's `message` (bftpd
     /// promises it never holds a password), else a short excerpt of whatever came.
     pub fn from_response(status: u16, reason: &str, body: &[u8]) -> Self {
-        let exit = Exit::from_http_status(status);
-        let message = match serde_json::from_slice::<ErrorBody>(body) {
+        let parsed = serde_json::from_slice::<ErrorBody>(body);
+        let exit = Exit::from_response(status, parsed.as_ref().ok().map(|e| e.kind.as_str()));
+        let message = match parsed {
             Ok(e) => match e.job_id {
                 Some(id) if !e.message.contains(&id.to_string()) => {
                     format!("{} (job {id}) [HTTP {status} {reason}]", e.message)
@@ -183,6 +198,25 @@ mod tests {
         for (status, code) in cases {
             assert_eq!(Exit::from_http_status(status).code(), code, "HTTP {status}");
         }
+    }
+
+    #[test]
+    fn an_unreachable_store_has_its_own_exit_code_and_other_503s_do_not() {
+        let body = br#"{"kind":"store_unavailable","message":"submit: the job store's database cannot be reached (connection refused); nothing was stored"}"#;
+        let f = Failure::from_response(503, "Service Unavailable", body);
+        assert_eq!(f.exit, Exit::StoreUnavailable);
+        assert_eq!(f.exit.code(), 10);
+        assert!(f.message.contains("nothing was stored"), "{}", f.message);
+        let shutting = br#"{"kind":"unavailable","message":"bftpd is shutting down"}"#;
+        assert_eq!(
+            Failure::from_response(503, "Service Unavailable", shutting).exit,
+            Exit::Unreachable
+        );
+        assert_eq!(
+            Failure::from_response(503, "Service Unavailable", b"not json").exit,
+            Exit::Unreachable
+        );
+        assert!(EXIT_CODES_HELP.contains("\n   10  "));
     }
 
     #[test]

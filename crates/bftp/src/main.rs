@@ -248,7 +248,7 @@ mod tests {
             help.contains("Exit codes:") && help.contains("7  permission denied"),
             "{help}"
         );
-        for code in (0..=8u8).chain([130]) {
+        for code in (0..=10u8).chain([130]) {
             assert!(
                 EXIT_CODES_HELP.contains(&format!("  {code}  ")),
                 "exit code {code} undocumented"

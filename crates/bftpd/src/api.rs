@@ -151,6 +151,16 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(error = %e, "request refused: the store's disk is nearly full");
                 ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage", e.to_string())
             }
+            // Nothing was written: the client may send the same request again once the
+            // database is back (a script tells this from other failures by the kind).
+            e @ StoreError::Unreachable { .. } => {
+                tracing::warn!(error = %e, "request refused: the job store cannot be reached");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    bftp_api::STORE_UNAVAILABLE,
+                    format!("{e}; try again once it is back"),
+                )
+            }
             other => ApiError::internal(other),
         }
     }

@@ -1,10 +1,13 @@
 //! Backup of a running daemon: `bftpd backup --config FILE DIR` asks the daemon (over its
 //! socket, as root or the admin group) to write into DIR, a new or empty directory:
 //! `DIR/store`, a consistent copy of the store (`JobStore::backup`: every job as of one
-//! moment between two transactions, with its watermark), and `DIR/secret.key`, the key that
-//! the store's passwords are sealed with (mode 0600). Restoring is copying both into another
-//! state directory (`store/` and `secret.key`) before bftpd starts there: the daemon opens it
-//! as any store, and the jobs that were running when the copy was taken are requeued and
+//! moment between two transactions, with its watermark; on PostgreSQL a `pg_dump` of the
+//! database, `DIR/store/bftp.pgdump`), `DIR/secret.key`, the key that the store's passwords
+//! are sealed with (mode 0600), and `DIR/bftpd.toml`, the config the client was given (it
+//! holds no password: `password_file`s are not copied). Restoring sled is copying `store/`
+//! and `secret.key` into another state directory before bftpd starts there; PostgreSQL is
+//! `pg_restore` into a database, and `secret.key` into each node's state directory. Either
+//! way the jobs that were running when the copy was taken are requeued (or taken over) and
 //! resolved from their intents, as after a crash.
 
 use std::io::{Read, Write};
@@ -23,6 +26,9 @@ use crate::identity::Caller;
 pub struct BackupRequest {
     /// Absolute path of a new or empty directory, written by the daemon's user.
     pub dir: PathBuf,
+    /// The text of the daemon's config, as the client read it: kept beside the copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -30,8 +36,11 @@ pub struct BackupResponse {
     pub dir: PathBuf,
     pub jobs: u64,
     pub entries: u64,
-    /// The store commit the copy ends at.
+    /// The store commit the copy ends at (sled; 0 on PostgreSQL).
     pub commit: u64,
+    /// The `pg_dump` of a PostgreSQL store's database (custom format, for `pg_restore`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database_dump: Option<PathBuf>,
 }
 
 /// `POST /v1/admin/backup`.
@@ -58,7 +67,11 @@ pub async fn handle(
         ));
     }
     let (store, key, dir) = (app.store.clone(), app.key_file.clone(), req.dir.clone());
-    let report = tokio::task::spawn_blocking(move || write_backup(&*store, &key, &dir))
+    let database_dump = store
+        .node()
+        .map(|_| req.dir.join("store").join(bftp_store::PG_DUMP_FILE));
+    let config = req.config.clone();
+    let report = tokio::task::spawn_blocking(move || write_backup(&*store, &key, &dir, config))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "backup_failed", e))?;
@@ -68,6 +81,7 @@ pub async fn handle(
         jobs: report.jobs,
         entries: report.entries,
         commit: report.seq,
+        database_dump,
     }))
 }
 
@@ -75,6 +89,7 @@ fn write_backup(
     store: &dyn bftp_store::JobStore,
     key: &Path,
     dir: &Path,
+    config: Option<String>,
 ) -> Result<bftp_store::BackupReport, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     if std::fs::read_dir(dir)
@@ -92,25 +107,35 @@ fn write_backup(
         .map_err(|e| e.to_string())?;
     let bytes =
         std::fs::read(key).map_err(|e| format!("reading the key file {}: {e}", key.display()))?;
-    let target = dir.join("secret.key");
+    write_new(&dir.join("secret.key"), &bytes)?;
+    if let Some(text) = config {
+        write_new(&dir.join("bftpd.toml"), text.as_bytes())?;
+    }
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("writing {}: {e}", dir.display()))?;
+    Ok(report)
+}
+
+/// A new file of mode 0600 holding `bytes`, synced.
+fn write_new(target: &Path, bytes: &[u8]) -> Result<(), String> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(&target)
+        .open(target)
         .map_err(|e| format!("creating {}: {e}", target.display()))?;
-    f.write_all(&bytes)
+    f.write_all(bytes)
         .and_then(|()| f.sync_all())
-        .and_then(|()| std::fs::File::open(dir)?.sync_all())
-        .map_err(|e| format!("writing {}: {e}", target.display()))?;
-    Ok(report)
+        .map_err(|e| format!("writing {}: {e}", target.display()))
 }
 
 /// The client side, for `bftpd backup`: one request over the daemon's socket. Returns the
 /// daemon's answer (status and body).
-pub fn request(socket: &Path, dir: &Path) -> Result<(u16, String), String> {
+pub fn request(socket: &Path, dir: &Path, config: Option<String>) -> Result<(u16, String), String> {
     let body = serde_json::to_string(&BackupRequest {
         dir: dir.to_path_buf(),
+        config,
     })
     .map_err(|e| e.to_string())?;
     let mut s = std::os::unix::net::UnixStream::connect(socket)

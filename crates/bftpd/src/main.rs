@@ -37,11 +37,12 @@ enum Command {
         file: PathBuf,
     },
     /// Asks the running bftpd (through the socket of its config) to write a consistent copy
-    /// of its store and its key file into DIR, a new or empty directory.
+    /// of its store, its key file and this config into DIR, a new or empty directory.
     ///
     /// As root or a member of the admin group. DIR is written by the daemon's user. Restore
-    /// by copying DIR/store and DIR/secret.key into another state directory before starting
-    /// bftpd there.
+    /// sled by copying DIR/store and DIR/secret.key into another state directory before
+    /// starting bftpd there; PostgreSQL by pg_restore of DIR/store/bftp.pgdump into a
+    /// database, and DIR/secret.key into each node's state directory (see the README).
     Backup {
         /// The daemon's TOML configuration file (for its socket).
         #[arg(long, short = 'c', value_name = "FILE")]
@@ -67,7 +68,9 @@ fn backup(config: &std::path::Path, dir: &std::path::Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match bftpd::backup::request(&cfg.socket, &dir) {
+    // The config (no password in it) goes with the copy; the daemon writes it.
+    let text = std::fs::read_to_string(config).ok();
+    match bftpd::backup::request(&cfg.socket, &dir, text) {
         Ok((200, body)) => {
             println!("{body}");
             ExitCode::SUCCESS

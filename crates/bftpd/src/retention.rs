@@ -8,7 +8,9 @@
 //! entries (each an ordinary store write, sharing the group commit with the API's and the
 //! scheduler's writes), and sleeps `BREATHER` between windows. After a whole pass it sleeps
 //! until the next, a quarter of `keep_finished` later (at least a second, at most ten
-//! minutes). Time comes from the daemon's one [`Clock`].
+//! minutes). Time comes from the daemon's one [`Clock`]. On a store shared by several nodes
+//! (PostgreSQL) every node runs this task, and the store lets one node remove at a time (the
+//! others' windows remove nothing and count nothing).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,7 +62,7 @@ impl Retention {
                     interval
                 }
                 Err(bftp_store::StoreError::Unsupported { op }) => {
-                    // A store without retention (the shared PostgreSQL store): say so once.
+                    // A store without retention: say so once.
                     tracing::warn!(op, "retention: this store keeps finished jobs; [store] keep_finished has no effect");
                     return;
                 }
@@ -87,8 +89,10 @@ impl Retention {
             let n = ids.len();
             let removed =
                 on_store(&self.store, move |s| s.remove_jobs(&ids, now, keep, BATCH)).await?;
-            self.metrics.jobs_removed(removed);
-            tracing::info!(removed, looked_at = n, "retention removed old final jobs");
+            if removed > 0 {
+                self.metrics.jobs_removed(removed);
+                tracing::info!(removed, looked_at = n, "retention removed old final jobs");
+            }
         }
         Ok(next)
     }

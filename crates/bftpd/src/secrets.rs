@@ -95,47 +95,57 @@ impl Secrets {
     }
 
     /// Loads the key the store's data is sealed with, and proves it is that key (see
-    /// ARCHITECTURE.md, "the key fingerprint"). A missing key file is created only for a store
-    /// with no job in it: otherwise a new key would open none of its passwords and
-    /// match none of its keywords, so the daemon refuses to start and names the file. A key
-    /// whose fingerprint differs from the one the store recorded is refused the same way while
-    /// the store holds a job. A store from before fingerprints gets this key's at its first
-    /// start.
+    /// ARCHITECTURE.md, "the key fingerprint"), by the one rule [`key_decision`]. In short:
+    /// a key is created only where the store records none; a store of one (sled) holding
+    /// nothing sealed takes a replaced key; a shared store (PostgreSQL) keeps the first key
+    /// recorded, whether or not it holds a job, because another node may be sealing with it
+    /// right now: a node without that key refuses to start and says how to copy it.
     pub fn open_for_store(path: &Path, store: &dyn JobStore) -> anyhow::Result<Secrets> {
         let recorded = store
             .key_fingerprint()
             .context("cannot read the key fingerprint of the job store")?;
         let sealed = !store.is_empty().context("cannot read the job store")?;
+        let shared = store.node().is_some();
         let present = path
             .try_exists()
             .with_context(|| format!("cannot look for key file {}", path.display()))?;
-        if !present && sealed {
-            bail!(
-                "key file {} is missing, but the job store holds data sealed with it: restore it \
-                 from the backup taken with the store (a new key would open none of the stored \
-                 passwords and match none of the keywords); bftpd creates a key only for an \
-                 empty store",
-                path.display()
-            );
+        if !present {
+            let found = if recorded.is_some() {
+                KeyFound::NoFileRecorded
+            } else {
+                KeyFound::NoFileNoRecord
+            };
+            if key_decision(found, shared, sealed) == KeyDecision::RefuseMissing {
+                bail!(missing_message(path, shared));
+            }
         }
         let secrets = Secrets::load_or_create(path)?;
         let ours = secrets.key_fingerprint();
-        match recorded {
-            Some(fp) if fp == ours => {}
-            Some(_) if sealed => bail!(
-                "key file {} is not the key the job store was sealed with: put the right \
-                 secret.key back (from the backup taken with the store); its passwords \
-                 cannot be opened with this one",
-                path.display()
-            ),
-            // Nothing sealed yet (a new store, or one that never held a job): this key is
-            // the store's from now on.
-            Some(_) | None => {
+        let found = match recorded {
+            None => KeyFound::FileNoRecord,
+            Some(fp) if fp == ours => KeyFound::FileMatches,
+            Some(_) => KeyFound::FileDiffers,
+        };
+        match key_decision(found, shared, sealed) {
+            KeyDecision::Use => {}
+            KeyDecision::Adopt => {
+                let stands = store
+                    .adopt_key_fingerprint(ours)
+                    .context("cannot record the key fingerprint in the job store")?;
+                if stands != ours {
+                    // Another node recorded its key between our look and our record.
+                    bail!(other_message(path, shared));
+                }
+                tracing::info!(path = %path.display(), "recorded the key's fingerprint in the store");
+            }
+            KeyDecision::Replace => {
                 store
                     .set_key_fingerprint(ours)
                     .context("cannot record the key fingerprint in the job store")?;
-                tracing::info!(path = %path.display(), "recorded the key's fingerprint in the store");
+                tracing::info!(path = %path.display(), "recorded the key's fingerprint in the store, replacing a key that sealed nothing");
             }
+            KeyDecision::RefuseMissing => bail!(missing_message(path, shared)),
+            KeyDecision::RefuseOther => bail!(other_message(path, shared)),
         }
         Ok(secrets)
     }
@@ -202,8 +212,120 @@ impl Secrets {
     }
 }
 
+/// What the daemon finds at start: whether its key file exists, and whether the store
+/// records a key fingerprint (and, with a key file, whether it is this key's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyFound {
+    NoFileNoRecord,
+    NoFileRecorded,
+    FileNoRecord,
+    FileMatches,
+    FileDiffers,
+}
+
+/// What the daemon does with its key at start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyDecision {
+    /// Use the key file (created if missing) and record its fingerprint unless another one
+    /// stands by then: the first fingerprint recorded wins (nodes may race for it).
+    Adopt,
+    /// Use the key file: the store records its fingerprint.
+    Use,
+    /// Use the key file (created if missing) and record its fingerprint in place of the
+    /// recorded one: only a store of one node holding nothing sealed.
+    Replace,
+    /// Refuse to start: the store records a key and the key file is missing.
+    RefuseMissing,
+    /// Refuse to start: the key file is not the key the store records.
+    RefuseOther,
+}
+
+/// The rule: a store holding sealed data, or shared by several nodes (any of which may seal
+/// with the recorded key at any moment, so that "no job yet" proves nothing), keeps its
+/// recorded key; a store of one holding nothing takes another key; a key is created only
+/// where none is recorded, or for a store of one holding nothing.
+pub(crate) fn key_decision(found: KeyFound, shared: bool, sealed: bool) -> KeyDecision {
+    let keeps_its_key = shared || sealed;
+    match found {
+        KeyFound::NoFileNoRecord | KeyFound::FileNoRecord => KeyDecision::Adopt,
+        KeyFound::FileMatches => KeyDecision::Use,
+        KeyFound::NoFileRecorded if keeps_its_key => KeyDecision::RefuseMissing,
+        KeyFound::FileDiffers if keeps_its_key => KeyDecision::RefuseOther,
+        KeyFound::NoFileRecorded | KeyFound::FileDiffers => KeyDecision::Replace,
+    }
+}
+
+fn missing_message(path: &Path, shared: bool) -> String {
+    let p = path.display();
+    if shared {
+        format!(
+            "key file {p} is missing, but the job store's database records the key of this \
+             cluster's nodes: copy secret.key from the state directory of a node that runs on \
+             this database to {p} (the same file on every node; mode 0600, owned by the \
+             daemon's user), then start again. bftpd creates a key only for a database that \
+             records none"
+        )
+    } else {
+        format!(
+            "key file {p} is missing, but the job store holds data sealed with it: restore it \
+             from the backup taken with the store (a new key would open none of the stored \
+             passwords and match none of the keywords); bftpd creates a key only for an \
+             empty store"
+        )
+    }
+}
+
+fn other_message(path: &Path, shared: bool) -> String {
+    let p = path.display();
+    if shared {
+        format!(
+            "key file {p} is not the key this cluster's database records (the first node's): \
+             copy secret.key from the state directory of a node that runs on this database \
+             over {p} (mode 0600, owned by the daemon's user), then start again; every node \
+             must seal and open passwords with the same key"
+        )
+    } else {
+        format!(
+            "key file {p} is not the key the job store was sealed with: put the right \
+             secret.key back (from the backup taken with the store); its passwords \
+             cannot be opened with this one"
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn which_key_a_daemon_may_start_with() {
+        use super::KeyDecision::*;
+        use super::KeyFound::*;
+        #[rustfmt::skip]
+        let table: &[(&str, super::KeyFound, bool, bool, super::KeyDecision)] = &[
+            // what it finds                                found           shared sealed  does
+            ("first start of a store of one",               NoFileNoRecord, false, false, Adopt),
+            ("first node on a fresh database",              NoFileNoRecord, true,  false, Adopt),
+            ("a key file, nothing recorded (older store)",  FileNoRecord,   false, true,  Adopt),
+            ("a node with a key, nothing recorded",         FileNoRecord,   true,  false, Adopt),
+            ("its own key",                                 FileMatches,    false, true,  Use),
+            ("the cluster's key",                           FileMatches,    true,  true,  Use),
+            ("store of one, empty, key lost",               NoFileRecorded, false, false, Replace),
+            ("store of one, empty, another key",            FileDiffers,    false, false, Replace),
+            ("store of one with jobs, key lost",            NoFileRecorded, false, true,  RefuseMissing),
+            ("store of one with jobs, another key",         FileDiffers,    false, true,  RefuseOther),
+            ("second node without a key, no job yet",       NoFileRecorded, true,  false, RefuseMissing),
+            ("second node with its own key, no job yet",    FileDiffers,    true,  false, RefuseOther),
+            ("a node without a key, jobs stored",           NoFileRecorded, true,  true,  RefuseMissing),
+            ("a node with another key, jobs stored",        FileDiffers,    true,  true,  RefuseOther),
+        ];
+        for (case, found, shared, sealed, want) in table {
+            assert_eq!(
+                super::key_decision(*found, *shared, *sealed),
+                *want,
+                "{case}"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -18,6 +18,26 @@ pub fn notify_stopping() {
     notify(NotifyState::Stopping);
 }
 
+/// Tells the service manager that the start waits (for the job store's database): `status`
+/// for `systemctl status`, and that the start may take `more` longer than its timeout, so that
+/// systemd does not kill a daemon that waits on purpose. Not ready yet: READY=1 comes later.
+pub fn notify_waiting(status: &str, more: std::time::Duration) {
+    let usec = u32::try_from(more.as_micros()).unwrap_or(u32::MAX);
+    let states = [
+        NotifyState::Status(status),
+        NotifyState::ExtendTimeoutUsec(usec),
+    ];
+    if let Err(e) = sd_notify::notify(false, &states) {
+        tracing::warn!(error = %e, "cannot send STATUS to the service manager");
+    }
+}
+
+/// Replaces the status line `systemctl status` shows (after a wait, so that it does not go
+/// on saying that bftpd waits).
+pub fn notify_status(status: &str) {
+    notify(NotifyState::Status(status));
+}
+
 fn notify(state: NotifyState<'_>) {
     // Kept in the environment: STOPPING=1 goes to the same socket later.
     if let Err(e) = sd_notify::notify(false, std::slice::from_ref(&state)) {
