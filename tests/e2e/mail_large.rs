@@ -117,8 +117,8 @@ fn seed(path: &std::path::Path) -> u64 {
     id.0
 }
 
-/// Issue 27: a 50,000-member job's report is mailed while `/v1/health` answers within a
-/// second throughout (a report built on the daemon's one runtime worker stopped it for
+/// Issue 27: a 50,000-member job's report is mailed, and its view read, while `/v1/health`
+/// answers within a second throughout (a report built on the daemon's one runtime worker stopped it for
 /// minutes); the mail has the counts and every failure in its text, and its gzip attachment
 /// decompresses to every member, in order, with its replies.
 #[test]
@@ -154,6 +154,15 @@ fn a_large_jobs_report_is_mailed_while_the_api_answers() {
         .wait_for(1, Duration::from_secs(120))
         .unwrap_or_else(|e| panic!("{e}\n{}", d.logs()))
         .remove(0);
+    // The job's whole view (`bftp status --json`) while the probes go on: its 50,000 members
+    // are read off the runtime worker too.
+    let (status, body) = http(d.socket(), "GET", &format!("/v1/jobs/{id}"), None, &[]).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let view: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        view["members"].as_array().map(Vec::len),
+        Some(MEMBERS as usize)
+    );
     // A few more probes after the delivery.
     std::thread::sleep(Duration::from_millis(500));
     done.store(true, Ordering::SeqCst);

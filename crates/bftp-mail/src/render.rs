@@ -565,10 +565,11 @@ fn render_text(
 
     if s.refused > 0 {
         t.push_str(
-            "  A refused file was listed by the source under a name that bftpd will not put in\n  \
-             an FTP command (a CR, LF or NUL in it, a \"..\" component, or a path outside the\n  \
-             listed directory); its name is shown escaped. It was not copied: rename it on the\n  \
-             source server, or copy it by hand.\n",
+            "  A refused entry was not copied, and its detail line says why: a name bftpd will\n  \
+             not put in an FTP command (a CR, LF or NUL in it, a \"..\" component, or a path\n  \
+             outside the listed directory; shown escaped: rename it on the source server), or a\n  \
+             directory the source could not list whole (hidden names not shown, a listing cut\n  \
+             short, a tree limit: the detail names the setting to change).\n",
         );
     }
 

@@ -559,7 +559,8 @@ fn refused_names_are_counted_and_explained() {
     );
     assert!(r.text.contains("bad\\rname.dat"), "{}", r.text);
     assert!(
-        r.text.contains("A refused file was listed by the source"),
+        r.text
+            .contains("A refused entry was not copied, and its detail line says why"),
         "{}",
         r.text
     );
