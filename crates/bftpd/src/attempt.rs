@@ -105,14 +105,19 @@ impl Default for AttemptLog {
 
 impl AttemptLog {
     fn keep(&mut self, t: Transcript) {
-        // A recorder's clock started with its pair, inside the attempt.
-        let base = t.started.map_or(0, |s| {
-            u64::try_from(s.saturating_duration_since(self.clock).as_millis()).unwrap_or(u64::MAX)
+        // A recorder's clock started with its pair: inside the attempt, or before it for a
+        // kept pair (its lines are moved back onto the attempt's clock).
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let (ahead, behind) = t.started.map_or((0, 0), |s| {
+            (
+                ms(s.saturating_duration_since(self.clock)),
+                ms(self.clock.saturating_duration_since(s)),
+            )
         });
         let pair: Arc<str> = Arc::from(t.label.as_deref().unwrap_or("p?"));
         let (omitted, omitted_at) = (t.omitted, t.omitted_at);
         for (i, entry) in t.entries.into_iter().enumerate() {
-            let at = base.saturating_add(entry.at_ms);
+            let at = ahead.saturating_add(entry.at_ms).saturating_sub(behind);
             if omitted > 0 && i == omitted_at {
                 self.insert(at, || Kept::Omitted {
                     pair: pair.clone(),
@@ -308,7 +313,7 @@ struct Run {
     claims: Mutex<std::collections::HashMap<String, String>>,
     /// The first pair's pool key and the slots it holds: that pair may be kept for another
     /// job when it closes (`crate::pool`).
-    first: Mutex<Option<(crate::pool::PoolKey, crate::ftp::Slots)>>,
+    first: Mutex<Option<(crate::pool::PoolKey, crate::ftp::Slots, crate::pool::Origin)>>,
     /// Member records that nothing waits for, written in groups (`crate::ledger_batch`).
     batch: Arc<crate::ledger_batch::Batch>,
 }
@@ -579,7 +584,7 @@ impl Run {
             _ => None,
         };
         match first {
-            Some((key, slots)) => self.hosts.pool.put(key, pair, slots).await,
+            Some((key, slots, origin)) => self.hosts.pool.put(key, pair, slots, origin).await,
             None => pair.close().await,
         }
     }
@@ -659,14 +664,17 @@ impl Run {
         let key = crate::pool::PoolKey::new(job.owner_uid, &src_login, &dst_login, spec.params);
         let acquired = crate::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await;
         let mut pair = match acquired {
-            crate::pool::Acquired::Kept(pair, slots) => {
+            crate::pool::Acquired::Kept(pair, slots, origin) => {
                 pair.set_label("p1");
-                *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots));
+                *self.first.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((key, slots, origin.used_by(id)));
                 *pair
             }
             crate::pool::Acquired::Slots(slots) => {
-                *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots));
-                match self.open(&spec, "p1").await {
+                let opened = self.open(&spec, "p1").await;
+                let origin = crate::pool::Origin::new(self.clock.now(), id);
+                *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots, origin));
+                match opened {
                     Ok(p) => p,
                     Err(e) => {
                         self.keep(e.transcript.clone());

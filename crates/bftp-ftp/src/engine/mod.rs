@@ -551,7 +551,8 @@ impl Pair {
         &self.logins[index(side)].host
     }
 
-    fn note(&self, side: Side, text: &str) {
+    /// Adds a note to the pair's transcript (a fallback taken; a kept pair's origin).
+    pub fn note(&self, side: Side, text: &str) {
         self.recorder.note(side, text);
     }
 
