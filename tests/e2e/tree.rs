@@ -681,3 +681,73 @@ fn a_resumed_recursive_job_does_not_make_its_directories_again() {
         after.len() - before.len()
     );
 }
+
+/// Issue 27 item 11: names Pure-FTPd can never store as asked end their member instead of
+/// being retried until the attempts run out. A backslash is refused with 553 (permanent at
+/// once); a trailing space is stored as `_`, so after its 226 the destination has no file
+/// under the name: the same failure of the same name on a second attempt ends the member,
+/// naming the trait of the name, while the rest of the tree is copied.
+#[test]
+fn a_name_the_destination_never_stores_as_asked_ends_its_member() {
+    use crate::scheduler::{submit, wait_final};
+    use bftp_tests::daemon::Bftpd;
+    let d = Bftpd::start().unwrap();
+    let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    for (f, body) in [
+        ("tree/back\\slash.dat", &b"backslash"[..]),
+        ("tree/trail ", b"trailing space"),
+        ("tree/ok.dat", b"fine"),
+        ("tree/sub/deep.dat", b"below"),
+    ] {
+        src.put_file(f, body).unwrap();
+    }
+    let id = submit(
+        &d,
+        &src,
+        &dst,
+        "tree",
+        "copy",
+        &[
+            "--recursive",
+            "--retry-first",
+            "1s",
+            "--retry-factor",
+            "1",
+            "--max-attempts",
+            "8",
+        ],
+    );
+    let v = wait_final(&d, id, std::time::Duration::from_secs(90));
+    let member = |name: &str| {
+        v["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("no member {name:?}: {v:#}"))
+            .clone()
+    };
+    assert_eq!(v["outcome"], "partial", "{v:#}");
+    for ok in ["ok.dat", "sub/deep.dat"] {
+        assert_eq!(member(ok)["state"], "succeeded", "{v:#}");
+    }
+    let back = member("back\\slash.dat");
+    assert_eq!(back["state"], "failed_permanent", "{v:#}");
+    assert_eq!(back["attempts"], 1, "a 553 is not retried: {v:#}");
+    assert_eq!(back["dest_reply"]["code"], 553, "{v:#}");
+    let trail = member("trail ");
+    assert_eq!(trail["state"], "failed_permanent", "{v:#}");
+    assert_eq!(trail["attempts"], 2, "ended at its second sighting: {v:#}");
+    let detail = trail["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("no file under that name")
+            && detail.contains("on 2 attempts")
+            && detail.contains("Pure-FTPd stores it as `_`"),
+        "{detail}"
+    );
+    assert_eq!(v["attempts"], 2, "{v:#}");
+    // What Pure-FTPd made of the name: under its own name, left alone (not provably ours).
+    assert_eq!(dst.read_file("copy/trail_").unwrap(), b"trailing space");
+    assert_eq!(dst.read_file("copy/ok.dat").unwrap(), b"fine");
+}

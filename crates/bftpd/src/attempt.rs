@@ -1056,6 +1056,26 @@ impl Run {
                 }
             }
             CopyOutcome::Transient { kind, failure, .. } => {
+                // The same failure of this name again: the name is one the server never
+                // stores as asked.
+                let settled = crate::refusals::settle_name(
+                    &self.store,
+                    spec,
+                    req,
+                    kind,
+                    &failure,
+                    self.id,
+                    attempt,
+                    self.clock.now(),
+                )
+                .await
+                .map_err(store_failed)?;
+                if let Some(settled) = settled {
+                    return Ok(ledger::Outcome::RepeatedRefusal {
+                        state: settled.state,
+                        detail: settled.detail,
+                    });
+                }
                 // The same refusal again from this server: its configuration, not a moment.
                 let settled = crate::refusals::settle_repeated(
                     &self.store,
