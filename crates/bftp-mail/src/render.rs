@@ -111,6 +111,13 @@ pub fn render(input: &ReportInput) -> Report {
 
 fn safe_view(v: &JobView, safe: &dyn Fn(&str) -> String) -> JobView {
     let opt = |o: &Option<String>| o.as_deref().map(safe);
+    let control = |c: &bftp_api::ControlTlsView| bftp_api::ControlTlsView {
+        state: safe(&c.state),
+        version: opt(&c.version),
+        certificate: opt(&c.certificate),
+        ca_file: opt(&c.ca_file),
+        pinned_sha256: opt(&c.pinned_sha256),
+    };
     let endpoint = |e: &EndpointView| EndpointView {
         host: safe(&e.host),
         port: e.port,
@@ -162,7 +169,15 @@ fn safe_view(v: &JobView, safe: &dyn Fn(&str) -> String) -> JobView {
             proof: opt(&m.proof),
             // A report is of a final job: nothing is in flight.
             progress: None,
-            tls: opt(&m.tls),
+            tls: m.tls.as_ref().map(|t| bftp_api::TlsView {
+                source: t.source.as_ref().map(&control),
+                destination: t.destination.as_ref().map(&control),
+                data: t.data.as_ref().map(|d| bftp_api::DataTlsView {
+                    encrypted: d.encrypted,
+                    tls_client: opt(&d.tls_client),
+                    clear_reason: opt(&d.clear_reason),
+                }),
+            }),
         })
         .collect();
     // The report does not describe its own delivery.
@@ -385,7 +400,7 @@ fn render_text(job: &JobView, s: &Summary, transcript: &[String], omitted: usize
                 let _ = writeln!(t, "      {:<13}{}", "destination:", reply_line(r));
             }
             if let Some(tls) = &m.tls {
-                let _ = writeln!(t, "      {:<13}{tls}", "tls:");
+                let _ = writeln!(t, "      {:<13}{}", "tls:", tls.describe());
             }
             if let Some(p) = &m.proof {
                 let _ = writeln!(t, "      {:<13}{p}", "proof:");
