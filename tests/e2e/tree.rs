@@ -751,3 +751,48 @@ fn a_name_the_destination_never_stores_as_asked_ends_its_member() {
     assert_eq!(dst.read_file("copy/trail_").unwrap(), b"trailing space");
     assert_eq!(dst.read_file("copy/ok.dat").unwrap(), b"fine");
 }
+
+/// Issue 27 item 13: proFTPD's MLSD lists a FIFO as `type=file` (its `UNIX.mode` has no type
+/// bits), and the copy then failed with "not a regular file". The walk asks LIST about a
+/// directory's empty "files" and reports the FIFO as a special file, refused with its
+/// reason like every special file; an empty plain file is still copied.
+#[test]
+fn a_fifo_proftpd_lists_as_a_file_is_reported_as_a_special_file() {
+    use crate::scheduler::{submit, wait_final};
+    use bftp_tests::daemon::Bftpd;
+    let d = Bftpd::start().unwrap();
+    let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    src.put_file("tree/a.dat", b"alpha").unwrap();
+    src.put_file("tree/sub/empty.dat", b"").unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(src.path("tree/sub/pipe"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let id = submit(&d, &src, &dst, "tree", "copy", &["--recursive"]);
+    let v = wait_final(&d, id, std::time::Duration::from_secs(60));
+    let state = |name: &str| {
+        v["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("no member {name:?}: {v:#}"))
+            .clone()
+    };
+    assert_eq!(v["outcome"], "partial", "{v:#}");
+    assert_eq!(state("a.dat")["state"], "succeeded", "{v:#}");
+    assert_eq!(state("sub/empty.dat")["state"], "succeeded", "{v:#}");
+    let pipe = state("sub/pipe");
+    assert_eq!(pipe["state"], "refused", "{v:#}");
+    assert!(
+        pipe["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("not a plain file or directory (type p)")),
+        "{v:#}"
+    );
+    assert_eq!(pipe["attempts"], 0, "never sent in a RETR: {v:#}");
+    assert_eq!(dst.read_file("copy/sub/empty.dat").unwrap(), b"");
+    assert!(!dst.path("copy/sub/pipe").exists());
+}
