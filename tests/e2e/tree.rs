@@ -796,3 +796,48 @@ fn a_fifo_proftpd_lists_as_a_file_is_reported_as_a_special_file() {
     assert_eq!(dst.read_file("copy/sub/empty.dat").unwrap(), b"");
     assert!(!dst.path("copy/sub/pipe").exists());
 }
+
+/// Issue 27 item 13: a `move` of a tree removes the source directories it emptied, deepest
+/// first (RMD), and keeps the root the user named and any directory holding something not
+/// moved (here a symbolic link, reported and never moved).
+#[test]
+fn a_moved_tree_leaves_no_emptied_source_directory_behind() {
+    use crate::scheduler::{submit, wait_final};
+    use bftp_tests::daemon::Bftpd;
+    let d = Bftpd::start().unwrap();
+    let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    for (f, body) in [
+        ("tree/a.dat", &b"alpha"[..]),
+        ("tree/sub/x.dat", b"below"),
+        ("tree/sub/deeper/y.dat", b"two below"),
+        ("tree/keep/z.dat", b"beside a link"),
+    ] {
+        src.put_file(f, body).unwrap();
+    }
+    src.mkdir("tree/empty").unwrap();
+    std::os::unix::fs::symlink("z.dat", src.path("tree/keep/link")).unwrap();
+    let id = submit(&d, &src, &dst, "tree", "copy", &["--recursive", "--move"]);
+    let v = wait_final(&d, id, std::time::Duration::from_secs(60));
+    assert_eq!(v["outcome"], "partial", "the link is refused: {v:#}");
+    assert_eq!(
+        dst.read_file("copy/sub/deeper/y.dat").unwrap(),
+        b"two below"
+    );
+    for gone in ["tree/a.dat", "tree/sub", "tree/empty", "tree/keep/z.dat"] {
+        assert!(!src.path(gone).exists(), "{gone} is still there: {v:#}");
+    }
+    assert!(src.path("tree").is_dir(), "the root stays");
+    assert!(src.path("tree/keep/link").is_symlink(), "the link stays");
+    let log = std::fs::read_to_string(src.log_file()).unwrap();
+    let at = |needle: &str| {
+        log.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not in the source's log:\n{log}"))
+    };
+    assert!(
+        at("\"RMD tree/sub/deeper\" 250") < at("\"RMD tree/sub\" 250"),
+        "children before parents:\n{log}"
+    );
+    assert!(!log.contains("RMD tree/keep"), "{log}");
+    assert!(!log.contains("\"RMD tree\""), "{log}");
+}

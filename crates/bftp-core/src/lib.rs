@@ -17,6 +17,7 @@ pub mod scrub;
 pub mod state;
 pub mod time;
 pub mod tls;
+pub mod tree;
 
 pub use intent::{Decision, Evidence, Intent, Probe};
 pub use model::*;

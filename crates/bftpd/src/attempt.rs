@@ -782,9 +782,63 @@ impl Run {
         };
         match (end, ran.failed) {
             (Some(end), _) => end,
-            (None, None) => AttemptEnd::Complete,
+            (None, None) => {
+                if spec.recursive && spec.disposition == Disposition::Move {
+                    self.remove_emptied_dirs(&spec, job.owner_uid, dst_host)
+                        .await;
+                }
+                AttemptEnd::Complete
+            }
             (None, Some(reason)) => AttemptEnd::Transient { reason },
         }
+    }
+
+    /// A moved tree's emptied source directories (`bftp_core::tree::emptied_dirs`: listed by
+    /// the walk, below the root, every member under them moved), deepest first, with RMD on
+    /// the first pair, or a kept one. A refused RMD (a file put there since) leaves the
+    /// directory: noted in the transcript, not an error. Best effort: an attempt that ends
+    /// before (a crash) leaves them, as a job whose files are all final has nothing to redo.
+    async fn remove_emptied_dirs(&self, spec: &JobSpec, owner: u32, dst_host: &str) {
+        let id = self.id;
+        let Ok((walk, members)) = self
+            .blocking(move |s| Ok((s.walk(id)?, s.members(id)?)))
+            .await
+        else {
+            return;
+        };
+        let states: Vec<(&str, MemberState)> =
+            members.iter().map(|m| (m.name.as_str(), m.state)).collect();
+        let dirs = bftp_core::tree::emptied_dirs(walk.listed.iter().map(String::as_str), &states);
+        if dirs.is_empty() {
+            return;
+        }
+        let src_login = ServerLogin::from_endpoint(&spec.source);
+        let dst_login = spec
+            .destination
+            .as_ref()
+            .map(ServerLogin::from_endpoint)
+            .unwrap_or_else(|| src_login.clone());
+        let key = crate::pool::PoolKey::new(owner, &src_login, &dst_login, spec.params);
+        let (mut pair, slots, origin) =
+            match crate::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await {
+                crate::pool::Acquired::Kept(pair, slots, origin) => (*pair, slots, origin),
+                crate::pool::Acquired::Slots(slots) => match self.open(spec, "p1").await {
+                    Ok(pair) => (pair, slots, crate::pool::Origin::new(self.clock.now(), id)),
+                    Err(e) => {
+                        self.keep(e.transcript.clone());
+                        return;
+                    }
+                },
+            };
+        pair.set_label("p1");
+        for dir in &dirs {
+            let path = crate::ftp::source_path(spec, dir);
+            if let Err(e) = pair.remove_dir(Side::Source, &path).await {
+                pair.note(Side::Source, &format!("{path} stays: {e}"));
+            }
+        }
+        *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots, origin));
+        self.close(pair).await;
     }
 
     /// RULES.md §4.4: the first successful listing, matched by us, durable before any member

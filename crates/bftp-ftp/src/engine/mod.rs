@@ -841,6 +841,18 @@ impl Pair {
         }
     }
 
+    /// RMD `path` on `side` (an emptied source directory of a moved tree): the 2yz reply,
+    /// or the refusal (a directory not empty is refused by the server, and stays).
+    pub async fn remove_dir(&mut self, side: Side, path: &str) -> Result<Reply, ActionError> {
+        self.before_action().await;
+        self.usable_for(side, "RMD", path)?;
+        let result = self.exchange(side, &format!("RMD {path}")).await;
+        match (self.classify(side, CommandKind::Other, &result), result) {
+            (Disposition::Done, Ok(reply)) => Ok(reply),
+            (disposition, result) => Err(self.action_error(side, "RMD", result, disposition)),
+        }
+    }
+
     /// An action between copies needs both connections free: steps done ahead for a next
     /// copy are called off first (a failure to log in again shows as a closed pair).
     async fn before_action(&mut self) {
