@@ -44,7 +44,8 @@ mod tests {
     fn emptied_directories_deepest_first_never_the_root() {
         let dirs = ["", "a", "a/b", "a/b/c", "d", "e", "f"];
         // (members, directories removed)
-        let table: Vec<(Vec<(&str, MemberState)>, Vec<&str>)> = vec![
+        type Row = (Vec<(&'static str, MemberState)>, Vec<&'static str>);
+        let table: Vec<Row> = vec![
             (
                 vec![
                     ("top.dat", S::Succeeded),
