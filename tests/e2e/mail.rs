@@ -51,7 +51,7 @@ fn header<'a>(m: &'a mail_parser::Message<'a>, name: &str) -> String {
 }
 
 /// The text part and the JSON attachment of a report, decoded.
-fn parts(raw: &str) -> (String, Value, String) {
+pub(crate) fn parts(raw: &str) -> (String, Value, String) {
     let m = parse(raw);
     let body = m.body_text(0).expect("a text part").to_string();
     let att = m.attachment(0).expect("a JSON attachment");

@@ -93,6 +93,76 @@ fn a_later_job_of_the_same_owner_and_logins_reuses_the_logged_in_pair() {
     );
 }
 
+/// Issue 27 item 15: the transcript of a job on a kept pair says so, with when the pair
+/// logged in and for which job, on the attempt's clock (it began with a NOOP at 7,895 ms).
+#[test]
+fn a_job_on_a_kept_pair_says_in_its_transcript_where_the_login_went() {
+    let s = Servers::start();
+    let sink = bftp_tests::SmtpSink::start().unwrap();
+    let d = Bftpd::start_with(|dir| Bftpd::mail_config(dir, sink.port(), "")).unwrap();
+    let first = s.job(&d, None, "a.bin");
+    succeeded(&first);
+    // The kept pair ages: its own clock runs ahead of the next attempt's by this much.
+    let idle = Duration::from_secs(4);
+    std::thread::sleep(idle);
+    let second = s.job(&d, None, "b.bin");
+    succeeded(&second);
+    let third = s.job(&d, None, "c.bin");
+    succeeded(&third);
+    assert_eq!(s.sessions(), (1, 1), "the pair was kept");
+    let mails = sink.wait_for(3, Duration::from_secs(60)).unwrap();
+    let transcript_of = |job: &Value| -> Vec<String> {
+        let id = job["id"].as_u64().unwrap();
+        mails
+            .iter()
+            .map(|m| crate::mail::parts(m).1)
+            .find(|j| j["job"]["id"] == id)
+            .unwrap_or_else(|| panic!("no report of job {id}"))["transcript"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let a = first["id"].as_u64().unwrap();
+    let b = second["id"].as_u64().unwrap();
+    // `[     12 ms] [p1] source: ...`: the time of a transcript line.
+    let ms = |l: &str| -> u64 {
+        l.trim_start_matches('[')
+            .split(" ms]")
+            .next()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let t = transcript_of(&first);
+    assert!(
+        t[0].contains("connecting to") && t.iter().any(|l| l.contains("USER")),
+        "the first job logged in: {t:#?}"
+    );
+    for (job, tail) in [
+        (&second, String::new()),
+        (
+            &third,
+            format!(", last used by job {b} (2 jobs before this one)"),
+        ),
+    ] {
+        let t = transcript_of(job);
+        assert!(
+            t[0].contains("connection pair reused, no login: logged in at 20")
+                && t[0].contains(&format!("for job {a}{tail};")),
+            "the first line says where the login went: {t:#?}"
+        );
+        assert!(t[1].contains("NOOP"), "{t:#?}");
+        assert!(
+            Duration::from_millis(ms(&t[1])) < idle - Duration::from_secs(1),
+            "the reused pair's lines are on the attempt's clock, not the pair's: {t:#?}"
+        );
+        assert!(!t.iter().any(|l| l.contains("USER")), "{t:#?}");
+    }
+}
+
 #[test]
 fn a_kept_pair_is_never_used_for_another_unix_user() {
     let s = Servers::start();

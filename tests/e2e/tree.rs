@@ -681,3 +681,163 @@ fn a_resumed_recursive_job_does_not_make_its_directories_again() {
         after.len() - before.len()
     );
 }
+
+/// Issue 27 item 11: names Pure-FTPd can never store as asked end their member instead of
+/// being retried until the attempts run out. A backslash is refused with 553 (permanent at
+/// once); a trailing space is stored as `_`, so after its 226 the destination has no file
+/// under the name: the same failure of the same name on a second attempt ends the member,
+/// naming the trait of the name, while the rest of the tree is copied.
+#[test]
+fn a_name_the_destination_never_stores_as_asked_ends_its_member() {
+    use crate::scheduler::{submit, wait_final};
+    use bftp_tests::daemon::Bftpd;
+    let d = Bftpd::start().unwrap();
+    let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    for (f, body) in [
+        ("tree/back\\slash.dat", &b"backslash"[..]),
+        ("tree/trail ", b"trailing space"),
+        ("tree/ok.dat", b"fine"),
+        ("tree/sub/deep.dat", b"below"),
+    ] {
+        src.put_file(f, body).unwrap();
+    }
+    let id = submit(
+        &d,
+        &src,
+        &dst,
+        "tree",
+        "copy",
+        &[
+            "--recursive",
+            "--retry-first",
+            "1s",
+            "--retry-factor",
+            "1",
+            "--max-attempts",
+            "8",
+        ],
+    );
+    let v = wait_final(&d, id, std::time::Duration::from_secs(90));
+    let member = |name: &str| {
+        v["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("no member {name:?}: {v:#}"))
+            .clone()
+    };
+    assert_eq!(v["outcome"], "partial", "{v:#}");
+    for ok in ["ok.dat", "sub/deep.dat"] {
+        assert_eq!(member(ok)["state"], "succeeded", "{v:#}");
+    }
+    let back = member("back\\slash.dat");
+    assert_eq!(back["state"], "failed_permanent", "{v:#}");
+    assert_eq!(back["attempts"], 1, "a 553 is not retried: {v:#}");
+    assert_eq!(back["dest_reply"]["code"], 553, "{v:#}");
+    let trail = member("trail ");
+    assert_eq!(trail["state"], "failed_permanent", "{v:#}");
+    assert_eq!(trail["attempts"], 2, "ended at its second sighting: {v:#}");
+    let detail = trail["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("no file under that name")
+            && detail.contains("on 2 attempts")
+            && detail.contains("Pure-FTPd stores it as `_`"),
+        "{detail}"
+    );
+    assert_eq!(v["attempts"], 2, "{v:#}");
+    // What Pure-FTPd made of the name: under its own name, left alone (not provably ours).
+    assert_eq!(dst.read_file("copy/trail_").unwrap(), b"trailing space");
+    assert_eq!(dst.read_file("copy/ok.dat").unwrap(), b"fine");
+}
+
+/// Issue 27 item 13: proFTPD's MLSD lists a FIFO as `type=file` (its `UNIX.mode` has no type
+/// bits), and the copy then failed with "not a regular file". The walk asks LIST about a
+/// directory's empty "files" and reports the FIFO as a special file, refused with its
+/// reason like every special file; an empty plain file is still copied.
+#[test]
+fn a_fifo_proftpd_lists_as_a_file_is_reported_as_a_special_file() {
+    use crate::scheduler::{submit, wait_final};
+    use bftp_tests::daemon::Bftpd;
+    let d = Bftpd::start().unwrap();
+    let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    src.put_file("tree/a.dat", b"alpha").unwrap();
+    src.put_file("tree/sub/empty.dat", b"").unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(src.path("tree/sub/pipe"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let id = submit(&d, &src, &dst, "tree", "copy", &["--recursive"]);
+    let v = wait_final(&d, id, std::time::Duration::from_secs(60));
+    let state = |name: &str| {
+        v["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("no member {name:?}: {v:#}"))
+            .clone()
+    };
+    assert_eq!(v["outcome"], "partial", "{v:#}");
+    assert_eq!(state("a.dat")["state"], "succeeded", "{v:#}");
+    assert_eq!(state("sub/empty.dat")["state"], "succeeded", "{v:#}");
+    let pipe = state("sub/pipe");
+    assert_eq!(pipe["state"], "refused", "{v:#}");
+    assert!(
+        pipe["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("not a plain file or directory (type p)")),
+        "{v:#}"
+    );
+    assert_eq!(pipe["attempts"], 0, "never sent in a RETR: {v:#}");
+    assert_eq!(dst.read_file("copy/sub/empty.dat").unwrap(), b"");
+    assert!(!dst.path("copy/sub/pipe").exists());
+}
+
+/// Issue 27 item 13: a `move` of a tree removes the source directories it emptied, deepest
+/// first (RMD), and keeps the root the user named and any directory holding something not
+/// moved (here a symbolic link, reported and never moved).
+#[test]
+fn a_moved_tree_leaves_no_emptied_source_directory_behind() {
+    use crate::scheduler::{submit, wait_final};
+    use bftp_tests::daemon::Bftpd;
+    let d = Bftpd::start().unwrap();
+    let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    for (f, body) in [
+        ("tree/a.dat", &b"alpha"[..]),
+        ("tree/sub/x.dat", b"below"),
+        ("tree/sub/deeper/y.dat", b"two below"),
+        ("tree/keep/z.dat", b"beside a link"),
+    ] {
+        src.put_file(f, body).unwrap();
+    }
+    src.mkdir("tree/empty").unwrap();
+    std::os::unix::fs::symlink("z.dat", src.path("tree/keep/link")).unwrap();
+    let id = submit(&d, &src, &dst, "tree", "copy", &["--recursive", "--move"]);
+    let v = wait_final(&d, id, std::time::Duration::from_secs(60));
+    assert_eq!(v["outcome"], "partial", "the link is refused: {v:#}");
+    assert_eq!(
+        dst.read_file("copy/sub/deeper/y.dat").unwrap(),
+        b"two below"
+    );
+    for gone in ["tree/a.dat", "tree/sub", "tree/empty", "tree/keep/z.dat"] {
+        assert!(!src.path(gone).exists(), "{gone} is still there: {v:#}");
+    }
+    assert!(src.path("tree").is_dir(), "the root stays");
+    assert!(src.path("tree/keep/link").is_symlink(), "the link stays");
+    let log = std::fs::read_to_string(src.log_file()).unwrap();
+    let at = |needle: &str| {
+        log.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not in the source's log:\n{log}"))
+    };
+    assert!(
+        at("\"RMD tree/sub/deeper\" 250") < at("\"RMD tree/sub\" 250"),
+        "children before parents:\n{log}"
+    );
+    assert!(!log.contains("RMD tree/keep"), "{log}");
+    assert!(!log.contains("\"RMD tree\""), "{log}");
+}

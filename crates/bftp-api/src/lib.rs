@@ -192,7 +192,95 @@ pub struct MemberView {
     /// The TLS of this file's last copy: each side's control connection (version, how the
     /// certificate was checked), and whether the data moved encrypted, with the TLS client.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<String>,
+    pub tls: Option<TlsView>,
+}
+
+/// The TLS of a copy, as fields (see [`TlsView::describe`] for the sentence people read).
+/// A side absent neither used nor asked for TLS.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsView {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<ControlTlsView>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<ControlTlsView>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<DataTlsView>,
+}
+
+/// One control connection's TLS.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlTlsView {
+    /// `tls`, or `clear` (the policy asked for TLS and the server did not accept AUTH TLS).
+    pub state: String,
+    /// `TLS 1.3`, `TLS 1.2` (with `tls`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// How the server's certificate was checked (with `tls`): `system_roots`, `ca_file`,
+    /// `pinned` or `insecure` (not checked, an explicit per-host setting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<String>,
+    /// The CA file, for `ca_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// The pinned certificate's SHA-256 (hex), for `pinned`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_sha256: Option<String>,
+}
+
+/// What a copy's data connection got.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataTlsView {
+    /// Whether the bytes moved through TLS between the servers.
+    pub encrypted: bool,
+    /// The server that was the TLS client (`source` or `destination`), when encrypted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client: Option<String>,
+    /// Why the data moved in clear although a policy asked for TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clear_reason: Option<String>,
+}
+
+impl TlsView {
+    /// The one sentence people read, made from the fields: `source control TLS 1.3 (CA file
+    /// /etc/ca.pem); destination control in clear (no AUTH TLS); data encrypted (TLS
+    /// client: destination)`.
+    pub fn describe(&self) -> String {
+        let control = |side: &str, c: &ControlTlsView| {
+            if c.state != "tls" {
+                return format!("{side} control in clear (no AUTH TLS)");
+            }
+            let check = match c.certificate.as_deref() {
+                Some("system_roots") => "system roots".to_owned(),
+                Some("ca_file") => format!("CA file {}", c.ca_file.as_deref().unwrap_or("?")),
+                Some("pinned") => format!(
+                    "pinned SHA-256 {}",
+                    c.pinned_sha256.as_deref().unwrap_or("?")
+                ),
+                Some("insecure") => "INSECURE: certificate not checked".to_owned(),
+                Some(other) => other.to_owned(),
+                None => "certificate check unknown".to_owned(),
+            };
+            format!(
+                "{side} control {} ({check})",
+                c.version.as_deref().unwrap_or("TLS")
+            )
+        };
+        let data = |d: &DataTlsView| match (d.encrypted, &d.tls_client, &d.clear_reason) {
+            (true, Some(side), _) => format!("data encrypted (TLS client: {side})"),
+            (true, None, _) => "data encrypted".to_owned(),
+            (false, _, Some(why)) => format!("data in clear: {why}"),
+            (false, _, None) => "data in clear".to_owned(),
+        };
+        [
+            self.source.as_ref().map(|c| control("source", c)),
+            self.destination.as_ref().map(|c| control("destination", c)),
+            self.data.as_ref().map(data),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; ")
+    }
 }
 
 /// A file being copied right now.
@@ -376,9 +464,10 @@ pub struct FileResult {
     pub fallbacks: Vec<String>,
     pub detail: Option<String>,
     pub seconds: f64,
-    /// The copy's TLS, as [`MemberView::tls`].
+    /// The copy's TLS, as [`MemberView::tls`] (boxed: most copies have none, and an event
+    /// stays small).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<String>,
+    pub tls: Option<Box<TlsView>>,
     /// What proved a succeeded copy: `hash`, `size` or `replies`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<String>,
@@ -433,6 +522,74 @@ fn is_zero(n: &u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 27 item 14: the TLS sentence is made from the fields, one way for every field.
+    #[test]
+    fn the_tls_sentence_is_made_from_the_fields() {
+        let tls = |version: &str, check: &str| ControlTlsView {
+            state: "tls".into(),
+            version: Some(version.into()),
+            certificate: Some(check.into()),
+            ..ControlTlsView::default()
+        };
+        let clear = ControlTlsView {
+            state: "clear".into(),
+            ..ControlTlsView::default()
+        };
+        let data = |encrypted, client: Option<&str>, why: Option<&str>| DataTlsView {
+            encrypted,
+            tls_client: client.map(str::to_owned),
+            clear_reason: why.map(str::to_owned),
+        };
+        let table: Vec<(TlsView, &str)> = vec![
+            (
+                TlsView {
+                    source: Some(ControlTlsView {
+                        ca_file: Some("/etc/ca.pem".into()),
+                        ..tls("TLS 1.3", "ca_file")
+                    }),
+                    destination: Some(clear.clone()),
+                    data: Some(data(true, Some("destination"), None)),
+                },
+                "source control TLS 1.3 (CA file /etc/ca.pem); destination control in clear \
+                 (no AUTH TLS); data encrypted (TLS client: destination)",
+            ),
+            (
+                TlsView {
+                    source: Some(tls("TLS 1.2", "system_roots")),
+                    destination: Some(ControlTlsView {
+                        pinned_sha256: Some("ab01".into()),
+                        ..tls("TLS 1.3", "pinned")
+                    }),
+                    data: Some(data(false, None, Some("no SSCN on either side"))),
+                },
+                "source control TLS 1.2 (system roots); destination control TLS 1.3 (pinned \
+                 SHA-256 ab01); data in clear: no SSCN on either side",
+            ),
+            (
+                TlsView {
+                    destination: Some(tls("TLS 1.3", "insecure")),
+                    data: Some(data(false, None, None)),
+                    ..TlsView::default()
+                },
+                "destination control TLS 1.3 (INSECURE: certificate not checked); data in clear",
+            ),
+            (
+                TlsView {
+                    data: Some(data(true, None, None)),
+                    ..TlsView::default()
+                },
+                "data encrypted",
+            ),
+        ];
+        for (view, sentence) in table {
+            assert_eq!(view.describe(), sentence);
+            // The JSON is fields: it round-trips and holds no sentence.
+            let json = serde_json::to_string(&view).unwrap();
+            assert!(!json.contains("control"), "{json}");
+            assert_eq!(serde_json::from_str::<TlsView>(&json).unwrap(), view);
+        }
+    }
 
     #[test]
     fn unknown_fields_are_refused() {

@@ -229,6 +229,90 @@ pub fn explain(server: &str, command: &str, memory: &RefusalMemory) -> String {
     out
 }
 
+/// The memory of one name at one destination: the command verb and the destination path
+/// (`STOR in/trail `), kept beside the per-command memories. A name is the file's, not the
+/// server's: one name's repeated refusal says nothing about another's.
+pub fn name_key(host: &str, port: u16, verb: &str, path: &str) -> RefusalKey {
+    let server = RefusalKey::new(host, port, verb);
+    RefusalKey {
+        command: format!("{} {path}", server.command),
+        ..server
+    }
+}
+
+/// How a destination can fail a name the same way on every attempt, whatever the moment:
+/// the failures that [`name_settles`] may end by repetition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameFailure {
+    /// The server confirmed the upload (2yz) and then has no file under the name asked:
+    /// it stored the bytes under a name of its own (Pure-FTPd turns a trailing space into
+    /// `_`), or something removed the file at once.
+    NotStoredAsNamed,
+    /// A transient refusal (4yz) of the data command for this name.
+    Refused(TransientKind),
+}
+
+/// RULES.md §5: whether a name's failure, seen unchanged on `memory.count` attempts (the
+/// memory of [`name_key`], after this sighting), ends the member for good. A name the server
+/// never stores as asked comes back the same way after any backoff, and each attempt
+/// leaves another file under the server's own name; a refusal of a name by a kind that
+/// depends on the moment (a busy file, storage, the connection) does not settle.
+pub fn name_settles(failure: NameFailure, memory: &RefusalMemory) -> bool {
+    let by_kind = match failure {
+        NameFailure::NotStoredAsNamed => true,
+        NameFailure::Refused(kind) => repeatable(kind),
+    };
+    by_kind && memory.count >= REPEATS_TO_SETTLE
+}
+
+/// What is known to make a server store or refuse a name differently from what was asked:
+/// the hint the explanation gives, where the name has such a trait.
+pub fn name_trait(name: &str) -> Option<&'static str> {
+    let last = name.rsplit('/').next().unwrap_or(name);
+    if last.ends_with(' ') {
+        Some("the name ends with a space, which some servers change (Pure-FTPd stores it as `_`)")
+    } else if last.starts_with(' ') {
+        Some("the name starts with a space, which some servers drop or change")
+    } else if name.contains('\\') {
+        Some("the name holds a backslash, which some servers refuse (Pure-FTPd: 553)")
+    } else {
+        None
+    }
+}
+
+/// What the ledger says of a member ended because its name failed the same way on
+/// repeated attempts.
+pub fn explain_name(
+    server: &str,
+    name: &str,
+    failure: NameFailure,
+    memory: &RefusalMemory,
+) -> String {
+    let what = match failure {
+        NameFailure::NotStoredAsNamed => format!(
+            "confirmed the upload of {name:?} and then had no file under that name \
+             ({code} {text}) on {count} attempts: it stores this name as another one, and \
+             bftpd cannot prove a file under the server's own name is its copy, so none is \
+             deleted",
+            code = memory.code,
+            text = memory.text,
+            count = memory.count,
+        ),
+        NameFailure::Refused(_) => format!(
+            "refused the name {name:?} with the same transient reply on {count} attempts \
+             ({code} {text})",
+            code = memory.code,
+            text = memory.text,
+            count = memory.count,
+        ),
+    };
+    let mut out = format!("{server} {what}; the file is not retried");
+    if let Some(t) = name_trait(name) {
+        out.push_str(&format!(" ({t})"));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +331,74 @@ mod tests {
     }
 
     const PROFTPD_451: &str = "<path>: Append/Restart not permitted, try again";
+
+    #[test]
+    fn a_name_failed_the_same_way_on_repeated_attempts_settles() {
+        use TransientKind as T;
+        let memory = |count| RefusalMemory {
+            code: code(550),
+            text: "Can't check for file existence".into(),
+            first_seen: Timestamp(0),
+            last_seen: Timestamp(0),
+            count,
+            last_job: 1,
+            last_attempt: count,
+        };
+        // (failure, attempts that saw it unchanged, settles)
+        let table: &[(NameFailure, u32, bool)] = &[
+            (NameFailure::NotStoredAsNamed, 1, false),
+            (NameFailure::NotStoredAsNamed, 2, true),
+            (NameFailure::NotStoredAsNamed, 7, true),
+            (NameFailure::Refused(T::LocalError), 1, false),
+            (NameFailure::Refused(T::LocalError), 2, true),
+            (NameFailure::Refused(T::Unlisted(code(454))), 2, true),
+            // Kinds of the moment never settle by repetition.
+            (NameFailure::Refused(T::FileBusy), 5, false),
+            (NameFailure::Refused(T::Storage), 5, false),
+            (NameFailure::Refused(T::DataConnection), 5, false),
+            (NameFailure::Refused(T::Reconnect), 5, false),
+        ];
+        for &(failure, count, settles) in table {
+            assert_eq!(
+                name_settles(failure, &memory(count)),
+                settles,
+                "{failure:?} on {count} attempts"
+            );
+        }
+        // One name's memory is not another's, nor the command's.
+        let a = name_key("Ftp.Example", 21, "stor", "in/trail ");
+        assert_eq!(a.command, "STOR in/trail ");
+        assert_eq!(a.host, "ftp.example");
+        assert_ne!(a, name_key("ftp.example", 21, "STOR", "in/trail_"));
+        assert_ne!(a, RefusalKey::new("ftp.example", 21, "STOR"));
+        // The traits the explanation names.
+        let traits: &[(&str, Option<&str>)] = &[
+            ("in/trail ", Some("ends with a space")),
+            ("in/ lead", Some("starts with a space")),
+            ("in/back\\slash", Some("backslash")),
+            ("in/plain.dat", None),
+            ("dir /file", None),
+        ];
+        for &(name, t) in traits {
+            let got = name_trait(name);
+            assert_eq!(got.is_some(), t.is_some(), "{name:?}: {got:?}");
+            if let (Some(got), Some(t)) = (got, t) {
+                assert!(got.contains(t), "{name:?}: {got}");
+            }
+        }
+        let text = explain_name(
+            "the destination server 127.0.0.2",
+            "in/trail ",
+            NameFailure::NotStoredAsNamed,
+            &memory(2),
+        );
+        assert!(
+            text.contains("\"in/trail \"")
+                && text.contains("on 2 attempts")
+                && text.contains("Pure-FTPd stores it as `_`"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn known_refusals_table() {

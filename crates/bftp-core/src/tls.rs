@@ -121,6 +121,53 @@ impl TlsClient {
     }
 }
 
+/// The TLS a copy had, as data (the ledger keeps it per file; the API, `--json` and the
+/// report show these fields, and a sentence made from them for people). `None` for a side
+/// that neither used nor asked for TLS.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CopyTls {
+    pub source: Option<ControlTls>,
+    pub destination: Option<ControlTls>,
+    pub data: Option<DataProtection>,
+}
+
+/// One control connection's TLS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlTls {
+    /// TLS, its version (`TLS 1.3`) and how the server's certificate was checked.
+    Tls {
+        version: String,
+        certificate: CertificateCheck,
+    },
+    /// In clear although the policy asked for TLS (`preferred`, and the server did not
+    /// accept AUTH TLS).
+    Clear,
+}
+
+/// How a server's certificate was checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CertificateCheck {
+    /// The system's root certificates.
+    SystemRoots,
+    /// The CA certificates in this file.
+    CaFile(String),
+    /// Exactly the certificate with this SHA-256 fingerprint (hex).
+    Pinned(String),
+    /// Not checked: an explicit per-host `insecure` setting.
+    Insecure,
+}
+
+/// What a copy's data connection got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataProtection {
+    /// Whether the bytes moved through TLS between the servers.
+    pub encrypted: bool,
+    /// The server that was the TLS client (SSCN ON), when encrypted.
+    pub tls_client: Option<TlsClient>,
+    /// Why the data moved in clear although a policy asked for TLS.
+    pub clear_reason: Option<String>,
+}
+
 /// The plan for one copy's data connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DataPlan {

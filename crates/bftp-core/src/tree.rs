@@ -9,6 +9,14 @@
 //! its path (its files are not frozen: nothing of a cut listing is taken as the directory's),
 //! so the job ends `partial`, with the reason and the setting, and the rest of the tree goes
 //! on. Pure.
+//!
+//! And which source directories a `move` of a tree removes once its files are moved (RULES.md
+//! §2, [`emptied_dirs`]): every directory the walk listed below the root whose every member
+//! (file, link, special file, refused name or directory, at any depth) was moved, deepest
+//! first so that a parent comes after its children. The root stays: the user named it, and
+//! it may be a directory others put files into.
+
+use crate::MemberState;
 
 /// Whether a listing could show names starting with a dot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,6 +166,37 @@ pub fn blocked_by<'a>(name: &str, failed: &'a [String]) -> Option<&'a str> {
         .map(String::as_str)
 }
 
+/// The directories to remove (relative to the root), deepest first. `dirs`: the directories
+/// the walk listed (`""` is the root); `members`: each member's name (relative to the root)
+/// and state. A directory with no member under it (empty at the walk) is removed too: the
+/// walk saw it empty, and a file put there since makes the RMD fail, which leaves it. A
+/// member named by the directory itself (a directory refused whole: a cut listing, a tree
+/// limit) keeps it: its files were never listed, let alone moved.
+pub fn emptied_dirs<'a>(
+    dirs: impl IntoIterator<Item = &'a str>,
+    members: &[(&str, MemberState)],
+) -> Vec<String> {
+    let mut out: Vec<String> = dirs
+        .into_iter()
+        .filter(|d| !d.is_empty())
+        .filter(|d| {
+            let prefix = format!("{d}/");
+            members
+                .iter()
+                .filter(|(name, _)| name == d || name.starts_with(&prefix))
+                .all(|(_, state)| *state == MemberState::Succeeded)
+        })
+        .map(str::to_owned)
+        .collect();
+    // Deepest first; among equals, a stable order.
+    out.sort_by(|a, b| {
+        let depth = |s: &str| s.matches('/').count();
+        depth(b).cmp(&depth(a)).then_with(|| a.cmp(b))
+    });
+    out.dedup();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,5 +288,62 @@ mod tests {
         }
         // The root (`""`) not made is a failure of the whole job, not a block.
         assert_eq!(blocked_by("a", &[String::new()]), None);
+    }
+
+    #[test]
+    fn emptied_directories_deepest_first_never_the_root() {
+        use MemberState as S;
+        let dirs = ["", "a", "a/b", "a/b/c", "d", "e", "f"];
+        // (members, directories removed)
+        type Row = (Vec<(&'static str, MemberState)>, Vec<&'static str>);
+        let table: Vec<Row> = vec![
+            (
+                vec![
+                    ("top.dat", S::Succeeded),
+                    ("a/x", S::Succeeded),
+                    ("a/b/y", S::Succeeded),
+                    ("a/b/c/z", S::Succeeded),
+                    ("d/w", S::Succeeded),
+                ],
+                vec!["a/b/c", "a/b", "a", "d", "e", "f"],
+            ),
+            // A file not moved keeps its directory and every parent; its siblings' go.
+            (
+                vec![
+                    ("a/x", S::Succeeded),
+                    ("a/b/y", S::FailedPermanent),
+                    ("a/b/c/z", S::Succeeded),
+                    ("d/w", S::Pending),
+                    ("e/link", S::Refused),
+                    ("f/u", S::Uncertain),
+                ],
+                vec!["a/b/c"],
+            ),
+            // The root's own files decide nothing about subdirectories.
+            (
+                vec![
+                    ("top.dat", S::FailedRetriesExhausted),
+                    ("a/x", S::Succeeded),
+                ],
+                vec!["a/b/c", "a/b", "a", "d", "e", "f"],
+            ),
+            // A name that only starts like a directory is not under it.
+            (
+                vec![
+                    ("ab/x", S::Pending),
+                    ("a/x", S::Succeeded),
+                    ("dd/w", S::Pending),
+                ],
+                vec!["a/b/c", "a/b", "a", "d", "e", "f"],
+            ),
+            (vec![("a/b/c/z", S::Cancelled)], vec!["d", "e", "f"]),
+            // A directory refused whole (its own member) stays, and so do its parents; a
+            // directory whose hidden names were not listed (`DIR/.*`) too.
+            (vec![("a/b", S::Refused)], vec!["a/b/c", "d", "e", "f"]),
+            (vec![("d/.*", S::Refused)], vec!["a/b/c", "a/b", "a", "e", "f"]),
+        ];
+        for (members, want) in table {
+            assert_eq!(emptied_dirs(dirs, &members), want, "{members:?}");
+        }
     }
 }

@@ -47,6 +47,19 @@ pub enum Trust {
     Insecure,
 }
 
+impl Trust {
+    /// How a certificate was checked under this trust, as data for the ledger.
+    pub fn check(&self) -> bftp_core::tls::CertificateCheck {
+        use bftp_core::tls::CertificateCheck as C;
+        match self {
+            Trust::System => C::SystemRoots,
+            Trust::CaFile(p) => C::CaFile(p.display().to_string()),
+            Trust::Pinned(fp) => C::Pinned(hex(fp)),
+            Trust::Insecure => C::Insecure,
+        }
+    }
+}
+
 impl fmt::Display for Trust {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

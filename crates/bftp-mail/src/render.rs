@@ -289,6 +289,13 @@ pub(crate) fn safe_view(v: &JobView, safe: &dyn Fn(&str) -> String) -> JobView {
 
 pub(crate) fn safe_member(m: &MemberView, safe: &dyn Fn(&str) -> String) -> MemberView {
     let opt = |o: &Option<String>| o.as_deref().map(safe);
+    let control = |c: &bftp_api::ControlTlsView| bftp_api::ControlTlsView {
+        state: safe(&c.state),
+        version: opt(&c.version),
+        certificate: opt(&c.certificate),
+        ca_file: opt(&c.ca_file),
+        pinned_sha256: opt(&c.pinned_sha256),
+    };
     let reply = |r: &Option<ReplyView>| {
         r.as_ref().map(|r| ReplyView {
             code: r.code,
@@ -309,7 +316,15 @@ pub(crate) fn safe_member(m: &MemberView, safe: &dyn Fn(&str) -> String) -> Memb
         proof: opt(&m.proof),
         // A report is of a final job: nothing is in flight.
         progress: None,
-        tls: opt(&m.tls),
+        tls: m.tls.as_ref().map(|t| bftp_api::TlsView {
+            source: t.source.as_ref().map(&control),
+            destination: t.destination.as_ref().map(&control),
+            data: t.data.as_ref().map(|d| bftp_api::DataTlsView {
+                encrypted: d.encrypted,
+                tls_client: opt(&d.tls_client),
+                clear_reason: opt(&d.clear_reason),
+            }),
+        }),
     }
 }
 
@@ -545,7 +560,7 @@ fn render_text(
                 let _ = writeln!(t, "      {:<13}{}", "destination:", reply_line(r));
             }
             if let Some(tls) = &m.tls {
-                let _ = writeln!(t, "      {:<13}{tls}", "tls:");
+                let _ = writeln!(t, "      {:<13}{}", "tls:", tls.describe());
             }
             if let Some(p) = &m.proof {
                 let _ = writeln!(t, "      {:<13}{p}", "proof:");

@@ -913,23 +913,54 @@ fn a_ledger_line_holds_no_secret() {
     assert_eq!(lines[3]["detail"], "pass=****");
 }
 
-/// A file's TLS line (each control connection, the data's encryption and TLS client) is in
-/// the report's text and its JSON.
+/// A file's TLS (each control connection, the data's encryption and TLS client) is fields
+/// in the report's JSON, and a sentence made from them in its text.
 #[test]
-fn a_files_tls_line_is_in_the_report() {
+fn a_files_tls_is_fields_in_the_json_and_a_line_in_the_text() {
+    use bftp_api::{ControlTlsView, DataTlsView, TlsView};
     let mut m = member(1, "report.pdf", "succeeded", Some(734_003));
-    let line = "source control TLS 1.3 (system roots); destination control TLS 1.2 (system roots); data encrypted (TLS client: source)";
-    m.tls = Some(line.into());
+    let control = |version: &str, certificate: &str, ca: Option<&str>| ControlTlsView {
+        state: "tls".into(),
+        version: Some(version.into()),
+        certificate: Some(certificate.into()),
+        ca_file: ca.map(str::to_owned),
+        pinned_sha256: None,
+    };
+    m.tls = Some(TlsView {
+        source: Some(control("TLS 1.3", "ca_file", Some("/etc/bftp/ca.pem"))),
+        destination: Some(ControlTlsView {
+            state: "clear".into(),
+            ..ControlTlsView::default()
+        }),
+        data: Some(DataTlsView {
+            encrypted: true,
+            tls_client: Some("source".into()),
+            clear_reason: None,
+        }),
+    });
     let r = rendered(&job("succeeded", vec![m]), &login_transcript(), &[]);
+    let line = "source control TLS 1.3 (CA file /etc/bftp/ca.pem); destination control in clear \
+                (no AUTH TLS); data encrypted (TLS client: source)";
     assert!(
         r.text.contains(&format!("tls:         {line}")),
         "{}",
         r.text
     );
-    assert!(
-        r.json.contains("data encrypted (TLS client: source)"),
-        "{}",
-        r.json
+    let json: serde_json::Value = serde_json::from_str(&r.json).unwrap();
+    let tls = &json["job"]["members"][0]["tls"];
+    assert_eq!(
+        tls,
+        &serde_json::json!({
+            "source": {
+                "state": "tls",
+                "version": "TLS 1.3",
+                "certificate": "ca_file",
+                "ca_file": "/etc/bftp/ca.pem"
+            },
+            "destination": {"state": "clear"},
+            "data": {"encrypted": true, "tls_client": "source"}
+        }),
+        "{tls:#}"
     );
     let plain = rendered(
         &job("succeeded", vec![member(1, "a", "succeeded", Some(1))]),

@@ -278,12 +278,130 @@ pub(crate) struct MemberV1 {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stored: Option<String>,
     pub updated: u64,
-    /// What TLS the last copy of this file had (absent before TLS existed).
+    /// What TLS the last copy of this file had, as the sentence records written before
+    /// [`CopyTlsV1`] kept (read and kept as it is, never written anew: the sentence is no
+    /// data to read fields from).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<String>,
+    /// What TLS the last copy of this file had, as fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_tls: Option<CopyTlsV1>,
     /// What proved the copy: `hash`, `size` or `replies`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<String>,
+}
+
+/// A copy's TLS (`bftp_core::tls::CopyTls`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct CopyTlsV1 {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<ControlTlsV1>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<ControlTlsV1>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<DataTlsV1>,
+}
+
+/// One control connection's TLS: `tls` with its version and certificate check
+/// (`system`, `ca_file` with `ca`, `pinned` with `pin`, `insecure`), or `clear`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct ControlTlsV1 {
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct DataTlsV1 {
+    pub encrypted: bool,
+    /// `source` or `destination`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clear: Option<String>,
+}
+
+impl CopyTlsV1 {
+    pub(crate) fn from_api(t: &bftp_core::tls::CopyTls) -> CopyTlsV1 {
+        use bftp_core::tls::{CertificateCheck as C, ControlTls};
+        let control = |c: &ControlTls| match c {
+            ControlTls::Clear => ControlTlsV1 {
+                state: "clear".into(),
+                version: None,
+                cert: None,
+                ca: None,
+                pin: None,
+            },
+            ControlTls::Tls {
+                version,
+                certificate,
+            } => {
+                let (cert, ca, pin) = match certificate {
+                    C::SystemRoots => ("system", None, None),
+                    C::CaFile(f) => ("ca_file", Some(f.clone()), None),
+                    C::Pinned(p) => ("pinned", None, Some(p.clone())),
+                    C::Insecure => ("insecure", None, None),
+                };
+                ControlTlsV1 {
+                    state: "tls".into(),
+                    version: Some(version.clone()),
+                    cert: Some(cert.into()),
+                    ca,
+                    pin,
+                }
+            }
+        };
+        CopyTlsV1 {
+            src: t.source.as_ref().map(control),
+            dst: t.destination.as_ref().map(control),
+            data: t.data.as_ref().map(|d| DataTlsV1 {
+                encrypted: d.encrypted,
+                client: d.tls_client.map(|c| c.as_str().to_owned()),
+                clear: d.clear_reason.clone(),
+            }),
+        }
+    }
+
+    /// A field this code does not know reads as absent (the file's TLS is then not shown),
+    /// never as another value.
+    pub(crate) fn to_api(&self) -> bftp_core::tls::CopyTls {
+        use bftp_core::tls::{CertificateCheck as C, ControlTls, DataProtection, TlsClient};
+        let control = |c: &ControlTlsV1| -> Option<ControlTls> {
+            match c.state.as_str() {
+                "clear" => Some(ControlTls::Clear),
+                "tls" => Some(ControlTls::Tls {
+                    version: c.version.clone()?,
+                    certificate: match c.cert.as_deref()? {
+                        "system" => C::SystemRoots,
+                        "ca_file" => C::CaFile(c.ca.clone()?),
+                        "pinned" => C::Pinned(c.pin.clone()?),
+                        "insecure" => C::Insecure,
+                        _ => return None,
+                    },
+                }),
+                _ => None,
+            }
+        };
+        bftp_core::tls::CopyTls {
+            source: self.src.as_ref().and_then(control),
+            destination: self.dst.as_ref().and_then(control),
+            data: self.data.as_ref().map(|d| DataProtection {
+                encrypted: d.encrypted,
+                tls_client: match d.client.as_deref() {
+                    Some("source") => Some(TlsClient::Source),
+                    Some("destination") => Some(TlsClient::Destination),
+                    _ => None,
+                },
+                clear_reason: d.clear.clone(),
+            }),
+        }
+    }
 }
 
 /// A member's intent, with its own version `v`.
@@ -855,7 +973,8 @@ impl MemberV1 {
             self.stored = Some(n.clone());
         }
         if let Some(t) = &u.tls {
-            self.tls = Some(t.clone());
+            self.copy_tls = Some(CopyTlsV1::from_api(t));
+            self.tls = None;
         }
         if let Some(p) = &u.proof {
             self.proof = Some(p.clone());
@@ -885,6 +1004,7 @@ impl MemberV1 {
             stored: None,
             updated: now.0,
             tls: None,
+            copy_tls: None,
             proof: None,
         }
     }
@@ -904,7 +1024,7 @@ impl MemberV1 {
             intent: self.intent.as_ref().map(IntentV1::to_api),
             stored_as: self.stored.clone(),
             updated_at: Timestamp(self.updated),
-            tls: self.tls.clone(),
+            tls: self.copy_tls.as_ref().map(CopyTlsV1::to_api),
             proof: self.proof.clone(),
         }
     }

@@ -160,7 +160,7 @@ pub struct Member {
     pub updated_at: Timestamp,
     /// The TLS of the copy that last touched this file: each side's control connection,
     /// whether the data moved encrypted and which server was the TLS client.
-    pub tls: Option<String>,
+    pub tls: Option<bftp_core::tls::CopyTls>,
     /// What proved the copy (`hash`, `size`, `replies`), once it is succeeded.
     pub proof: Option<String>,
 }
@@ -179,7 +179,7 @@ pub struct MemberUpdate {
     /// `Some(None)` clears the intent once it is resolved.
     pub intent: Option<Option<Intent>>,
     pub stored_as: Option<String>,
-    pub tls: Option<String>,
+    pub tls: Option<bftp_core::tls::CopyTls>,
     pub proof: Option<String>,
 }
 

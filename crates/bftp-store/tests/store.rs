@@ -724,6 +724,20 @@ fn member_updates_set_fields_and_terminal_states_are_final(fx: &Fixture) {
         .unwrap()
         .job()
         .id;
+    // Every field of a copy's TLS goes through the record and back.
+    use bftp_core::tls::{CertificateCheck, ControlTls, CopyTls, DataProtection, TlsClient};
+    let tls = CopyTls {
+        source: Some(ControlTls::Tls {
+            version: "TLS 1.3".into(),
+            certificate: CertificateCheck::CaFile("/etc/bftp/ca.pem".into()),
+        }),
+        destination: Some(ControlTls::Clear),
+        data: Some(DataProtection {
+            encrypted: true,
+            tls_client: Some(TlsClient::Destination),
+            clear_reason: None,
+        }),
+    };
     let u = MemberUpdate {
         attempts: Some(1),
         bytes: Some(4096),
@@ -740,14 +754,14 @@ fn member_updates_set_fields_and_terminal_states_are_final(fx: &Fixture) {
             before: 100,
             source_size: 4096,
         })),
-        tls: Some("data encrypted (TLS client: source)".into()),
+        tls: Some(tls.clone()),
         proof: Some("hash".into()),
         ..Default::default()
     };
     let m = store.update_member(id, 0, u, at(70)).unwrap();
     assert_eq!(
-        (m.tls.as_deref(), m.proof.as_deref()),
-        (Some("data encrypted (TLS client: source)"), Some("hash"))
+        (m.tls.as_ref(), m.proof.as_deref()),
+        (Some(&tls), Some("hash"))
     );
     assert_eq!(
         (m.attempts, m.bytes, m.updated_at, m.state),

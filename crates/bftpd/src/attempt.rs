@@ -105,14 +105,19 @@ impl Default for AttemptLog {
 
 impl AttemptLog {
     fn keep(&mut self, t: Transcript) {
-        // A recorder's clock started with its pair, inside the attempt.
-        let base = t.started.map_or(0, |s| {
-            u64::try_from(s.saturating_duration_since(self.clock).as_millis()).unwrap_or(u64::MAX)
+        // A recorder's clock started with its pair: inside the attempt, or before it for a
+        // kept pair (its lines are moved back onto the attempt's clock).
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let (ahead, behind) = t.started.map_or((0, 0), |s| {
+            (
+                ms(s.saturating_duration_since(self.clock)),
+                ms(self.clock.saturating_duration_since(s)),
+            )
         });
         let pair: Arc<str> = Arc::from(t.label.as_deref().unwrap_or("p?"));
         let (omitted, omitted_at) = (t.omitted, t.omitted_at);
         for (i, entry) in t.entries.into_iter().enumerate() {
-            let at = base.saturating_add(entry.at_ms);
+            let at = ahead.saturating_add(entry.at_ms).saturating_sub(behind);
             if omitted > 0 && i == omitted_at {
                 self.insert(at, || Kept::Omitted {
                     pair: pair.clone(),
@@ -308,7 +313,7 @@ struct Run {
     claims: Mutex<std::collections::HashMap<String, String>>,
     /// The first pair's pool key and the slots it holds: that pair may be kept for another
     /// job when it closes (`crate::pool`).
-    first: Mutex<Option<(crate::pool::PoolKey, crate::ftp::Slots)>>,
+    first: Mutex<Option<(crate::pool::PoolKey, crate::ftp::Slots, crate::pool::Origin)>>,
     /// Member records that nothing waits for, written in groups (`crate::ledger_batch`).
     batch: Arc<crate::ledger_batch::Batch>,
 }
@@ -579,7 +584,7 @@ impl Run {
             _ => None,
         };
         match first {
-            Some((key, slots)) => self.hosts.pool.put(key, pair, slots).await,
+            Some((key, slots, origin)) => self.hosts.pool.put(key, pair, slots, origin).await,
             None => pair.close().await,
         }
     }
@@ -659,14 +664,17 @@ impl Run {
         let key = crate::pool::PoolKey::new(job.owner_uid, &src_login, &dst_login, spec.params);
         let acquired = crate::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await;
         let mut pair = match acquired {
-            crate::pool::Acquired::Kept(pair, slots) => {
+            crate::pool::Acquired::Kept(pair, slots, origin) => {
                 pair.set_label("p1");
-                *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots));
+                *self.first.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((key, slots, origin.used_by(id)));
                 *pair
             }
             crate::pool::Acquired::Slots(slots) => {
-                *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots));
-                match self.open(&spec, "p1").await {
+                let opened = self.open(&spec, "p1").await;
+                let origin = crate::pool::Origin::new(self.clock.now(), id);
+                *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots, origin));
+                match opened {
                     Ok(p) => p,
                     Err(e) => {
                         self.keep(e.transcript.clone());
@@ -782,7 +790,13 @@ impl Run {
         };
         match (end, ran.failed) {
             (Some(end), _) => end,
-            (None, None) => AttemptEnd::Complete,
+            (None, None) => {
+                if spec.recursive && spec.disposition == Disposition::Move {
+                    self.remove_emptied_dirs(&spec, job.owner_uid, dst_host)
+                        .await;
+                }
+                AttemptEnd::Complete
+            }
             (None, Some(reason)) => AttemptEnd::Transient { reason },
         }
     }
@@ -815,6 +829,54 @@ impl Run {
         self.blocking(move |s| s.update_members(id, updates, now))
             .await?;
         Ok(rest)
+    }
+
+    /// A moved tree's emptied source directories (`bftp_core::tree::emptied_dirs`: listed by
+    /// the walk, below the root, every member under them moved), deepest first, with RMD on
+    /// the first pair, or a kept one. A refused RMD (a file put there since) leaves the
+    /// directory: noted in the transcript, not an error. Best effort: an attempt that ends
+    /// before (a crash) leaves them, as a job whose files are all final has nothing to redo.
+    async fn remove_emptied_dirs(&self, spec: &JobSpec, owner: u32, dst_host: &str) {
+        let id = self.id;
+        let Ok((walk, members)) = self
+            .blocking(move |s| Ok((s.walk(id)?, s.members(id)?)))
+            .await
+        else {
+            return;
+        };
+        let states: Vec<(&str, MemberState)> =
+            members.iter().map(|m| (m.name.as_str(), m.state)).collect();
+        let dirs = bftp_core::tree::emptied_dirs(walk.listed.iter().map(String::as_str), &states);
+        if dirs.is_empty() {
+            return;
+        }
+        let src_login = ServerLogin::from_endpoint(&spec.source);
+        let dst_login = spec
+            .destination
+            .as_ref()
+            .map(ServerLogin::from_endpoint)
+            .unwrap_or_else(|| src_login.clone());
+        let key = crate::pool::PoolKey::new(owner, &src_login, &dst_login, spec.params);
+        let (mut pair, slots, origin) =
+            match crate::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await {
+                crate::pool::Acquired::Kept(pair, slots, origin) => (*pair, slots, origin),
+                crate::pool::Acquired::Slots(slots) => match self.open(spec, "p1").await {
+                    Ok(pair) => (pair, slots, crate::pool::Origin::new(self.clock.now(), id)),
+                    Err(e) => {
+                        self.keep(e.transcript.clone());
+                        return;
+                    }
+                },
+            };
+        pair.set_label("p1");
+        for dir in &dirs {
+            let path = crate::ftp::source_path(spec, dir);
+            if let Err(e) = pair.remove_dir(Side::Source, &path).await {
+                pair.note(Side::Source, &format!("{path} stays: {e}"));
+            }
+        }
+        *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots, origin));
+        self.close(pair).await;
     }
 
     /// RULES.md §4.4: the first successful listing, matched by us, durable before any member
@@ -1086,6 +1148,26 @@ impl Run {
                 }
             }
             CopyOutcome::Transient { kind, failure, .. } => {
+                // The same failure of this name again: the name is one the server never
+                // stores as asked.
+                let settled = crate::refusals::settle_name(
+                    &self.store,
+                    spec,
+                    req,
+                    kind,
+                    &failure,
+                    self.id,
+                    attempt,
+                    self.clock.now(),
+                )
+                .await
+                .map_err(store_failed)?;
+                if let Some(settled) = settled {
+                    return Ok(ledger::Outcome::RepeatedRefusal {
+                        state: settled.state,
+                        detail: settled.detail,
+                    });
+                }
                 // The same refusal again from this server: its configuration, not a moment.
                 let settled = crate::refusals::settle_repeated(
                     &self.store,

@@ -18,8 +18,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bftp_core::time::Timestamp;
 use bftp_core::FtpParams;
-use bftp_ftp::{Pair, ServerLogin};
+use bftp_ftp::{Pair, ServerLogin, Side};
+use bftp_store::JobId;
 use tokio::time::Instant;
 
 use crate::ftp::{HostLimits, Slots};
@@ -58,10 +60,65 @@ pub struct PoolSettings {
     pub idle_timeout: Duration,
 }
 
+/// Where a kept pair comes from, for the transcript of the job that reuses it: without it,
+/// that transcript starts with a NOOP and no word of the login.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// When the pair logged in (wall time).
+    pub logged_in: Timestamp,
+    /// The job it logged in for.
+    pub first_job: JobId,
+    /// The last job that used it before.
+    pub last_job: JobId,
+    /// How many jobs used it before.
+    pub jobs: u32,
+}
+
+impl Origin {
+    /// A pair that logged in at `at` for `job`.
+    pub fn new(at: Timestamp, job: JobId) -> Origin {
+        Origin {
+            logged_in: at,
+            first_job: job,
+            last_job: job,
+            jobs: 1,
+        }
+    }
+
+    /// The same pair after `job` used it too.
+    pub fn used_by(self, job: JobId) -> Origin {
+        if job == self.last_job {
+            return self;
+        }
+        Origin {
+            last_job: job,
+            jobs: self.jobs.saturating_add(1),
+            ..self
+        }
+    }
+
+    /// The transcript's first line for a job that reuses the pair.
+    pub fn note(&self) -> String {
+        let mut s = format!(
+            "connection pair reused, no login: logged in at {} for job {}",
+            self.logged_in, self.first_job
+        );
+        if self.last_job != self.first_job {
+            s.push_str(&format!(
+                ", last used by job {} ({} jobs before this one)",
+                self.last_job, self.jobs
+            ));
+        }
+        s.push_str("; NOOP asks both servers whether it is still open");
+        s
+    }
+}
+
 struct Idle {
     key: PoolKey,
     pair: Pair,
     slots: Slots,
+    origin: Origin,
     since: Instant,
 }
 
@@ -99,7 +156,7 @@ impl PairPool {
 
     /// Keeps `pair` (with the slots it holds) for another job of `key`, if it may be kept;
     /// otherwise, or when the pool is full, a pair is closed.
-    pub async fn put(self: &Arc<Self>, key: PoolKey, mut pair: Pair, slots: Slots) {
+    pub async fn put(self: &Arc<Self>, key: PoolKey, mut pair: Pair, slots: Slots, origin: Origin) {
         if self.settings.max_idle == 0 || !pair.clean() {
             pair.close().await;
             return;
@@ -112,6 +169,7 @@ impl PairPool {
                 key,
                 pair,
                 slots,
+                origin,
                 since: Instant::now(),
             });
             let over = idle.len().saturating_sub(self.settings.max_idle);
@@ -122,8 +180,9 @@ impl PairPool {
         close_all(evicted).await;
     }
 
-    /// The most recently kept pair of `key` that still answers, with its slots.
-    pub async fn take(&self, key: &PoolKey) -> Option<(Pair, Slots)> {
+    /// The most recently kept pair of `key` that still answers, with its slots and where it
+    /// comes from. Its transcript starts with a note of that origin ([`Origin::note`]).
+    pub async fn take(&self, key: &PoolKey) -> Option<(Pair, Slots, Origin)> {
         loop {
             let found = {
                 let mut idle = self.idle();
@@ -134,10 +193,13 @@ impl PairPool {
                 idle.remove(i)
             };
             let mut pair = found.pair;
+            pair.note(Side::Source, &found.origin.note());
             if pair.alive().await {
                 self.counts.lock().unwrap_or_else(|p| p.into_inner()).1 += 1;
-                return Some((pair, found.slots));
+                return Some((pair, found.slots, found.origin));
             }
+            // The note goes with the pair that did not answer.
+            let _ = pair.take_transcript();
             pair.close().await;
         }
     }
@@ -207,7 +269,7 @@ async fn close_all(idle: Vec<Idle>) {
 
 /// A job's first pair: a kept one of `key`, or the slots to open one.
 pub enum Acquired {
-    Kept(Box<Pair>, Slots),
+    Kept(Box<Pair>, Slots, Origin),
     Slots(Slots),
 }
 
@@ -221,8 +283,8 @@ pub async fn acquire(hosts: &HostLimits, key: &PoolKey, a: &str, b: &str) -> Acq
         let kept = pool.kept.notified();
         tokio::pin!(kept);
         kept.as_mut().enable();
-        if let Some((pair, slots)) = pool.take(key).await {
-            return Acquired::Kept(Box::new(pair), slots);
+        if let Some((pair, slots, origin)) = pool.take(key).await {
+            return Acquired::Kept(Box::new(pair), slots, origin);
         }
         // Closes kept pairs of other keys on these hosts if that frees a slot.
         if let Some(slots) = hosts.try_acquire(a, b).await {

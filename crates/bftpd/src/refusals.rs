@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use bftp_core::refusal::{self, RefusalKey, Sighting};
+use bftp_core::refusal::{self, NameFailure, RefusalKey, Sighting};
 use bftp_core::reply::TransientKind;
 use bftp_core::{DestCommand, Endpoint, JobSpec, MemberState};
 use bftp_ftp::{AttemptReport, CopyRequest, Failure, Pair, Side};
@@ -101,6 +101,77 @@ pub(crate) async fn settle_repeated(
         state: MemberState::FailedPermanent,
         detail: format!("{explanation}{unchanged}"),
     }))
+}
+
+/// RULES.md §5, names: after a transient copy outcome that concerns the destination's name
+/// (it confirmed the upload and has no file under the name; or a repeatable 4yz to the data
+/// command), records it in the memory of that name at that server and, when the same failure
+/// came back unchanged from another attempt (`bftp_core::refusal::name_settles`), ends the
+/// member for good. `None`: it stays a transient failure.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn settle_name(
+    store: &Arc<dyn JobStore>,
+    spec: &JobSpec,
+    req: &CopyRequest,
+    kind: TransientKind,
+    failure: &Failure,
+    job: JobId,
+    attempt: u32,
+    now: bftp_core::Timestamp,
+) -> Result<Option<Settled>, StoreError> {
+    let (name_failure, host, verb, reply) = match failure {
+        Failure::NotStoredAsNamed { host, reply, .. } => {
+            (NameFailure::NotStoredAsNamed, host, data_verb(spec), reply)
+        }
+        Failure::Reply {
+            side: Side::Destination,
+            host,
+            command,
+            reply,
+            // A replace copy's partial file is removed by the engine; an append's refusal is
+            // left to `settle_repeated`, which looks at what it left.
+        } if spec.dest_command == DestCommand::Replace
+            && command.eq_ignore_ascii_case(data_verb(spec)) =>
+        {
+            (NameFailure::Refused(kind), host, data_verb(spec), reply)
+        }
+        _ => return Ok(None),
+    };
+    if spec.dest_command == DestCommand::Unique {
+        // The name is the server's choice: nothing of the file's own.
+        return Ok(None);
+    }
+    let endpoint = endpoint(spec, Side::Destination);
+    let key = refusal::name_key(&endpoint.host, endpoint.port, verb, &req.dest_path);
+    let seen = Sighting {
+        code: reply.code(),
+        text: comparable(req, &reply.text()),
+        job: job.0,
+        attempt,
+    };
+    let memory = crate::on_store(store, move |s| s.record_refusal(&key, &seen, now)).await?;
+    if !refusal::name_settles(name_failure, &memory) {
+        return Ok(None);
+    }
+    let explanation = refusal::explain_name(
+        &format!("the destination server {host}"),
+        &req.dest_path,
+        name_failure,
+        &memory,
+    );
+    tracing::warn!(job = job.0, attempt, host = %host, "{explanation}");
+    Ok(Some(Settled {
+        state: MemberState::FailedPermanent,
+        detail: explanation,
+    }))
+}
+
+/// The destination's data command of a job that is not `unique`.
+fn data_verb(spec: &JobSpec) -> &'static str {
+    match spec.dest_command {
+        DestCommand::Append => "APPE",
+        _ => "STOR",
+    }
 }
 
 /// The endpoint a side stands for (a `delete` job's destination is its source).

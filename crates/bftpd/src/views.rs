@@ -147,7 +147,7 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
                 updated_at: ts(m.updated_at),
                 proof: m.proof.clone(),
                 progress: None,
-                tls: m.tls.clone(),
+                tls: m.tls.as_ref().map(tls_view),
             })
             .collect(),
         counts: counts(members),
@@ -161,6 +161,46 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
             .collect(),
         report: None,
         node: None,
+    }
+}
+
+/// A copy's TLS as the API shows it: fields, from which `TlsView::describe` makes the
+/// sentence people read.
+pub(crate) fn tls_view(t: &bftp_core::tls::CopyTls) -> bftp_api::TlsView {
+    use bftp_api::{ControlTlsView, DataTlsView};
+    use bftp_core::tls::{CertificateCheck as C, ControlTls};
+    let control = |c: &ControlTls| match c {
+        ControlTls::Clear => ControlTlsView {
+            state: "clear".into(),
+            ..ControlTlsView::default()
+        },
+        ControlTls::Tls {
+            version,
+            certificate,
+        } => {
+            let (check, ca_file, pinned_sha256) = match certificate {
+                C::SystemRoots => ("system_roots", None, None),
+                C::CaFile(f) => ("ca_file", Some(f.clone()), None),
+                C::Pinned(p) => ("pinned", None, Some(p.clone())),
+                C::Insecure => ("insecure", None, None),
+            };
+            ControlTlsView {
+                state: "tls".into(),
+                version: Some(version.clone()),
+                certificate: Some(check.into()),
+                ca_file,
+                pinned_sha256,
+            }
+        }
+    };
+    bftp_api::TlsView {
+        source: t.source.as_ref().map(control),
+        destination: t.destination.as_ref().map(control),
+        data: t.data.as_ref().map(|d| DataTlsView {
+            encrypted: d.encrypted,
+            tls_client: d.tls_client.map(|c| c.as_str().to_owned()),
+            clear_reason: d.clear_reason.clone(),
+        }),
     }
 }
 

@@ -556,7 +556,8 @@ impl Pair {
         &self.limits
     }
 
-    fn note(&self, side: Side, text: &str) {
+    /// Adds a note to the pair's transcript (a fallback taken; a kept pair's origin).
+    pub fn note(&self, side: Side, text: &str) {
         self.recorder.note(side, text);
     }
 
@@ -842,6 +843,18 @@ impl Pair {
         match (self.classify(side, CommandKind::Dele, &result), result) {
             (Disposition::Done, Ok(reply)) => Ok(reply),
             (disposition, result) => Err(self.action_error(side, "DELE", result, disposition)),
+        }
+    }
+
+    /// RMD `path` on `side` (an emptied source directory of a moved tree): the 2yz reply,
+    /// or the refusal (a directory not empty is refused by the server, and stays).
+    pub async fn remove_dir(&mut self, side: Side, path: &str) -> Result<Reply, ActionError> {
+        self.before_action().await;
+        self.usable_for(side, "RMD", path)?;
+        let result = self.exchange(side, &format!("RMD {path}")).await;
+        match (self.classify(side, CommandKind::Other, &result), result) {
+            (Disposition::Done, Ok(reply)) => Ok(reply),
+            (disposition, result) => Err(self.action_error(side, "RMD", result, disposition)),
         }
     }
 

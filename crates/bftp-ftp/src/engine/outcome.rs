@@ -190,6 +190,19 @@ pub enum Failure {
     BadStouName { name: String, error: NameError },
     #[error("{path:?} cannot be sent in a command: {error}")]
     BadPath { path: String, error: NameError },
+    /// The destination confirmed the upload, then had no file under the name asked: it may
+    /// have stored the bytes under a name of its own (Pure-FTPd turns a trailing space into
+    /// `_`).
+    #[error(
+        "the destination server {host} confirmed the upload, then SIZE {name} answered \
+         {reply}: the file is not under the name asked (the server may have stored it under \
+         another name)"
+    )]
+    NotStoredAsNamed {
+        host: String,
+        name: String,
+        reply: Reply,
+    },
 }
 
 /// The evidence of one copy attempt, whatever its outcome.

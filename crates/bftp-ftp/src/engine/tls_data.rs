@@ -9,11 +9,13 @@
 //! The server that is not the TLS client gets `SSCN OFF` if an earlier copy set it on.
 
 use bftp_core::reply::{Disposition, PermanentKind};
-use bftp_core::tls::{data_plan, DataAbility, DataPlan, TlsClient, TlsPolicy};
+use bftp_core::tls::{
+    data_plan, ControlTls, CopyTls, DataAbility, DataPlan, DataProtection, TlsClient, TlsPolicy,
+};
 
 use super::outcome::{JobFailure, PairError};
 use super::{index, Pair};
-use crate::session::SessionError;
+use crate::session::{Session, SessionError};
 use crate::transcript::Side;
 
 /// What the data of the last copy got, for the ledger and the report.
@@ -198,30 +200,32 @@ impl Pair {
         self.data_tls.as_ref()
     }
 
-    /// One line on this pair's TLS for the ledger: each side's control connection and the
-    /// last copy's data. `None` when nothing on the pair uses or asked for TLS.
-    pub fn tls_summary(&self) -> Option<String> {
-        let control = |side: Side| -> Option<String> {
-            let s = match side {
-                Side::Source => &self.src,
-                Side::Destination => &self.dst,
-            };
+    /// This pair's TLS for the ledger, as data: each side's control connection and the last
+    /// copy's data. `None` when nothing on the pair uses or asked for TLS.
+    pub fn tls_summary(&self) -> Option<CopyTls> {
+        let control = |s: &Session| -> Option<ControlTls> {
             match (s.tls(), s.tls_note()) {
-                (Some(t), _) => Some(format!("{side} control {} ({})", t.version, t.trust)),
-                (None, Some(_)) => Some(format!("{side} control in clear (no AUTH TLS)")),
+                (Some(t), _) => Some(ControlTls::Tls {
+                    version: t.version.clone(),
+                    certificate: t.trust.check(),
+                }),
+                (None, Some(_)) => Some(ControlTls::Clear),
                 (None, None) => None,
             }
         };
-        let parts: Vec<String> = [control(Side::Source), control(Side::Destination)]
-            .into_iter()
-            .flatten()
-            .chain(self.data_tls.as_ref().map(DataTls::describe))
-            .collect();
-        if parts.is_empty() {
-            None
-        } else {
-            Some(parts.join("; "))
-        }
+        let tls = CopyTls {
+            source: control(&self.src),
+            destination: control(&self.dst),
+            data: self.data_tls.as_ref().map(|d| DataProtection {
+                encrypted: d.encrypted,
+                tls_client: d.tls_client.map(|side| match side {
+                    Side::Source => TlsClient::Source,
+                    Side::Destination => TlsClient::Destination,
+                }),
+                clear_reason: d.note.clone(),
+            }),
+        };
+        (tls != CopyTls::default()).then_some(tls)
     }
 }
 

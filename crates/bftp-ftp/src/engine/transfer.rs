@@ -934,8 +934,17 @@ impl Attempt<'_> {
             (Ok(name), Some(answer)) => match answer {
                 SizeAnswer::Size(size) => Ok(size),
                 SizeAnswer::Unavailable(reason) => Err(reason),
+                SizeAnswer::NoFile(Ok(reply)) => {
+                    // It said 226 and the file is not there: no evidence of a copy, and
+                    // maybe a copy under another name (the name's failure is remembered).
+                    self.clean_up().await;
+                    let host = self.pair.host(Side::Destination).to_owned();
+                    return self.transient(
+                        TransientKind::FileBusy,
+                        Failure::NotStoredAsNamed { host, name, reply },
+                    );
+                }
                 SizeAnswer::NoFile(result) => {
-                    // It said 226 and the file is not there: no evidence of a copy.
                     self.clean_up().await;
                     return self.fail(
                         Side::Destination,

@@ -183,6 +183,21 @@ impl Pair {
                 }
             }
         }
+        // proFTPD's MLSD says `type=file` for a FIFO (and its `UNIX.mode` has no type bits):
+        // an empty "file" may be a special file, which its LIST line shows (`p`, `c`...).
+        if method == WalkMethod::Mlsd && listing.entries.iter().any(may_be_special) {
+            if let DataReply::Data(data) = self.data_command("LIST", dir).await? {
+                let special: Vec<(String, char)> = parse_list(&data, dir)
+                    .entries
+                    .into_iter()
+                    .filter_map(|e| match e.kind {
+                        ListKind::Special(c) => Some((e.name, c)),
+                        _ => None,
+                    })
+                    .collect();
+                mark_special(&mut listing.entries, &special);
+            }
+        }
         // A name holding a secret is refused, as in a wildcard listing.
         let (kept, secret): (Vec<_>, Vec<_>) = listing
             .entries
@@ -254,5 +269,63 @@ impl Pair {
             self.dst.close("could not return to the login directory");
         }
         Ok(false)
+    }
+}
+
+/// An MLSD entry that a server may have listed as a file although it is not one: an empty
+/// file (a FIFO, a device, a socket have no size of their own).
+fn may_be_special(e: &TreeEntry) -> bool {
+    e.kind == TreeKind::File && e.size == Some(0)
+}
+
+/// The entries the same directory's LIST shows as special (name, type letter) are special
+/// files, whatever MLSD said of them.
+fn mark_special(entries: &mut [TreeEntry], special: &[(String, char)]) {
+    for e in entries.iter_mut().filter(|e| may_be_special(e)) {
+        if let Some((_, c)) = special.iter().find(|(n, _)| *n == e.name) {
+            e.kind = TreeKind::Special(format!("type {c}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_mlsd_file_that_list_shows_as_special_is_special() {
+        let entry = |name: &str, kind: TreeKind, size: Option<u64>| TreeEntry {
+            name: name.into(),
+            kind,
+            size,
+            unique: None,
+        };
+        let mut entries = vec![
+            entry("pipe", TreeKind::File, Some(0)),
+            entry("empty.txt", TreeKind::File, Some(0)),
+            entry("full.txt", TreeKind::File, Some(5)),
+            entry("dev", TreeKind::File, Some(0)),
+            entry("d", TreeKind::Dir, None),
+        ];
+        assert!(entries.iter().filter(|e| may_be_special(e)).count() == 3);
+        // LIST's specials; a name LIST shows special but MLSD gave a size is left alone.
+        let special = [
+            ("pipe".to_owned(), 'p'),
+            ("dev".to_owned(), 'c'),
+            ("full.txt".to_owned(), 'p'),
+        ];
+        mark_special(&mut entries, &special);
+        let kinds: Vec<(&str, &TreeKind)> =
+            entries.iter().map(|e| (e.name.as_str(), &e.kind)).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("pipe", &TreeKind::Special("type p".into())),
+                ("empty.txt", &TreeKind::File),
+                ("full.txt", &TreeKind::File),
+                ("dev", &TreeKind::Special("type c".into())),
+                ("d", &TreeKind::Dir),
+            ]
+        );
     }
 }

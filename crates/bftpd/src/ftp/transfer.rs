@@ -537,7 +537,10 @@ impl lanes::Work for Transfer<'_> {
             }
         };
         let mut result = FileResult {
-            tls: pair.tls_summary(),
+            tls: pair
+                .tls_summary()
+                .as_ref()
+                .map(|t| Box::new(crate::views::tls_view(t))),
             ..file_result(&name, &outcome, t.elapsed().as_secs_f64())
         };
         let mut succeeded = outcome.is_success();
