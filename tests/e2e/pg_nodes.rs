@@ -446,7 +446,17 @@ impl PausedCluster {
             },
         )
         .unwrap();
-        let dst = FtpServer::start(ServerKind::Vsftpd, opts).unwrap();
+        // vsftpd locks a file it receives: the paused node's upload started ahead (its STOR
+        // sent, its RETR not yet) would hold the lock, and the other node's STOR of the same
+        // file wait for it, until the paused node runs again.
+        let dst = FtpServer::start(
+            ServerKind::Vsftpd,
+            FtpOptions {
+                vsftpd_extra: "lock_upload_files=NO\n".into(),
+                ..opts
+            },
+        )
+        .unwrap();
         let extra = "[ftp]\nparallel_pairs = 2\n";
         let mut nodes =
             vec![Bftpd::start_with(node_config_lease(&url, "n0", None, extra, "3s")).unwrap()];

@@ -119,6 +119,8 @@ pub struct FtpOptions {
     pub digest: bool,
     /// proFTPD only: lines added to its configuration (`ShowSymlinks off`, for one).
     pub proftpd_extra: String,
+    /// vsftpd only: lines added to its configuration (`lock_upload_files=NO`, for one).
+    pub vsftpd_extra: String,
 }
 
 /// A test server's TLS setup: its certificate and key (PEM files), the CA it trusts when it
@@ -147,6 +149,7 @@ impl Default for FtpOptions {
             tls: None,
             digest: false,
             proftpd_extra: String::new(),
+            vsftpd_extra: String::new(),
         }
     }
 }
@@ -566,7 +569,8 @@ vsftpd_log_file={log}
 log_ftp_protocol=YES
 syslog_enable=NO
 local_max_rate={rate}
-",
+{extra}",
+                        extra = self.opts.vsftpd_extra,
                         rate = self.opts.max_rate.unwrap_or(0),
                         ssl = self.vsftpd_tls(),
                         host = self.opts.host,
