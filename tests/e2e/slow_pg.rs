@@ -485,3 +485,23 @@ fn three_nodes_drain_300_mixed_jobs_with_every_member_correct() {
         "every node ran jobs: {started_per_node:?}"
     );
 }
+
+/// Issue 27, item 1, repeated (`BFTP_SLOW_PG_ROUNDS`, default 10): a node paused with
+/// SIGSTOP while it copies a multi-file replace job loses it to another node, which finishes
+/// it; once the paused node runs again, before its heartbeat has looked, it sends nothing:
+/// neither server's own log shows a command after SIGCONT other than ABOR or QUIT, and every
+/// destination file stays equal to its source (`pg_nodes::paused_node_round`).
+#[test]
+fn a_paused_node_resumed_touches_no_file_of_the_job_repeated() {
+    let rounds = knob("BFTP_SLOW_PG_ROUNDS", 10) as usize;
+    let cluster = crate::pg_nodes::PausedCluster::start();
+    let mut taken: Vec<Duration> = (0..rounds)
+        .map(|round| crate::pg_nodes::paused_node_round(&cluster, round))
+        .collect();
+    taken.sort();
+    eprintln!(
+        "{rounds} rounds; taken over after the pause: p50 {:?}, max {:?} (lease 3 s)",
+        percentile(&taken, 0.5),
+        percentile(&taken, 1.0)
+    );
+}

@@ -121,7 +121,7 @@ pub struct FtpOptions {
     pub proftpd_extra: String,
     /// Pure-FTPd only: arguments added to its command line (`-L 100:5`, its listing cap).
     pub pure_ftpd_args: Vec<String>,
-    /// vsftpd only: lines added to its configuration (`force_dot_files=YES`, for one).
+    /// vsftpd only: lines added to its configuration (`force_dot_files=YES`, `lock_upload_files=NO`).
     pub vsftpd_extra: String,
 }
 

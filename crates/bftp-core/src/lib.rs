@@ -6,6 +6,7 @@
 
 pub mod ftpurl;
 pub mod intent;
+pub mod lease;
 pub mod ledger;
 pub mod model;
 pub mod proof;

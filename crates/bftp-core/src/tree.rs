@@ -340,7 +340,10 @@ mod tests {
             // A directory refused whole (its own member) stays, and so do its parents; a
             // directory whose hidden names were not listed (`DIR/.*`) too.
             (vec![("a/b", S::Refused)], vec!["a/b/c", "d", "e", "f"]),
-            (vec![("d/.*", S::Refused)], vec!["a/b/c", "a/b", "a", "e", "f"]),
+            (
+                vec![("d/.*", S::Refused)],
+                vec!["a/b/c", "a/b", "a", "e", "f"],
+            ),
         ];
         for (members, want) in table {
             assert_eq!(emptied_dirs(dirs, &members), want, "{members:?}");

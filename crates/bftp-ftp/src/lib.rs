@@ -19,7 +19,7 @@ pub use engine::{
 };
 pub use limits::{AddressCheck, AllowAll, Limits, ServerLogin};
 pub use parse::{AddressError, FactError, MlsdError, NameError, ReplyError};
-pub use session::{ConnectError, Session, SessionError};
+pub use session::{ConnectError, SendGate, Session, SessionError};
 pub use transcript::{Entry, EntryKind, Side, Transcript, TranscriptLimits};
 
 /// Everything that can fail in the parsers. They return their own, narrower enums;

@@ -66,6 +66,14 @@ pub enum SessionError {
     Closed { host: String },
     #[error("refusing to send {what:?}: it contains CR, LF or NUL")]
     BadArgument { what: String },
+    /// The session's [`SendGate`] refused a command: it was not sent, and the connection
+    /// is closed.
+    #[error("{host}: {verb} not sent: {why}")]
+    Fenced {
+        host: String,
+        verb: String,
+        why: String,
+    },
 }
 
 impl SessionError {
@@ -79,11 +87,26 @@ impl SessionError {
             }
             SessionError::Timeout { .. } => Outcome::Transport(TransportFailure::Timeout),
             SessionError::Malformed { .. } => Outcome::Malformed,
-            SessionError::Closed { .. } | SessionError::BadArgument { .. } => {
-                Outcome::Transport(TransportFailure::Eof)
-            }
+            SessionError::Closed { .. }
+            | SessionError::BadArgument { .. }
+            | SessionError::Fenced { .. } => Outcome::Transport(TransportFailure::Eof),
         }
     }
+}
+
+/// Asked before each command a session sends, ABOR and QUIT excepted (they stop a transfer
+/// or the session and change no file): `Err(why)` and the command is not sent, and the
+/// session closes, so nothing more goes out on it. bftpd's gate is its lease on the job
+/// (RULES.md §4.8): past the lease's deadline by its own clock, a node sends nothing for
+/// the job.
+pub trait SendGate: Send + Sync + std::fmt::Debug {
+    fn admit(&self) -> Result<(), String>;
+}
+
+/// Whether a command is sent whatever the gate says: it stops something and changes no file.
+fn ungated(line: &str) -> bool {
+    let verb = crate::engine::verb(line);
+    verb == "ABOR" || verb == "QUIT"
 }
 
 /// Why connecting and logging in gave no session.
@@ -181,6 +204,8 @@ pub struct Session {
     /// the session, and its APPE then writes a new file over the old one (the prefix lost).
     /// Such a connection is not kept for another job ([`crate::engine::Pair::clean`]).
     sent_unique: bool,
+    /// Asked before each command is sent ([`SendGate`]); none: every command goes.
+    gate: Option<Arc<dyn SendGate>>,
 }
 
 /// The TLS of a control connection: its version, and what a data connection needs to
@@ -207,7 +232,29 @@ impl Session {
         check: &dyn AddressCheck,
         recorder: Recorder,
     ) -> Result<Session, ConnectError> {
+        Session::connect_gated(side, login, limits, check, recorder, None).await
+    }
+
+    /// [`Session::connect`] with every command from the first (AUTH TLS, USER...) asked of
+    /// `gate` ([`SendGate`]); a gate that refuses before the connection is made makes none.
+    pub(crate) async fn connect_gated(
+        side: Side,
+        login: &ServerLogin,
+        limits: &Limits,
+        check: &dyn AddressCheck,
+        recorder: Recorder,
+        gate: Option<Arc<dyn SendGate>>,
+    ) -> Result<Session, ConnectError> {
         let host = login.host.clone();
+        if let Some(Err(why)) = gate.as_ref().map(|g| g.admit()) {
+            let error = SessionError::Fenced {
+                host,
+                verb: "connection".into(),
+                why,
+            };
+            recorder.note(side, &error.to_string());
+            return Err(error.into());
+        }
         let lookup = tokio::time::timeout(
             limits.connect_timeout,
             tokio::net::lookup_host((login.host.as_str(), login.port)),
@@ -302,6 +349,7 @@ impl Session {
             sscn_on: false,
             sent_unique: false,
             sscn_refused: false,
+            gate,
         };
         let login_state = LoginState {
             host: session.host.clone(),
@@ -523,6 +571,34 @@ impl Session {
         self.conn.is_some()
     }
 
+    /// From now on each command (ABOR and QUIT excepted) is sent only if `gate` admits it.
+    pub fn set_gate(&mut self, gate: Option<Arc<dyn SendGate>>) {
+        self.gate = gate;
+    }
+
+    /// The gate's word on `lines`, asked right before they are written: a refusal closes the
+    /// session (nothing more goes out on it) and is noted in the transcript.
+    fn admit(&mut self, lines: &[&str]) -> Result<(), SessionError> {
+        let Some(gate) = &self.gate else {
+            return Ok(());
+        };
+        let Some(first) = lines.iter().find(|l| !ungated(l)) else {
+            return Ok(());
+        };
+        let Err(why) = gate.admit() else {
+            return Ok(());
+        };
+        let verb = crate::engine::verb(first);
+        let error = SessionError::Fenced {
+            host: self.host.clone(),
+            verb,
+            why,
+        };
+        self.recorder.note(self.side, &error.to_string());
+        self.conn = None;
+        Err(error)
+    }
+
     /// Send one command line (CRLF appended).
     pub async fn send(&mut self, line: &str) -> Result<(), SessionError> {
         if check_argument(line).is_err() {
@@ -532,6 +608,9 @@ impl Session {
                     .scrubber()
                     .scrub(&crate::transcript::mask_secrets(line)),
             });
+        }
+        if self.conn.is_some() {
+            self.admit(&[line])?;
         }
         self.recorder.sent(self.side, line);
         self.note_sent(line);
@@ -583,6 +662,9 @@ impl Session {
             }
             bytes.extend_from_slice(line.as_bytes());
             bytes.extend_from_slice(b"\r\n");
+        }
+        if self.conn.is_some() {
+            self.admit(&lines.iter().map(String::as_str).collect::<Vec<_>>())?;
         }
         for line in lines {
             self.recorder.sent(self.side, line);

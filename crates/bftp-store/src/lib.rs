@@ -20,6 +20,7 @@ mod durable;
 mod error;
 mod files;
 mod keys;
+mod lease;
 #[cfg(feature = "postgres")]
 mod pg_store;
 pub mod probe;
@@ -28,6 +29,7 @@ mod sled_store;
 mod types;
 
 pub use error::{BackendError, StoreError};
+pub use lease::LeaseCell;
 #[cfg(feature = "postgres")]
 pub use pg_store::{PgHostSlots, PgOptions, PgStore, PG_DUMP_FILE, PG_SCHEMA_VERSION};
 pub use sled_store::{
@@ -320,6 +322,22 @@ pub trait JobStore: Send + Sync {
     /// of their writes will be accepted. Never blocks. A store of one node loses none.
     fn lost_leases(&self) -> Vec<JobId> {
         Vec::new()
+    }
+
+    /// Jobs this node held that were cancelled on another node straight from its hold (no
+    /// other node ran them since), found since the last call: the node lets them go (its
+    /// writes for them carry no epoch any more) and its attempt must stop as a local cancel
+    /// does, cleaning up after itself (RULES.md §6). Never blocks. A store of one node has
+    /// none: every cancel is its own.
+    fn cancelled_elsewhere(&self) -> Vec<JobId> {
+        Vec::new()
+    }
+
+    /// This node's lease on a job it holds (`bftp_core::lease`), for its attempt to ask
+    /// before each command it sends for the job (RULES.md §4.8); `None` for a store of one
+    /// node, which has no lease and fences nothing, and for a job this node does not hold.
+    fn lease(&self, _id: JobId) -> Option<std::sync::Arc<LeaseCell>> {
+        None
     }
 
     /// This node's name in a store shared by several nodes; `None` for a store of one.

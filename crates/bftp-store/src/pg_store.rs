@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Timeouts, Transaction};
 use tokio_postgres::{NoTls, Row};
@@ -44,7 +44,7 @@ use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
     NewJob, NewMember, OutboxEntry, StateCounts, StateFilter, Submitted, Walk,
 };
-use crate::{HostSlots, JobStore, MAX_MEMBERS};
+use crate::{HostSlots, JobStore, LeaseCell, MAX_MEMBERS};
 
 mod backup;
 mod reach;
@@ -221,7 +221,7 @@ impl PgOptions {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Held {
     epoch: i64,
     lost: bool,
@@ -229,14 +229,20 @@ struct Held {
     /// new epoch may show in the database before the job leaves `held`, and the heartbeat
     /// must not take that for a loss.
     releasing: bool,
+    /// The lease by this node's own clock, which the job's attempt asks before each command
+    /// (`bftp_core::lease`): renewed with each renewal the database confirms, lost with the
+    /// job, ended when the node lets the job go.
+    cell: Arc<LeaseCell>,
 }
 
 impl Held {
-    fn new(epoch: i64) -> Held {
+    /// A claim the database confirmed; `sent`: the instant before the claim was sent.
+    fn new(epoch: i64, sent: Instant, lease: Duration) -> Held {
         Held {
             epoch,
             lost: false,
             releasing: false,
+            cell: Arc::new(LeaseCell::held(bftp_core::lease::deadline(sent, lease))),
         }
     }
 }
@@ -251,6 +257,9 @@ struct Inner {
     held: Mutex<HashMap<JobId, Held>>,
     /// Leases found lost by the heartbeat, not yet handed to the scheduler.
     lost: Mutex<Vec<JobId>>,
+    /// Jobs cancelled on another node straight from this node's hold, found by the
+    /// heartbeat and let go, not yet handed to the scheduler.
+    cancelled: Mutex<Vec<JobId>>,
     /// The cluster-wide connection slots' state (`slots.rs`).
     slots: slots::SlotState,
     #[cfg(feature = "test-hooks")]
@@ -398,6 +407,7 @@ impl PgStore {
             poll: opts.poll,
             held: Mutex::new(HashMap::new()),
             lost: Mutex::new(Vec::new()),
+            cancelled: Mutex::new(Vec::new()),
             slots: Default::default(),
             #[cfg(feature = "test-hooks")]
             hold_before_release: opts.hold_before_release,
@@ -567,6 +577,9 @@ async fn heartbeat(inner: Arc<Inner>, config: tokio_postgres::Config) {
         }
         let ids: Vec<i64> = held.iter().map(|(id, _)| id_of(*id)).collect();
         let epochs: Vec<i64> = held.iter().map(|(_, e)| *e).collect();
+        // The database's new lease runs from its `now()`, later than this: a renewal
+        // confirmed gives this node's own deadline from here (`bftp_core::lease`).
+        let sent = Instant::now();
         // A queued job claimed by `due` and not started yet is not renewed: its claim runs out
         // by itself if the node does not start it. A lease that already ran out is not renewed
         // either: another node may be taking the job over right now. The jobs not renewed are
@@ -597,6 +610,13 @@ async fn heartbeat(inner: Arc<Inner>, config: tokio_postgres::Config) {
         };
         let since_renewal = last_renewal.elapsed();
         last_renewal = tokio::time::Instant::now();
+        let not_renewed: Vec<JobId> = seen.iter().map(|r| job_id(r, 0)).collect();
+        inner.renewed(
+            held.iter()
+                .filter(|(id, _)| !not_renewed.contains(id))
+                .map(|(id, epoch)| (*id, *epoch)),
+            bftp_core::lease::deadline(sent, inner.lease),
+        );
         for r in &seen {
             let (id, held) = (job_id(r, 0), r.get::<_, i64>(1));
             let now = Seen {
@@ -604,8 +624,10 @@ async fn heartbeat(inner: Arc<Inner>, config: tokio_postgres::Config) {
                 epoch: r.get(3),
                 lease_alive: r.get(4),
             };
-            if lease_lost(held, &now) {
-                inner.mark_lost(id, held, &now, since_renewal);
+            match lease_end(held, &now) {
+                None => {}
+                Some(LeaseEnd::Lost) => inner.mark_lost(id, held, &now, since_renewal),
+                Some(LeaseEnd::CancelledHere) => inner.mark_cancelled(id, held),
             }
         }
     }
@@ -620,21 +642,37 @@ struct Seen {
     lease_alive: bool,
 }
 
+/// How a node's hold on a job ended, as the heartbeat saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseEnd {
+    /// Another node may hold the job (or it is gone): stop as at shutdown, touch nothing.
+    Lost,
+    /// Cancelled on another node straight from this node's hold: nobody else ran it since,
+    /// so what the attempt left on the destination is its own, and it stops as a local
+    /// cancel does, cleaning up (RULES.md §6).
+    CancelledHere,
+}
+
 /// Whether a node that holds a job at epoch `held` has lost it, from what the heartbeat saw
 /// of it. The one rule for it:
-/// - another epoch (someone took the job over, or cancelled it), or no job: lost;
+/// - cancelled at the epoch after ours: the cancel came straight from our hold (a cancel
+///   moves the epoch on by one; a takeover by two, its requeue and its claim): cancelled here;
+/// - another epoch (someone took the job over, or cancelled it after), or no job: lost;
 /// - queued at our epoch: a claim not started yet, which runs out by itself: kept;
 /// - running at our epoch with a live lease: kept (started after the renewal's look);
 /// - running at our epoch whose lease ran out: lost, another node may be taking it over;
 /// - final at our epoch cannot happen (a final write moves the epoch on): lost.
-fn lease_lost(held: i64, seen: &Seen) -> bool {
+fn lease_end(held: i64, seen: &Seen) -> Option<LeaseEnd> {
+    if seen.state == Some(4) && seen.epoch == held.checked_add(1) {
+        return Some(LeaseEnd::CancelledHere);
+    }
     if seen.epoch != Some(held) {
-        return true;
+        return Some(LeaseEnd::Lost);
     }
     match seen.state {
-        Some(1) => false,
-        Some(2) => !seen.lease_alive,
-        _ => true,
+        Some(1) => None,
+        Some(2) if seen.lease_alive => None,
+        _ => Some(LeaseEnd::Lost),
     }
 }
 
@@ -669,6 +707,7 @@ impl Inner {
         if let Some(h) = held.get_mut(&id) {
             if h.epoch == epoch && !h.lost && !h.releasing {
                 h.lost = true;
+                h.cell.lose();
                 tracing::warn!(
                     job = id.0,
                     epoch,
@@ -681,6 +720,42 @@ impl Inner {
                 self.lost.lock().unwrap_or_else(|p| p.into_inner()).push(id);
             }
         }
+    }
+
+    /// Renewals the database confirmed (`(job, epoch)` as sent) move each job's own deadline
+    /// on to `deadline`.
+    fn renewed(&self, jobs: impl Iterator<Item = (JobId, i64)>, deadline: Instant) {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, epoch) in jobs {
+            if let Some(h) = held.get(&id).filter(|h| h.epoch == epoch && !h.lost) {
+                h.cell.renew(deadline);
+            }
+        }
+    }
+
+    /// The job held at `epoch` was cancelled on another node straight from this node's
+    /// hold: let go (later writes carry no epoch, as after this node's own cancel: the
+    /// attempt's clean-up is recorded), and handed to the scheduler, which stops the attempt
+    /// as a cancel. Not while this node's own write is ending the lease.
+    fn mark_cancelled(&self, id: JobId, epoch: i64) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(h) = held.get(&id) else {
+            return;
+        };
+        if h.epoch != epoch || h.lost || h.releasing {
+            return;
+        }
+        h.cell.end();
+        held.remove(&id);
+        tracing::info!(
+            job = id.0,
+            epoch,
+            "the job was cancelled on another node: stopping this node's attempt as a cancel"
+        );
+        self.cancelled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(id);
     }
 
     /// Commits a write that ends this node's lease on `id` (its epoch moves on) and lets the
@@ -723,10 +798,14 @@ impl Inner {
     }
 
     fn release(&self, id: JobId) {
-        self.held
+        let gone = self
+            .held
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
+        if let Some(h) = gone {
+            h.cell.end();
+        }
     }
 
     async fn client(&self, op: &'static str) -> Result<deadpool_postgres::Object, StoreError> {
@@ -1276,6 +1355,8 @@ impl Inner {
         detail: Option<String>,
     ) -> Result<Job, StoreError> {
         const OP: &str = "apply";
+        // A start renews the lease from the transaction's `now()`, later than this.
+        let sent = Instant::now();
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, Some(id)).await?;
         let mut rec = tx_job(&tx, OP, id).await?;
@@ -1334,7 +1415,7 @@ impl Inner {
                 self.held
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(id, Held::new(epoch));
+                    .insert(id, Held::new(epoch, sent, self.lease));
             } else {
                 tx.execute(&tx.prepare_cached("UPDATE jobs SET lease_until = now() + make_interval(secs => $2) WHERE id = $1").await.map_err(pg("prepare"))?,
                     &[&id_of(id), &lease_interval(self.lease)],
@@ -1349,6 +1430,26 @@ impl Inner {
         if new.is_final() {
             tx_outbox_new(&tx, OP, id, now).await?;
         }
+        if event == JobEvent::Cancel {
+            // Cancelled while another node runs it: the report is that node's to mail, once
+            // its attempt has stopped and written its clean-up and transcript (its postman
+            // postpones it until then); if that node is gone, the claim runs out after a
+            // lease and any node mails it.
+            tx.execute(
+                &tx.prepare_cached(
+                    "UPDATE outbox o SET claim_node = j.lease_node,
+                     claim_until = now() + make_interval(secs => $3)
+                 FROM jobs j
+                 WHERE o.job = $1 AND j.id = $1 AND j.state = 2
+                   AND j.lease_node <> $2 AND j.lease_until > now()",
+                )
+                .await
+                .map_err(pg("prepare"))?,
+                &[&id_of(id), &self.node, &lease_interval(self.lease)],
+            )
+            .await
+            .map_err(pg(OP))?;
+        }
         rec.state = StateV1::from_api(&new);
         rec.updated = now.0;
         tx_history(&tx, OP, id, &mut rec, now, event.name(), detail.as_deref()).await?;
@@ -1358,6 +1459,12 @@ impl Inner {
             self.commit_release(tx, OP, id).await?;
         } else {
             tx.commit().await.map_err(reach::commit_failed(OP))?;
+            if matches!(event, JobEvent::Start { .. }) {
+                self.renewed(
+                    self.epoch_of(id).map(|e| (id, e)).into_iter(),
+                    bftp_core::lease::deadline(sent, self.lease),
+                );
+            }
         }
         job_to_api(id, &rec)
     }
@@ -1614,6 +1721,8 @@ impl Inner {
         const OP: &str = "due";
         self.take_over(until).await?;
         let c = self.client(OP).await?;
+        // Each claim's lease runs from the statement's `now()`, later than this.
+        let sent = Instant::now();
         let rows = c
             .query(
                 &c.prepare_cached(
@@ -1642,7 +1751,7 @@ impl Inner {
         for r in rows {
             let id = job_id(&r, 0);
             let at = Timestamp(r.get::<_, Option<i64>>(1).unwrap_or(0).max(0) as u64);
-            held.insert(id, Held::new(r.get(2)));
+            held.insert(id, Held::new(r.get(2), sent, self.lease));
             out.push((at, id));
         }
         out.sort();
@@ -1821,10 +1930,15 @@ impl Inner {
         if !rec.apply(&result, now) {
             return rec.to_api(id);
         }
+        // A report postponed while this node's attempt of the job stops stays this node's
+        // for a lease more (the attempt's last writes go into it); any other result lets go.
+        let keep_claim = matches!(result, DeliveryTry::Postponed { .. });
         tx.execute(
             &tx.prepare_cached(
                 "UPDATE outbox SET rec = $2, state = $3, next_at = $4,
-                 claim_node = NULL, claim_until = NULL WHERE job = $1",
+                 claim_node = CASE WHEN $5 THEN $6 END,
+                 claim_until = CASE WHEN $5 THEN now() + make_interval(secs => $7) END
+                 WHERE job = $1",
             )
             .await
             .map_err(pg("prepare"))?,
@@ -1833,6 +1947,9 @@ impl Inner {
                 &encode(&rec),
                 &outbox_code(rec.state),
                 &rec.next.map(|n| n as i64),
+                &keep_claim,
+                &self.node,
+                &lease_interval(self.lease),
             ],
         )
         .await
@@ -2277,6 +2394,25 @@ impl JobStore for PgStore {
         std::mem::take(&mut *self.inner.lost.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
+    fn cancelled_elsewhere(&self) -> Vec<JobId> {
+        std::mem::take(
+            &mut *self
+                .inner
+                .cancelled
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
+    }
+
+    fn lease(&self, id: JobId) -> Option<Arc<LeaseCell>> {
+        self.inner
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .map(|h| h.cell.clone())
+    }
+
     fn node(&self) -> Option<String> {
         Some(self.inner.node.clone())
     }
@@ -2285,6 +2421,7 @@ impl JobStore for PgStore {
         let mut held = self.inner.held.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(h) = held.get_mut(&id) {
             h.lost = true;
+            h.cell.lose();
         }
     }
 
@@ -2322,26 +2459,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn when_a_held_lease_counts_as_lost() {
+    fn when_a_held_lease_counts_as_lost_or_cancelled_here() {
         let seen = |state, epoch, lease_alive| Seen {
             state,
             epoch,
             lease_alive,
         };
+        let (lost, here) = (Some(LeaseEnd::Lost), Some(LeaseEnd::CancelledHere));
         #[rustfmt::skip]
-        let table: &[(&str, Seen, bool)] = &[
-            ("claimed, not started yet",                 seen(Some(1), Some(7), true),  false),
-            ("claimed, its claim ran out, still ours",   seen(Some(1), Some(7), false), false),
-            ("started after the renewal looked",         seen(Some(2), Some(7), true),  false),
-            ("running, our lease ran out",               seen(Some(2), Some(7), false), true),
-            ("taken over: queued at a new epoch",        seen(Some(1), Some(8), false), true),
-            ("taken over and running at a new epoch",    seen(Some(2), Some(8), true),  true),
-            ("finished (the epoch moved on)",            seen(Some(3), Some(8), false), true),
-            ("final at our epoch (cannot happen)",       seen(Some(4), Some(7), false), true),
-            ("the job is gone",                          seen(None, None, false),       true),
+        let table: &[(&str, Seen, Option<LeaseEnd>)] = &[
+            ("claimed, not started yet",                 seen(Some(1), Some(7), true),  None),
+            ("claimed, its claim ran out, still ours",   seen(Some(1), Some(7), false), None),
+            ("started after the renewal looked",         seen(Some(2), Some(7), true),  None),
+            ("running, our lease ran out",               seen(Some(2), Some(7), false), lost),
+            ("taken over: queued at a new epoch",        seen(Some(1), Some(8), false), lost),
+            ("taken over and running at a new epoch",    seen(Some(2), Some(8), true),  lost),
+            ("finished (the epoch moved on)",            seen(Some(3), Some(8), false), lost),
+            ("final at our epoch (cannot happen)",       seen(Some(4), Some(7), false), lost),
+            ("the job is gone",                          seen(None, None, false),       lost),
+            // A cancel moves the epoch on by one: nobody ran the job between our hold and it.
+            ("cancelled elsewhere straight from our hold", seen(Some(4), Some(8), false), here),
+            // A takeover (requeue, claim) came first: the files are another node's now.
+            ("cancelled after a takeover",               seen(Some(4), Some(9), false), lost),
+            ("cancelled after a takeover's requeue",     seen(Some(4), Some(10), false), lost),
         ];
-        for (case, s, lost) in table {
-            assert_eq!(lease_lost(7, s), *lost, "{case}");
+        for (case, s, end) in table {
+            assert_eq!(lease_end(7, s), *end, "{case}");
         }
     }
 }

@@ -3,11 +3,14 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use bftp_core::lease::{Fenced, Lease};
 
 use bftp_core::{JobEvent, JobOutcome, MemberState};
 use bftp_store::{
-    AttemptTranscript, JobId, JobStore, MemberUpdate, PgOptions, PgStore, StoreError, Submitted,
+    AttemptTranscript, DeliveryTry, JobId, JobStore, MemberUpdate, PgOptions, PgStore, StoreError,
+    Submitted,
 };
 use common::*;
 
@@ -56,6 +59,15 @@ fn a_node_whose_lease_ran_out_cannot_write_and_another_takes_the_job_over() {
     assert_eq!(b.due(at(63), 10).unwrap(), []);
     assert_eq!(a.job_node(id).unwrap().as_deref(), Some("node-a"));
     let held = epoch(&url, id);
+    // a's own deadline for it (RULES.md §4.8): a lease less the margin from before the start.
+    let lease = a.lease(id).expect("a holds the job");
+    let Lease::Held { deadline } = lease.get() else {
+        panic!("{:?}", lease.get())
+    };
+    let left = deadline.saturating_duration_since(Instant::now());
+    assert!(left <= Duration::from_millis(2_700), "{left:?}");
+    assert!(lease.may_send().is_ok());
+    assert!(b.lease(id).is_none(), "b holds nothing");
 
     // a stops renewing (as a paused node does): its lease runs out.
     c.psql(
@@ -70,6 +82,9 @@ fn a_node_whose_lease_ran_out_cannot_write_and_another_takes_the_job_over() {
         pgcluster::wait_for(Duration::from_secs(5), || a.lost_leases() == [id]),
         "a's heartbeat must notice its lease ran out"
     );
+    assert_eq!(lease.get(), Lease::Lost);
+    assert_eq!(lease.may_send(), Err(Fenced::Lost));
+    assert!(a.cancelled_elsewhere().is_empty());
 
     // b takes it over: back to the queue, due now, then claimed by b.
     assert_eq!(b.due(at(70), 10).unwrap(), [(at(70), id)]);
@@ -643,4 +658,153 @@ fn the_first_key_fingerprint_recorded_stands_over_racing_nodes() {
         assert_eq!(n.key_fingerprint().unwrap(), Some(first));
         assert_eq!(n.adopt_key_fingerprint([9; 32]).unwrap(), first);
     }
+}
+
+/// The heartbeat's renewals move a node's own deadline on: a lease held for minutes of work
+/// stays open to its attempt's commands.
+#[test]
+fn renewals_the_database_confirms_move_the_nodes_own_deadline_on() {
+    let url = pgcluster::fresh_database();
+    let a = node(&url, "node-a", Duration::from_secs(1));
+    let id = a.submit(with_members(job(1), &["x"])).unwrap().job().id;
+    assert_eq!(a.due(at(60), 10).unwrap(), [(at(60), id)]);
+    a.apply(id, JobEvent::Start { attempt: 1 }, at(61), None)
+        .unwrap();
+    let lease = a.lease(id).unwrap();
+    let first = match lease.get() {
+        Lease::Held { deadline } => deadline,
+        other => panic!("{other:?}"),
+    };
+    // Three lease lengths later, still open, with a deadline later than the first.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(lease.may_send().is_ok(), "{:?}", lease.get());
+    assert!(
+        matches!(lease.get(), Lease::Held { deadline } if deadline > first + Duration::from_secs(2))
+    );
+    // Its own final write lets the job go: the lease ended, not lost.
+    a.apply(
+        id,
+        JobEvent::Finish {
+            outcome: JobOutcome::Succeeded,
+        },
+        at(62),
+        None,
+    )
+    .unwrap();
+    assert_eq!(lease.get(), Lease::Ended);
+    assert!(a.lease(id).is_none());
+}
+
+/// A job cancelled on another node straight from this node's hold is let go as cancelled,
+/// not lost: the attempt's clean-up is written (its count, its transcript), as after a
+/// local cancel. Cancelled after a takeover, it is lost: the files are the other node's.
+#[test]
+fn a_cancel_on_another_node_is_told_apart_from_a_takeover() {
+    let url = pgcluster::fresh_database();
+    let a = node(&url, "node-a", Duration::from_secs(1));
+    let c = node(&url, "node-c", Duration::from_secs(30));
+    let id = a
+        .submit(with_members(job(1), &["x", "y"]))
+        .unwrap()
+        .job()
+        .id;
+    assert_eq!(a.due(at(60), 10).unwrap(), [(at(60), id)]);
+    a.apply(id, JobEvent::Start { attempt: 1 }, at(61), None)
+        .unwrap();
+    let lease = a.lease(id).unwrap();
+    c.apply(id, JobEvent::Cancel, at(62), None).unwrap();
+    // The report is a's to mail, once its attempt has stopped: c does not take it, and a's
+    // postponing keeps it a's.
+    assert!(c.outbox_due(at(100), 10).unwrap().is_empty());
+    assert_eq!(a.outbox_due(at(100), 10).unwrap().len(), 1);
+    a.record_delivery(
+        id,
+        DeliveryTry::Postponed {
+            next_try_at: at(62),
+        },
+        at(62),
+    )
+    .unwrap();
+    assert!(c.outbox_due(at(100), 10).unwrap().is_empty());
+    assert!(
+        pgcluster::wait_for(Duration::from_secs(5), || !c
+            .outbox_due(at(100), 10)
+            .unwrap()
+            .is_empty()),
+        "a's claim runs out after a lease (a gone): c mails it then"
+    );
+    assert!(
+        pgcluster::wait_for(Duration::from_secs(5), || a.cancelled_elsewhere() == [id]),
+        "a's heartbeat must see the cancel"
+    );
+    assert!(
+        a.lost_leases().is_empty(),
+        "a cancel straight from a's hold is no loss"
+    );
+    assert_eq!(lease.get(), Lease::Ended);
+    assert!(lease.may_send().is_ok(), "the cancel's clean-up may speak");
+    // The attempt's clean-up is recorded.
+    let counted = MemberUpdate {
+        attempts: Some(1),
+        detail: Some("cancelled during the copy; the partial file was deleted".into()),
+        ..MemberUpdate::default()
+    };
+    a.update_member(id, 1, counted, at(63)).unwrap();
+    a.set_transcript(
+        id,
+        AttemptTranscript {
+            attempt: 1,
+            lines: vec!["destination> ABOR".into()],
+        },
+    )
+    .unwrap();
+    let m = &c.members(id).unwrap()[1];
+    assert_eq!((m.attempts, m.state), (1, MemberState::Cancelled));
+    assert_eq!(
+        c.transcript(id).unwrap().unwrap().lines,
+        ["destination> ABOR"]
+    );
+
+    // Taken over first (a's lease ran out, b claimed it), then cancelled: lost.
+    let b = node(&url, "node-b", Duration::from_secs(30));
+    let id = a.submit(with_members(job(2), &["z"])).unwrap().job().id;
+    let claimed: Vec<JobId> = a
+        .due(at(70), 10)
+        .unwrap()
+        .into_iter()
+        .map(|(_, j)| j)
+        .collect();
+    assert_eq!(claimed, [id]);
+    a.apply(id, JobEvent::Start { attempt: 1 }, at(71), None)
+        .unwrap();
+    let lease = a.lease(id).unwrap();
+    let cl = pgcluster::cluster();
+    let db = pgcluster::Cluster::db_of(&url).to_string();
+    // The lease is made to run out and b takes over within one heartbeat of a (a third of
+    // its lease): a may see the takeover or the cancel after it, never a cancel of its own.
+    cl.psql(
+        &db,
+        &format!(
+            "UPDATE jobs SET lease_until = now() - interval '1 second' WHERE id = {}",
+            id.0
+        ),
+    )
+    .unwrap();
+    let _ = b.due(at(72), 10).unwrap();
+    c.apply(id, JobEvent::Cancel, at(73), None).unwrap();
+    assert!(
+        pgcluster::wait_for(Duration::from_secs(5), || a.lost_leases() == [id]),
+        "a must count the job lost"
+    );
+    assert!(a.cancelled_elsewhere().is_empty());
+    assert_eq!(lease.get(), Lease::Lost);
+    let count = MemberUpdate {
+        attempts: Some(1),
+        ..MemberUpdate::default()
+    };
+    let late = a.update_member(id, 0, count, at(74));
+    assert!(
+        matches!(late, Err(StoreError::LeaseLost { .. })),
+        "{late:?}"
+    );
 }

@@ -190,10 +190,15 @@ impl Executor for FtpExecutor {
             claims: Mutex::default(),
             first: Mutex::default(),
             batch: crate::ledger_batch::Batch::new(self.store.clone(), self.clock.clone(), job.id),
+            gate: self
+                .store
+                .lease(job.id)
+                .map(|cell| Arc::new(crate::fence::LeaseGate::new(cell))),
         };
         let abort = signals.abort;
         let log = run.log.clone();
         let store = self.store.clone();
+        let gate = run.gate.clone();
         Box::pin(async move {
             let id = job.id;
             let run = run.run(job, attempt);
@@ -208,6 +213,13 @@ impl Executor for FtpExecutor {
                         .await
                         .unwrap_or(AttemptEnd::Interrupted)
                 }
+            };
+            // Stopped by its own fence: whatever failed after the deadline failed for that
+            // (RULES.md §4.8), and the job goes back to the queue at once, not after a backoff
+            // (its write is refused anyway when another node holds the job).
+            let end = match (end, gate.as_ref().map(|g| g.check())) {
+                (AttemptEnd::Transient { .. }, Some(Err(_))) => AttemptEnd::Interrupted,
+                (end, _) => end,
             };
             let lines = log.lock().unwrap_or_else(|p| p.into_inner()).take();
             if !lines.is_empty() {
@@ -316,6 +328,9 @@ struct Run {
     first: Mutex<Option<(crate::pool::PoolKey, crate::ftp::Slots, crate::pool::Origin)>>,
     /// Member records that nothing waits for, written in groups (`crate::ledger_batch`).
     batch: Arc<crate::ledger_batch::Batch>,
+    /// On a shared store, this node's lease on the job, asked before each command sent for
+    /// it (RULES.md §4.8, `crate::fence`); none with a store of one node.
+    gate: Option<Arc<crate::fence::LeaseGate>>,
 }
 
 /// A member left pending by this attempt: why, and whether it is worth a second try within
@@ -575,6 +590,36 @@ impl Run {
         self.log.lock().unwrap_or_else(|p| p.into_inner()).keep(t);
     }
 
+    /// The gate each of the attempt's connections asks before it sends a command.
+    fn send_gate(&self) -> Option<Arc<dyn bftp_ftp::SendGate>> {
+        self.gate.clone().map(|g| g as Arc<dyn bftp_ftp::SendGate>)
+    }
+
+    /// `Some` once this node may send nothing more for the job (RULES.md §4.8): its lease's
+    /// deadline passed by its own clock with no renewal confirmed, or the lease is lost. The
+    /// attempt then stops as at shutdown (its `drain`): no file starts, none is cleaned up,
+    /// the node that holds the job next does the rest.
+    fn fenced(&self) -> Option<AttemptEnd> {
+        let why = self.gate.as_ref()?.check().err()?;
+        if !self.drain.is_cancelled() {
+            tracing::warn!(job = self.id.0, %why, "stopping the attempt");
+            self.drain.cancel();
+        }
+        Some(AttemptEnd::Interrupted)
+    }
+
+    /// Completes when a copy in flight must stop: a cancel, the end of the shutdown grace,
+    /// or the end of this node's lease by its own clock.
+    async fn stop_copy(&self) {
+        match &self.gate {
+            Some(gate) => tokio::select! {
+                () = self.abort.cancelled() => {}
+                () = gate.expired() => {}
+            },
+            None => self.abort.cancelled().await,
+        }
+    }
+
     /// Keeps what the pair recorded since its last outcome, then closes it, or keeps the
     /// first pair (with its slots) for another job when nothing went wrong on it.
     async fn close(&self, mut pair: Pair) {
@@ -583,6 +628,8 @@ impl Run {
             Some("p1") => self.first.lock().unwrap_or_else(|p| p.into_inner()).take(),
             _ => None,
         };
+        // A kept pair serves the next job under that job's own fence.
+        pair.set_gate(None);
         match first {
             Some((key, slots, origin)) => self.hosts.pool.put(key, pair, slots, origin).await,
             None => pair.close().await,
@@ -605,6 +652,7 @@ impl Run {
             limits: self.limits.clone(),
             check: self.check.clone(),
             hosts: self.hosts.clone(),
+            gate: self.send_gate(),
         })
     }
 
@@ -618,7 +666,16 @@ impl Run {
             .as_ref()
             .map(ServerLogin::from_endpoint)
             .unwrap_or_else(|| src.clone());
-        match Pair::open(&src, &dst, spec.params, &self.limits, self.check.clone()).await {
+        let opened = Pair::open_gated(
+            &src,
+            &dst,
+            spec.params,
+            &self.limits,
+            self.check.clone(),
+            self.send_gate(),
+        )
+        .await;
+        match opened {
             Ok(pair) => {
                 pair.set_label(label);
                 Ok(pair)
@@ -662,10 +719,14 @@ impl Run {
             .map(ServerLogin::from_endpoint)
             .unwrap_or_else(|| src_login.clone());
         let key = crate::pool::PoolKey::new(job.owner_uid, &src_login, &dst_login, spec.params);
+        if let Some(end) = self.fenced() {
+            return end;
+        }
         let acquired = crate::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await;
         let mut pair = match acquired {
-            crate::pool::Acquired::Kept(pair, slots, origin) => {
+            crate::pool::Acquired::Kept(mut pair, slots, origin) => {
                 pair.set_label("p1");
+                pair.set_gate(self.send_gate());
                 *self.first.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some((key, slots, origin.used_by(id)));
                 *pair
@@ -756,6 +817,9 @@ impl Run {
         for (n, slots) in extra.into_iter().enumerate() {
             let (run, spec, label) = (&self, &spec, format!("p{}", n + 2));
             openings.push(crate::lanes::opening(async move {
+                if run.fenced().is_some() {
+                    return None;
+                }
                 match run.open(spec, &label).await {
                     Ok(p) => Some((p, slots)),
                     // One pair fewer; the first pair still does the work.
@@ -859,7 +923,11 @@ impl Run {
         let key = crate::pool::PoolKey::new(owner, &src_login, &dst_login, spec.params);
         let (mut pair, slots, origin) =
             match crate::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await {
-                crate::pool::Acquired::Kept(pair, slots, origin) => (*pair, slots, origin),
+                crate::pool::Acquired::Kept(mut pair, slots, origin) => {
+                    // The RMDs are effects: under this job's fence, as every command of it.
+                    pair.set_gate(self.send_gate());
+                    (*pair, slots, origin)
+                }
                 crate::pool::Acquired::Slots(slots) => match self.open(spec, "p1").await {
                     Ok(pair) => (pair, slots, crate::pool::Origin::new(self.clock.now(), id)),
                     Err(e) => {
@@ -999,6 +1067,17 @@ impl Run {
         let (result, announced, collided) = self
             .copy_announced(pair, m, &mut req, unique_source_size, dir)
             .await?;
+        // Past this node's lease nothing more is sent for the file, not even its proof: it
+        // stays as the copy left it, for the node that holds the job next (RULES.md §4.8).
+        if let Some(end) = self.fenced() {
+            self.keep(match result {
+                Ok(mut outcome) => outcome.take_transcript(),
+                Err(e) => e.transcript,
+            });
+            self.aborted(pair, spec, m, &req, &announced, unique_source_size, dir)
+                .await;
+            return Err(end);
+        }
         let outcome = match result {
             Ok(o) => o,
             Err(e) if self.abort.is_cancelled() => {
@@ -1413,7 +1492,7 @@ impl Run {
         let mut announced: Vec<String> = Vec::new();
         let mut collided: Option<String> = None;
         let result = {
-            let copy = pair.copy_or_abort(req, self.abort.cancelled(), "the attempt was aborted");
+            let copy = pair.copy_or_abort(req, self.stop_copy(), "the attempt was aborted");
             tokio::pin!(copy);
             loop {
                 tokio::select! {
@@ -1980,8 +2059,12 @@ impl crate::lanes::Work for Members<'_> {
     type Item = Member;
     type End = AttemptEnd;
 
-    /// Shutdown drains (the file in flight finishes, no other starts), or a cancel.
+    /// Shutdown drains (the file in flight finishes, no other starts), a cancel, or the
+    /// end of this node's lease (RULES.md §4.8).
     fn interrupted(&self) -> Option<AttemptEnd> {
+        if let Some(end) = self.run.fenced() {
+            return Some(end);
+        }
         if self.run.drain.is_cancelled() || self.run.abort.is_cancelled() {
             return Some(AttemptEnd::Interrupted);
         }
@@ -2003,6 +2086,9 @@ impl crate::lanes::Work for Members<'_> {
     /// The same label again, the old pair's last lines kept.
     async fn reopen(&self, mut old: Pair) -> Result<Pair, AttemptEnd> {
         self.run.keep(old.take_transcript());
+        if let Some(end) = self.run.fenced() {
+            return Err(end);
+        }
         let label = old.label().unwrap_or_else(|| "p?".into());
         self.run.open(self.spec, &label).await.map_err(|e| {
             self.run.keep(e.transcript.clone());
@@ -2012,6 +2098,10 @@ impl crate::lanes::Work for Members<'_> {
 
     async fn item(&self, pair: &mut Pair, m: Member, _second: bool) -> Step<Member, AttemptEnd> {
         let (run, spec) = (self.run, self.spec);
+        // Before the file's first command, whatever it is (a file started ahead too).
+        if let Some(end) = run.fenced() {
+            return Step::End(end);
+        }
         crate::proof::learn(pair, spec).await;
         // A copy's progress, in memory for the views, while it is worked on.
         let result = if spec.destination.is_some() {

@@ -8,6 +8,7 @@ pub mod attempt;
 pub mod backup;
 pub mod clock;
 pub mod config;
+mod fence;
 pub mod ftp;
 pub mod identity;
 mod lanes;

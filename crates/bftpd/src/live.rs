@@ -142,6 +142,8 @@ pub struct Look {
     pub limits: Limits,
     pub check: Arc<dyn AddressCheck>,
     pub hosts: Arc<HostLimits>,
+    /// The attempt's fence (RULES.md §4.8): a look at the job's file is a command for it.
+    pub gate: Option<Arc<dyn bftp_ftp::SendGate>>,
 }
 
 /// Follows one member's copy on `live` from the pair's progress, looking at its bytes
@@ -186,10 +188,12 @@ pub async fn follow(
                 }
                 if watcher.is_none() {
                     let opened = match l.hosts.try_acquire_one(&l.login.host).await {
-                        Some(permit) => SizeWatch::open(&l.login, &l.limits, &*l.check)
-                            .await
-                            .ok()
-                            .map(|w| (w, permit)),
+                        Some(permit) => {
+                            SizeWatch::open(&l.login, &l.limits, &*l.check, l.gate.clone())
+                                .await
+                                .ok()
+                                .map(|w| (w, permit))
+                        }
                         None => None,
                     };
                     match opened {

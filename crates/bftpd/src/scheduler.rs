@@ -225,7 +225,11 @@ impl Scheduler {
     }
 
     /// A shared store: the attempt of a job whose lease this node lost (another node took it
-    /// over, or it was cancelled elsewhere) stops at once; the store refuses its writes anyway.
+    /// over, or it was cancelled after a takeover) stops at once, as at shutdown; the store
+    /// refuses its writes anyway. The attempt of a job cancelled on another node straight
+    /// from this node's hold stops as a local cancel does: ABOR, the partial file deleted
+    /// where the copy's kind allows, the attempt counted, its transcript kept (the store let
+    /// the job go, so those writes are not fenced).
     async fn stop_lost_attempts(self: Arc<Self>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         loop {
@@ -243,6 +247,13 @@ impl Scheduler {
                 {
                     d.cancel();
                 }
+                self.cancel(id);
+            }
+            for id in self.store.cancelled_elsewhere() {
+                tracing::info!(
+                    job = id.0,
+                    "cancelled on another node: stopping this node's attempt as a cancel"
+                );
                 self.cancel(id);
             }
         }
@@ -366,6 +377,7 @@ impl Scheduler {
                     me.store.abandon(id);
                 }
             }
+            tracing::info!(job = id.0, attempt, "attempt over");
             me.running.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             me.drains.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             me.notify();
@@ -415,7 +427,7 @@ impl Scheduler {
                     // A cancel already moved the job; a shutdown leaves it due again at once.
                     match store.get(id)? {
                         Some(Job { state: JobState::Running { .. }, .. }) => store
-                            .apply(id, JobEvent::Requeue { next_attempt_at: t }, t, Some("interrupted by shutdown".into()))
+                            .apply(id, JobEvent::Requeue { next_attempt_at: t }, t, Some("interrupted by shutdown, or by the end of this node's lease".into()))
                             .map(|_| ()),
                         _ => Ok(()),
                     }

@@ -43,7 +43,7 @@ pub use verify::{verify, Check, VerifyReport, VerifyRequest, CHECK_SOURCE_FILE};
 
 use crate::limits::{AddressCheck, Limits, ServerLogin};
 use crate::parse::Reply;
-use crate::session::{Session, SessionError};
+use crate::session::{SendGate, Session, SessionError};
 use crate::transcript::{Recorder, Side, Transcript};
 
 /// One file to copy.
@@ -139,6 +139,9 @@ pub struct Pair {
     /// Something went wrong on this pair: a copy or a listing that failed, a reconnection.
     /// Such a pair is not kept for another job ([`Pair::clean`]).
     errored: bool,
+    /// Asked before each command either session sends, and before a reconnection
+    /// ([`Pair::set_gate`]).
+    gate: Option<Arc<dyn SendGate>>,
 }
 
 impl std::fmt::Debug for Pair {
@@ -185,15 +188,36 @@ impl Pair {
         limits: &Limits,
         addr_check: Arc<dyn AddressCheck>,
     ) -> Result<Pair, PairError> {
+        Pair::open_gated(src, dst, params, limits, addr_check, None).await
+    }
+
+    /// [`Pair::open`] under `gate` ([`Pair::set_gate`]) from the first command of each login
+    /// on: a pair opened for a job under a lease sends nothing past it, its login included.
+    pub async fn open_gated(
+        src: &ServerLogin,
+        dst: &ServerLogin,
+        params: FtpParams,
+        limits: &Limits,
+        addr_check: Arc<dyn AddressCheck>,
+        gate: Option<Arc<dyn SendGate>>,
+    ) -> Result<Pair, PairError> {
         let recorder = Recorder::new(limits.transcript, ServerLogin::scrubber(&[src, dst]));
         let (s, d) = tokio::join!(
-            Session::connect(Side::Source, src, limits, &*addr_check, recorder.clone()),
-            Session::connect(
+            Session::connect_gated(
+                Side::Source,
+                src,
+                limits,
+                &*addr_check,
+                recorder.clone(),
+                gate.clone()
+            ),
+            Session::connect_gated(
                 Side::Destination,
                 dst,
                 limits,
                 &*addr_check,
-                recorder.clone()
+                recorder.clone(),
+                gate.clone()
             ),
         );
         let (src_session, dst_session) = match (s, d) {
@@ -222,6 +246,7 @@ impl Pair {
             addr_check,
             recorder,
         );
+        pair.gate = gate;
         // Both sides' TYPE, MODE, STRU and FEAT in flight at once: one round trip, not eight.
         let lines = [Side::Source, Side::Destination].map(|side| pair.params_lines(side));
         for (side, lines) in [Side::Source, Side::Destination].iter().zip(&lines) {
@@ -273,7 +298,16 @@ impl Pair {
             ahead: None,
             owed: [0, 0],
             errored: false,
+            gate: None,
         }
+    }
+
+    /// From now on each command either session sends (ABOR and QUIT excepted), and each
+    /// reconnection, goes only if `gate` admits it ([`SendGate`]); `None` lifts the gate.
+    pub fn set_gate(&mut self, gate: Option<Arc<dyn SendGate>>) {
+        self.src.set_gate(gate.clone());
+        self.dst.set_gate(gate.clone());
+        self.gate = gate;
     }
 
     /// Whether the pair can still be used.
@@ -931,12 +965,13 @@ impl Pair {
     async fn reconnect(&mut self, side: Side, reason: &str) -> Result<(), PairError> {
         self.session(side).close(reason);
         let login = self.logins[index(side)].clone();
-        let session = match Session::connect(
+        let session = match Session::connect_gated(
             side,
             &login,
             &self.limits,
             &*self.check,
             self.recorder.clone(),
+            self.gate.clone(),
         )
         .await
         {

@@ -22,10 +22,13 @@ pub struct SizeWatch {
 
 impl SizeWatch {
     /// Connects and logs in to `login` (the destination of the copy to watch).
+    /// Every command of it, the login's too, goes only if `gate` admits it
+    /// ([`crate::SendGate`]).
     pub async fn open(
         login: &ServerLogin,
         limits: &Limits,
         check: &dyn AddressCheck,
+        gate: Option<std::sync::Arc<dyn crate::SendGate>>,
     ) -> Result<SizeWatch, ConnectError> {
         // Its lines are no part of the job's transcript: what it says is only a figure.
         let recorder = Recorder::new(
@@ -35,7 +38,8 @@ impl SizeWatch {
             },
             ServerLogin::scrubber(&[login]),
         );
-        let session = Session::connect(Side::Destination, login, limits, check, recorder).await?;
+        let session =
+            Session::connect_gated(Side::Destination, login, limits, check, recorder, gate).await?;
         Ok(SizeWatch {
             session,
             current: None,

@@ -571,3 +571,60 @@ async fn a_refused_mode_in_the_params_batch_leaves_the_connection_in_step() {
         "{sent:?}"
     );
 }
+
+/// A gate the test opens and shuts.
+#[derive(Debug, Default)]
+struct TestGate(std::sync::atomic::AtomicBool);
+
+impl SendGate for TestGate {
+    fn admit(&self) -> Result<(), String> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            Err("the lease ran out".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Past a gate's refusal (bftpd's lease deadline) nothing more reaches either server: not
+/// the copy's first command, not a DELE, not the login of a reconnection.
+#[tokio::test]
+async fn a_shut_gate_sends_nothing_more_on_either_side() {
+    let (mut pair, log) = pair_with(none(), none()).await;
+    let gate = Arc::new(TestGate::default());
+    pair.set_gate(Some(gate.clone()));
+    let outcome = pair.copy(&copy_request()).await.expect("copy");
+    assert!(outcome.is_success(), "{outcome:?}");
+    assert!(commands(&log).contains(&"dst> STOR g.bin".to_owned()));
+    gate.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    let before = commands(&log);
+    let refused = match pair.copy(&copy_request()).await {
+        Err(e) => e.to_string(),
+        Ok(outcome) => {
+            assert!(!outcome.is_success(), "{outcome:?}");
+            format!("{outcome:?}")
+        }
+    };
+    assert!(pair.delete(Side::Destination, "g.bin").await.is_err());
+    assert!(pair.reopen("to clean up").await.is_err());
+    // The fakes log what they read: a moment for anything in flight to arrive.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(commands(&log), before, "{refused}");
+    assert!(!pair.is_usable());
+}
+
+/// ABOR and QUIT pass a shut gate: they stop a transfer or a session, and change no file.
+#[tokio::test]
+async fn abor_and_quit_pass_a_shut_gate() {
+    let src: Script = Arc::new(|line| (line == "ABOR").then(|| vec!["225 no transfer"]));
+    let (mut pair, log) = pair_with(src, none()).await;
+    pair.set_gate(Some(Arc::new(TestGate(true.into()))));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    abor(&mut pair.src, deadline).await;
+    pair.close().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let sent = commands(&log);
+    for line in ["src> ABOR", "src> QUIT", "dst> QUIT"] {
+        assert!(sent.contains(&line.to_owned()), "{line}: {sent:?}");
+    }
+}

@@ -186,17 +186,16 @@ impl Pair {
         // proFTPD's MLSD says `type=file` for a FIFO (and its `UNIX.mode` has no type bits):
         // an empty "file" may be a special file, which its LIST line shows (`p`, `c`...).
         if method == WalkMethod::Mlsd && listing.entries.iter().any(may_be_special) {
-            if let DataReply::Data(data) = self.data_command("LIST", dir).await? {
-                let special: Vec<(String, char)> = parse_list(&data, dir)
-                    .entries
-                    .into_iter()
-                    .filter_map(|e| match e.kind {
-                        ListKind::Special(c) => Some((e.name, c)),
-                        _ => None,
-                    })
-                    .collect();
-                mark_special(&mut listing.entries, &special);
-            }
+            let data = self.walk_data("LIST -a", &list_path).await?;
+            let special: Vec<(String, char)> = parse_list(&data, dir)
+                .entries
+                .into_iter()
+                .filter_map(|e| match e.kind {
+                    ListKind::Special(c) => Some((e.name, c)),
+                    _ => None,
+                })
+                .collect();
+            mark_special(&mut listing.entries, &special);
         }
         // A name holding a secret is refused, as in a wildcard listing.
         let (kept, secret): (Vec<_>, Vec<_>) = listing
