@@ -1,4 +1,4 @@
-//! Logged-in pairs kept between jobs (issue 14, bftpd's `pool.rs`), against the real bftpd
+//! Logged-in pairs kept between jobs (issue 14, bftpd's `hosts/pool.rs`), against the real bftpd
 //! and real servers. Each server sits behind a delay proxy (no delay) that counts the control
 //! connections made to it: the servers' session counts.
 

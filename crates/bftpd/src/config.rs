@@ -42,7 +42,7 @@ pub struct Config {
     #[serde(default)]
     pub policy: HostPolicyConfig,
     #[serde(default)]
-    pub ftp: crate::ftp::FtpConfig,
+    pub ftp: crate::hosts::FtpConfig,
     #[serde(default)]
     pub scheduler: SchedulerConfig,
     /// `[mail]`: the reports of final jobs (see `bftp_mail::MailConfig`).

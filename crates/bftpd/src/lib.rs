@@ -5,34 +5,19 @@
 
 pub mod api;
 pub mod attempt;
-pub mod backup;
 pub mod clock;
 pub mod config;
-mod fence;
-pub mod ftp;
-pub mod identity;
-mod lanes;
-mod ledger_batch;
-pub mod live;
+pub mod foreground;
+pub mod hosts;
+pub mod lanes;
 pub mod mail;
 pub mod metrics;
-pub mod policy;
-pub mod pool;
-pub mod proof;
-mod refusals;
-pub mod retention;
 pub mod scheduler;
 pub mod secrets;
-pub mod server;
 pub mod service;
-mod space;
-pub mod submit;
 #[cfg(test)]
 mod testkit;
-pub mod unique;
 pub mod views;
-pub mod walk;
-pub mod work;
 
 use std::future::Future;
 use std::os::unix::fs::DirBuilderExt;
@@ -43,7 +28,11 @@ use anyhow::Context;
 use bftp_store::{JobStore, PgOptions, PgStore, SledStore, StoreOptions};
 use tokio_util::sync::CancellationToken;
 
+use crate::api::{identity, server};
+use crate::attempt::live;
 use crate::config::Config;
+use crate::hosts::{policy, pool};
+use crate::scheduler::retention;
 
 /// Runs a store call on the blocking pool (a write waits for its fsync), inside the caller's
 /// span, so the store's log lines carry the job id. (The store catches panics of its engine
@@ -218,7 +207,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let admins = identity::AdminPolicy::new(config.admin_group.as_deref())?;
     let policy = policy::HostPolicy::new(&config.policy);
     let limits = config.ftp.limits()?;
-    let hosts = ftp::HostLimits::with_pool(
+    let hosts = hosts::HostLimits::with_pool(
         config.ftp.parallel_pairs,
         config.ftp.max_connections_per_host,
         pool::PoolSettings {
@@ -235,7 +224,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         store: store.clone(),
         secrets: secrets.clone(),
         limits: limits.clone(),
-        check: Arc::new(ftp::PolicyCheck(policy.clone())),
+        check: Arc::new(hosts::PolicyCheck(policy.clone())),
         hosts: hosts.clone(),
         metrics: metrics.clone(),
         live: live.clone(),

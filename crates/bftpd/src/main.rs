@@ -70,7 +70,7 @@ fn backup(config: &std::path::Path, dir: &std::path::Path) -> ExitCode {
     };
     // The config (no password in it) goes with the copy; the daemon writes it.
     let text = std::fs::read_to_string(config).ok();
-    match bftpd::backup::request(&cfg.socket, &dir, text) {
+    match bftpd::api::backup::request(&cfg.socket, &dir, text) {
         Ok((200, body)) => {
             println!("{body}");
             ExitCode::SUCCESS

@@ -51,7 +51,7 @@ fn notify(state: NotifyState<'_>) {
 /// the groups (they must exist) and the mail transport, built as the daemon builds it (which
 /// reads `password_file`).
 pub fn check(config: &Config) -> anyhow::Result<()> {
-    crate::identity::AdminPolicy::new(config.admin_group.as_deref())?;
+    crate::api::identity::AdminPolicy::new(config.admin_group.as_deref())?;
     if let Some(name) = &config.socket_group {
         nix::unistd::Group::from_name(name)
             .with_context(|| format!("cannot look up socket_group {name:?}"))?

@@ -32,8 +32,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use crate::api::identity::{AdminPolicy, Caller};
 use crate::config::ApiConfig;
-use crate::identity::{AdminPolicy, Caller};
 
 /// The largest request body read (axum's own default limit for a body, kept as it was).
 const MAX_BODY: usize = 2 << 20;

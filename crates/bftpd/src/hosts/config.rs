@@ -33,7 +33,7 @@ pub struct FtpConfig {
     #[serde(default = "d_watch")]
     pub watch_progress: bool,
     /// Logged-in connection pairs kept between jobs of the same owner, servers and logins
-    /// (`crate::pool`); 0 keeps none. Kept pairs count against `max_connections_per_host`
+    /// (`crate::hosts::pool`); 0 keeps none. Kept pairs count against `max_connections_per_host`
     /// and give their slots up to a job that needs them.
     #[serde(default = "d_pool_idle")]
     pub pool_max_idle: usize,

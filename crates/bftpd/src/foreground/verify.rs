@@ -6,7 +6,7 @@ use bftp_api::{CheckView, VerifyResponse};
 use bftp_core::JobSpec;
 use bftp_ftp::{AddressCheck, Limits, Pair, ServerLogin, VerifyRequest};
 
-use super::transcript_lines;
+use crate::views::engine::transcript_lines;
 
 pub(super) fn logins(spec: &JobSpec) -> Option<(ServerLogin, ServerLogin)> {
     let dst = spec.destination.as_ref()?;
@@ -69,7 +69,7 @@ pub async fn verify(
 
 pub const CHECK_SOURCE_TREE: &str = "source tree";
 
-/// A recursive job's whole source tree, walked by the job's rules (`crate::walk`) on a pair
+/// A recursive job's whole source tree, walked by the job's rules (`crate::lanes::walk`) on a pair
 /// of its own: what a copy would make and copy, and what it would refuse.
 async fn source_tree(
     spec: &JobSpec,
@@ -80,7 +80,7 @@ async fn source_tree(
 ) -> CheckView {
     let walked = match Pair::open(src, dst, spec.params, limits, check).await {
         Ok(mut pair) => {
-            let walked = crate::walk::walk_in_memory(&mut pair, spec.source_root()).await;
+            let walked = crate::lanes::walk::walk_in_memory(&mut pair, spec.source_root()).await;
             pair.close().await;
             walked.map_err(|(reason, _)| reason)
         }
@@ -105,7 +105,7 @@ const REFUSED_SHOWN: usize = 20;
 
 /// `N directories and M files (B bytes listed) would be copied`, then the refused entries
 /// with their reasons.
-fn tree_detail(tree: &crate::walk::Tree) -> String {
+fn tree_detail(tree: &crate::lanes::walk::Tree) -> String {
     let plural =
         |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let (refused, files): (Vec<_>, Vec<_>) = tree.members.iter().partition(|m| m.refused.is_some());
@@ -151,7 +151,7 @@ mod tests {
             modified: None,
             refused: refused.map(Into::into),
         };
-        let mut tree = crate::walk::Tree::default();
+        let mut tree = crate::lanes::walk::Tree::default();
         tree.walk.listed = vec!["".into(), "a".into(), "a/empty".into()];
         tree.members = vec![m("x", 3, None), m("a/y z", 4, None)];
         assert_eq!(

@@ -19,6 +19,11 @@
 //! At shutdown the file in flight may finish within the grace period, but no new file starts
 //! (the `drain` signal); the job goes back to the queue.
 
+mod fence;
+mod ledger_batch;
+pub mod live;
+mod refusals;
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -39,13 +44,13 @@ use bftp_store::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::ftp::{copy_request, source_path};
+use crate::hosts::unique::{DirGuard, DirKey};
+use crate::lanes::paths::{copy_request, source_path};
+use crate::lanes::work::{data_connection_failed, WorkQueue};
 use crate::lanes::Step;
 use crate::metrics::{FileResult, Metrics};
 use crate::scheduler::{AttemptEnd, AttemptFuture, AttemptSignals, Executor};
 use crate::secrets::Secrets;
-use crate::unique::{DirGuard, DirKey};
-use crate::work::{data_connection_failed, WorkQueue};
 
 /// Lines of an attempt's transcript the report keeps: the last ones, where the failure is.
 const TRANSCRIPT_LINES: usize = 300;
@@ -162,10 +167,10 @@ pub struct FtpExecutor {
     pub secrets: Arc<Secrets>,
     pub limits: Limits,
     pub check: Arc<dyn AddressCheck>,
-    pub hosts: Arc<crate::ftp::HostLimits>,
+    pub hosts: Arc<crate::hosts::HostLimits>,
     pub metrics: Arc<Metrics>,
     /// The files in flight, for the API's views.
-    pub live: Arc<crate::live::Live>,
+    pub live: Arc<crate::attempt::live::Live>,
     /// `[ftp] watch_progress`: look at a running copy's bytes.
     pub watch_progress: bool,
     pub clock: crate::clock::Clock,
@@ -189,11 +194,15 @@ impl Executor for FtpExecutor {
             log: Arc::default(),
             claims: Mutex::default(),
             first: Mutex::default(),
-            batch: crate::ledger_batch::Batch::new(self.store.clone(), self.clock.clone(), job.id),
+            batch: crate::attempt::ledger_batch::Batch::new(
+                self.store.clone(),
+                self.clock.clone(),
+                job.id,
+            ),
             gate: self
                 .store
                 .lease(job.id)
-                .map(|cell| Arc::new(crate::fence::LeaseGate::new(cell))),
+                .map(|cell| Arc::new(crate::attempt::fence::LeaseGate::new(cell))),
         };
         let abort = signals.abort;
         let log = run.log.clone();
@@ -307,9 +316,9 @@ struct Run {
     limits: Limits,
     check: Arc<dyn AddressCheck>,
     /// Connection slots per host, shared with every other job and `bftp transfer`.
-    hosts: Arc<crate::ftp::HostLimits>,
+    hosts: Arc<crate::hosts::HostLimits>,
     metrics: Arc<Metrics>,
-    live: Arc<crate::live::Live>,
+    live: Arc<crate::attempt::live::Live>,
     watch_progress: bool,
     /// The time every ledger change is stamped with.
     clock: crate::clock::Clock,
@@ -324,17 +333,23 @@ struct Run {
     /// announced and not yet settled). No two members claim one name.
     claims: Mutex<std::collections::HashMap<String, String>>,
     /// The first pair's pool key and the slots it holds: that pair may be kept for another
-    /// job when it closes (`crate::pool`).
-    first: Mutex<Option<(crate::pool::PoolKey, crate::ftp::Slots, crate::pool::Origin)>>,
-    /// Member records that nothing waits for, written in groups (`crate::ledger_batch`).
-    batch: Arc<crate::ledger_batch::Batch>,
+    /// job when it closes (`crate::hosts::pool`).
+    first: Mutex<
+        Option<(
+            crate::hosts::pool::PoolKey,
+            crate::hosts::Slots,
+            crate::hosts::pool::Origin,
+        )>,
+    >,
+    /// Member records that nothing waits for, written in groups (`crate::attempt::ledger_batch`).
+    batch: Arc<crate::attempt::ledger_batch::Batch>,
     /// On a shared store, this node's lease on the job, asked before each command sent for
-    /// it (RULES.md §4.8, `crate::fence`); none with a store of one node.
-    gate: Option<Arc<crate::fence::LeaseGate>>,
+    /// it (RULES.md §4.8, `crate::attempt::fence`); none with a store of one node.
+    gate: Option<Arc<crate::attempt::fence::LeaseGate>>,
 }
 
 /// A member left pending by this attempt: why, and whether it is worth a second try within
-/// the attempt ([`crate::work`]).
+/// the attempt ([`crate::lanes::work`]).
 struct Pending {
     reason: String,
     again: bool,
@@ -462,11 +477,11 @@ fn replies(m: &Member, report: &bftp_ftp::AttemptReport) -> MemberUpdate {
 /// make a second file, and a mismatched name may be another's), `uncertain`.
 fn with_proof(
     summary: ledger::Outcome,
-    proven: Option<crate::proof::Proven>,
+    proven: Option<crate::lanes::proof::Proven>,
     unique: bool,
     replies: &mut MemberUpdate,
 ) -> ledger::Outcome {
-    use crate::proof::Proven;
+    use crate::lanes::proof::Proven;
     match (summary, proven) {
         (
             ledger::Outcome::Succeeded {
@@ -637,8 +652,8 @@ impl Run {
     }
 
     /// Where the bytes of `m`'s copy can be seen while it runs: a `replace` copy's
-    /// destination file (see [`crate::live`]).
-    fn look(&self, spec: &JobSpec, m: &Member) -> Option<crate::live::Look> {
+    /// destination file (see [`crate::attempt::live`]).
+    fn look(&self, spec: &JobSpec, m: &Member) -> Option<crate::attempt::live::Look> {
         let dst = spec.destination.as_ref()?;
         if !self.watch_progress
             || spec.disposition == Disposition::Delete
@@ -646,7 +661,7 @@ impl Run {
         {
             return None;
         }
-        Some(crate::live::Look {
+        Some(crate::attempt::live::Look {
             login: ServerLogin::from_endpoint(dst),
             path: copy_request(spec, &m.name).dest_path,
             limits: self.limits.clone(),
@@ -711,29 +726,31 @@ impl Run {
             .as_ref()
             .map_or(spec.source.host.as_str(), |d| d.host.as_str());
         // A kept pair of this owner, servers and logins, or slots held while this attempt
-        // has connections open (see `crate::pool`).
+        // has connections open (see `crate::hosts::pool`).
         let src_login = ServerLogin::from_endpoint(&spec.source);
         let dst_login = spec
             .destination
             .as_ref()
             .map(ServerLogin::from_endpoint)
             .unwrap_or_else(|| src_login.clone());
-        let key = crate::pool::PoolKey::new(job.owner_uid, &src_login, &dst_login, spec.params);
+        let key =
+            crate::hosts::pool::PoolKey::new(job.owner_uid, &src_login, &dst_login, spec.params);
         if let Some(end) = self.fenced() {
             return end;
         }
-        let acquired = crate::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await;
+        let acquired =
+            crate::hosts::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await;
         let mut pair = match acquired {
-            crate::pool::Acquired::Kept(mut pair, slots, origin) => {
+            crate::hosts::pool::Acquired::Kept(mut pair, slots, origin) => {
                 pair.set_label("p1");
                 pair.set_gate(self.send_gate());
                 *self.first.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some((key, slots, origin.used_by(id)));
                 *pair
             }
-            crate::pool::Acquired::Slots(slots) => {
+            crate::hosts::pool::Acquired::Slots(slots) => {
                 let opened = self.open(&spec, "p1").await;
-                let origin = crate::pool::Origin::new(self.clock.now(), id);
+                let origin = crate::hosts::pool::Origin::new(self.clock.now(), id);
                 *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots, origin));
                 match opened {
                     Ok(p) => p,
@@ -746,17 +763,17 @@ impl Run {
         };
         // A proof the pair cannot give fails the job before any file moves.
         if spec.proof.is_some() && spec.disposition != Disposition::Delete {
-            if let Err(reason) = crate::proof::check_required(&mut pair, &spec).await {
+            if let Err(reason) = crate::lanes::proof::check_required(&mut pair, &spec).await {
                 self.keep(pair.take_transcript());
                 self.close(pair).await;
                 return AttemptEnd::JobPermanent { reason };
             }
         }
-        let mut made = crate::walk::MadeDirs::default();
+        let mut made = crate::lanes::walk::MadeDirs::default();
         if spec.recursive {
             // The whole tree is frozen before any file moves; then its directories are made.
             let clock = self.clock.clone();
-            let walked = crate::walk::walk(
+            let walked = crate::lanes::walk::walk(
                 &self.store,
                 id,
                 &mut pair,
@@ -767,7 +784,8 @@ impl Run {
             .await;
             let dirs = match walked {
                 Ok(walk) => {
-                    crate::walk::make_dirs(&mut pair, &spec, &walk, Some((&self.store, id))).await
+                    crate::lanes::walk::make_dirs(&mut pair, &spec, &walk, Some((&self.store, id)))
+                        .await
                 }
                 Err(end) => Err(end),
             };
@@ -809,7 +827,7 @@ impl Run {
         // More pairs for a multi-file job, up to `parallel_pairs`, on the slots free now
         // (see `crate::lanes`); each logs in while the first one already works.
         let lanes = self.hosts.parallel_pairs.min(work.len()).max(1);
-        let mut openings = vec![crate::lanes::ready(pair, crate::ftp::Slots::default())];
+        let mut openings = vec![crate::lanes::ready(pair, crate::hosts::Slots::default())];
         let extra = self
             .hosts
             .extra_slots(&spec.source.host, dst_host, lanes - 1)
@@ -870,7 +888,7 @@ impl Run {
     async fn blocked(
         &self,
         members: Vec<Member>,
-        made: &crate::walk::MadeDirs,
+        made: &crate::lanes::walk::MadeDirs,
     ) -> Result<Vec<Member>, StoreError> {
         if made.failed.is_empty() {
             return Ok(members);
@@ -920,16 +938,21 @@ impl Run {
             .as_ref()
             .map(ServerLogin::from_endpoint)
             .unwrap_or_else(|| src_login.clone());
-        let key = crate::pool::PoolKey::new(owner, &src_login, &dst_login, spec.params);
+        let key = crate::hosts::pool::PoolKey::new(owner, &src_login, &dst_login, spec.params);
         let (mut pair, slots, origin) =
-            match crate::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await {
-                crate::pool::Acquired::Kept(mut pair, slots, origin) => {
+            match crate::hosts::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await
+            {
+                crate::hosts::pool::Acquired::Kept(mut pair, slots, origin) => {
                     // The RMDs are effects: under this job's fence, as every command of it.
                     pair.set_gate(self.send_gate());
                     (*pair, slots, origin)
                 }
-                crate::pool::Acquired::Slots(slots) => match self.open(spec, "p1").await {
-                    Ok(pair) => (pair, slots, crate::pool::Origin::new(self.clock.now(), id)),
+                crate::hosts::pool::Acquired::Slots(slots) => match self.open(spec, "p1").await {
+                    Ok(pair) => (
+                        pair,
+                        slots,
+                        crate::hosts::pool::Origin::new(self.clock.now(), id),
+                    ),
                     Err(e) => {
                         self.keep(e.transcript.clone());
                         return;
@@ -938,7 +961,7 @@ impl Run {
             };
         pair.set_label("p1");
         for dir in &dirs {
-            let path = crate::ftp::source_path(spec, dir);
+            let path = crate::lanes::paths::source_path(spec, dir);
             if let Err(e) = pair.remove_dir(Side::Source, &path).await {
                 pair.note(Side::Source, &format!("{path} stays: {e}"));
             }
@@ -1134,7 +1157,7 @@ impl Run {
         .await
     }
 
-    /// The proof step after a copy both servers reported done (`crate::proof`); `None` for
+    /// The proof step after a copy both servers reported done (`crate::lanes::proof`); `None` for
     /// any other outcome. Its commands go into the attempt's transcript.
     async fn prove(
         &self,
@@ -1144,7 +1167,7 @@ impl Run {
         req: &CopyRequest,
         src_path: &str,
         outcome: &CopyOutcome,
-    ) -> Option<crate::proof::Proven> {
+    ) -> Option<crate::lanes::proof::Proven> {
         let CopyOutcome::Succeeded {
             size_check,
             stou_name,
@@ -1158,14 +1181,21 @@ impl Run {
                 if name.starts_with('/') {
                     name.clone()
                 } else {
-                    crate::ftp::join_path(&req.dest_path, name)
+                    crate::lanes::paths::join_path(&req.dest_path, name)
                 }
             }),
             _ => Some(req.dest_path.clone()),
         };
         let size = m.size.or(source_size(size_check));
-        let proven =
-            crate::proof::after_copy(pair, spec, src_path, dest.as_deref(), size_check, size).await;
+        let proven = crate::lanes::proof::after_copy(
+            pair,
+            spec,
+            src_path,
+            dest.as_deref(),
+            size_check,
+            size,
+        )
+        .await;
         self.keep(pair.take_transcript());
         Some(proven)
     }
@@ -1215,7 +1245,7 @@ impl Run {
                     // The size SIZE gave the copy, where the listing gave none (a
                     // single-file job's member is known before any SIZE).
                     size: source_size(&size_check).filter(|_| m.size.is_none()),
-                    evidence: crate::ftp::evidence(&size_check),
+                    evidence: crate::views::engine::evidence(&size_check),
                     stored_as,
                 }
             }
@@ -1229,7 +1259,7 @@ impl Run {
             CopyOutcome::Transient { kind, failure, .. } => {
                 // The same failure of this name again: the name is one the server never
                 // stores as asked.
-                let settled = crate::refusals::settle_name(
+                let settled = crate::attempt::refusals::settle_name(
                     &self.store,
                     spec,
                     req,
@@ -1248,7 +1278,7 @@ impl Run {
                     });
                 }
                 // The same refusal again from this server: its configuration, not a moment.
-                let settled = crate::refusals::settle_repeated(
+                let settled = crate::attempt::refusals::settle_repeated(
                     &self.store,
                     pair,
                     spec,
@@ -1364,7 +1394,7 @@ impl Run {
             }
         }
         // A replace copy's success with nothing to do after it: nothing waits for its
-        // record, so it joins the attempt's grouped writes (`crate::ledger_batch`).
+        // record, so it joins the attempt's grouped writes (`crate::attempt::ledger_batch`).
         let grouped = change.next == ledger::Next::Settled(MemberState::Succeeded)
             && change.intent == ledger::IntentChange::Clear
             && m.intent.is_none()
@@ -1888,7 +1918,7 @@ impl Run {
         let path = if name.starts_with('/') {
             name.to_owned()
         } else {
-            crate::ftp::join_path(&dest_dir, name)
+            crate::lanes::paths::join_path(&dest_dir, name)
         };
         if !pair.is_usable() {
             if let Err(e) = pair.reopen("to settle a partial STOU file").await {
@@ -2069,7 +2099,7 @@ impl crate::lanes::Work for Members<'_> {
             return Some(AttemptEnd::Interrupted);
         }
         // A nearly full disk: no new file; what is in flight finishes and is recorded.
-        crate::space::no_room_for_files(&*self.run.store)
+        crate::scheduler::space::no_room_for_files(&*self.run.store)
     }
 
     async fn interruption(&self) {
@@ -2102,10 +2132,10 @@ impl crate::lanes::Work for Members<'_> {
         if let Some(end) = run.fenced() {
             return Step::End(end);
         }
-        crate::proof::learn(pair, spec).await;
+        crate::lanes::proof::learn(pair, spec).await;
         // A copy's progress, in memory for the views, while it is worked on.
         let result = if spec.destination.is_some() {
-            let follow = crate::live::follow(
+            let follow = crate::attempt::live::follow(
                 run.live.clone(),
                 run.id,
                 m.index,

@@ -1,6 +1,16 @@
 //! Per-host connection slots, shared by every transfer of the daemon and, on a store shared
 //! by several nodes, counted over all of them.
 
+mod check;
+mod config;
+pub mod policy;
+pub mod pool;
+pub mod tls;
+pub mod unique;
+
+pub use check::PolicyCheck;
+pub use config::{FtpConfig, OverrideConfig};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,15 +99,15 @@ pub struct HostLimits {
     /// The count of all nodes, when the store is shared.
     cluster: Option<Arc<dyn HostSlots>>,
     /// Unique (STOU) copies: one at a time per destination directory, over all nodes.
-    pub unique: crate::unique::UniqueDirs,
-    /// Logged-in pairs kept between jobs, holding their slots (`crate::pool`).
-    pub pool: Arc<crate::pool::PairPool>,
+    pub unique: crate::hosts::unique::UniqueDirs,
+    /// Logged-in pairs kept between jobs, holding their slots (`crate::hosts::pool`).
+    pub pool: Arc<crate::hosts::pool::PairPool>,
 }
 
 impl HostLimits {
     /// Without a pool of kept pairs, counted by this daemon alone.
     pub fn new(parallel_pairs: usize, per_host: usize) -> Arc<HostLimits> {
-        let none = crate::pool::PoolSettings {
+        let none = crate::hosts::pool::PoolSettings {
             max_idle: 0,
             idle_timeout: std::time::Duration::ZERO,
         };
@@ -108,16 +118,16 @@ impl HostLimits {
     pub fn with_pool(
         parallel_pairs: usize,
         per_host: usize,
-        pool: crate::pool::PoolSettings,
+        pool: crate::hosts::pool::PoolSettings,
         cluster: Option<Arc<dyn HostSlots>>,
     ) -> Arc<HostLimits> {
         Arc::new(HostLimits {
             parallel_pairs: parallel_pairs.max(1),
             per_host: per_host.max(1),
             hosts: Default::default(),
-            unique: crate::unique::UniqueDirs::new(cluster.clone()),
+            unique: crate::hosts::unique::UniqueDirs::new(cluster.clone()),
             cluster,
-            pool: crate::pool::PairPool::new(pool),
+            pool: crate::hosts::pool::PairPool::new(pool),
         })
     }
 
@@ -253,7 +263,7 @@ impl HostLimits {
     }
 
     /// A slot on both hosts if both are free now, after closing kept pairs on them if
-    /// needed (`crate::pool`); `None` otherwise (nothing held).
+    /// needed (`crate::hosts::pool`); `None` otherwise (nothing held).
     pub async fn try_acquire(&self, a: &str, b: &str) -> Option<Slots> {
         let local = self.try_acquire_local(a, b).await?;
         let cluster = self.take_cluster(self.slot_hosts(a, b)).await?;

@@ -10,11 +10,12 @@ use bftp_ftp::{AddressCheck, Limits, Pair, PairError, Progress, ServerLogin};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::hosts::{HostLimits, Slots};
 use super::verify::logins;
-use super::{copy_request, file_result, transcript_lines};
+use crate::hosts::{HostLimits, Slots};
+use crate::lanes::paths::copy_request;
+use crate::lanes::work::{data_connection_failed, WorkQueue};
 use crate::lanes::{self, Step};
-use crate::work::{data_connection_failed, WorkQueue};
+use crate::views::engine::{file_result, transcript_lines};
 
 /// `bftp transfer`: a foreground copy without the queue, reported as events on `tx`.
 /// Returns when done, or as soon as the receiver is gone (the client hung up).
@@ -83,7 +84,7 @@ async fn run_transfer(
     };
     // A proof the pair cannot give refuses the transfer before any file moves.
     if spec.proof.is_some() {
-        if let Err(reason) = crate::proof::check_required(&mut pair, spec).await {
+        if let Err(reason) = crate::lanes::proof::check_required(&mut pair, spec).await {
             let transcript = transcript_lines(&pair.take_transcript());
             pair.close().await;
             let _ = tx.send(fail(reason, transcript)).await;
@@ -177,7 +178,7 @@ async fn list(
 }
 
 /// A tree's files to copy (`--recursive`), walked in memory by the queued job's rules
-/// (`crate::walk`): the file names (relative to the root) are sent to the client, each
+/// (`crate::lanes::walk`): the file names (relative to the root) are sent to the client, each
 /// refused entry (a link, a special file, an unsafe name, a directory reached twice or too
 /// deep) as a `refused` result counted in `summary`; then every destination directory is
 /// made, parents first, before any file moves.
@@ -187,7 +188,7 @@ async fn tree(
     tx: &mpsc::Sender<TransferEvent>,
     summary: &mut TransferSummary,
 ) -> Result<Vec<String>, String> {
-    let tree = crate::walk::walk_in_memory(pair, spec.source_root())
+    let tree = crate::lanes::walk::walk_in_memory(pair, spec.source_root())
         .await
         .map_err(|(reason, _)| reason)?;
     let (refused, files): (Vec<_>, Vec<_>) =
@@ -218,7 +219,7 @@ async fn tree(
         };
         let _ = tx.send(TransferEvent::File(result)).await;
     }
-    let made = crate::walk::make_dirs(pair, spec, &tree.walk, None)
+    let made = crate::lanes::walk::make_dirs(pair, spec, &tree.walk, None)
         .await
         .map_err(|end| match end {
             crate::scheduler::AttemptEnd::JobPermanent { reason }
@@ -403,7 +404,7 @@ impl Transfer<'_> {
             .map_err(|_| ())
     }
 
-    /// The proof step after a copy both servers reported done (`crate::proof`), written into
+    /// The proof step after a copy both servers reported done (`crate::lanes::proof`), written into
     /// its result: whether the copy stands.
     async fn prove(
         &self,
@@ -413,13 +414,13 @@ impl Transfer<'_> {
         size_check: &bftp_ftp::SizeCheck,
         result: &mut FileResult,
     ) -> bool {
-        use crate::proof::Proven;
+        use crate::lanes::proof::Proven;
         let dest = match self.spec.dest_command {
             DestCommand::Unique => stou_name.map(|n| {
                 if n.starts_with('/') {
                     n.to_owned()
                 } else {
-                    super::join_path(&request.dest_path, n)
+                    crate::lanes::paths::join_path(&request.dest_path, n)
                 }
             }),
             _ => Some(request.dest_path.clone()),
@@ -428,7 +429,7 @@ impl Transfer<'_> {
             bftp_ftp::SizeCheck::Equal { source, .. } => Some(*source),
             _ => None,
         };
-        let proven = crate::proof::after_copy(
+        let proven = crate::lanes::proof::after_copy(
             pair,
             self.spec,
             &request.source_path,
@@ -495,7 +496,7 @@ impl lanes::Work for Transfer<'_> {
     }
 
     async fn item(&self, pair: &mut Pair, file: File, _second: bool) -> Step<File, ()> {
-        crate::proof::learn(pair, self.spec).await;
+        crate::lanes::proof::learn(pair, self.spec).await;
         let File { name, .. } = file;
         // Polled alongside the copy in this task (no task spawned per file), and dropped
         // with it.
@@ -503,12 +504,12 @@ impl lanes::Work for Transfer<'_> {
         let t = Instant::now();
         let request = copy_request(self.spec, &name);
         // A unique copy runs alone in its destination directory among the daemon's
-        // copies (see `crate::unique`); its announced name is remembered there.
+        // copies (see `crate::hosts::unique`); its announced name is remembered there.
         let dir = match self.spec.dest_command {
             DestCommand::Unique => Some(
                 self.hosts
                     .unique
-                    .lock(crate::unique::DirKey::new(
+                    .lock(crate::hosts::unique::DirKey::new(
                         &self.dst.host,
                         self.dst.port,
                         &self.dst.user,

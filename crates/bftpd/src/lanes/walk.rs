@@ -24,7 +24,7 @@ use bftp_core::{JobSpec, Timestamp};
 use bftp_ftp::{DirListing, ListError, Pair, TreeKind};
 use bftp_store::{JobId, JobStore, NewMember, StoreError, Walk};
 
-use crate::ftp::join_path;
+use crate::lanes::paths::join_path;
 use crate::scheduler::AttemptEnd;
 
 /// What one listed directory contributes: its members and its subdirectories (relative to

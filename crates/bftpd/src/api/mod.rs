@@ -1,5 +1,10 @@
 //! The HTTP/JSON API on the Unix socket (routes in `bftp_api`'s crate docs).
 
+pub mod backup;
+pub mod identity;
+pub mod server;
+pub mod submit;
+
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -20,10 +25,10 @@ use bftp_store::{
     SealedEndpoint, SealedSpec, StateFilter, StoreError, Submitted,
 };
 
-use crate::identity::Caller;
-use crate::policy::HostPolicy;
+use crate::api::identity::Caller;
+use crate::api::submit::build_spec;
+use crate::hosts::policy::HostPolicy;
 use crate::secrets::Secrets;
-use crate::submit::build_spec;
 use crate::views;
 
 /// What every handler shares.
@@ -37,18 +42,18 @@ pub struct AppState {
     /// The engine's timeouts and reply overrides (`[ftp]`).
     pub limits: bftp_ftp::Limits,
     /// Per-host connection slots, shared with the scheduler's attempts.
-    pub hosts: Arc<crate::ftp::HostLimits>,
+    pub hosts: Arc<crate::hosts::HostLimits>,
     pub retry_defaults: RetryPolicy,
     pub retry_bounds: RetryBounds,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The files the running attempts copy right now, put into the views.
-    pub live: Arc<crate::live::Live>,
+    pub live: Arc<crate::attempt::live::Live>,
     /// The time submits and cancels are stamped with.
     pub clock: crate::clock::Clock,
     /// The secret key file, which a backup copies beside the store.
     pub key_file: std::path::PathBuf,
     /// `[ftp.tls]` defaults: the policies of a side a request says nothing about.
-    pub tls_defaults: crate::ftp::tls::TlsDefaults,
+    pub tls_defaults: crate::hosts::tls::TlsDefaults,
 }
 
 pub type Shared = Arc<AppState>;
@@ -61,7 +66,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/jobs/{id}/cancel", post(cancel))
         .route("/v1/verify", post(verify))
         .route("/v1/transfer", post(transfer))
-        .route("/v1/admin/backup", post(crate::backup::handle))
+        .route("/v1/admin/backup", post(crate::api::backup::handle))
         // Unversioned, where Prometheus looks; any caller may read it: it holds no job data.
         .route("/metrics", get(metrics))
         .fallback(|| async {
@@ -273,13 +278,13 @@ async fn checked_spec(app: &Shared, body: &[u8]) -> Result<(SubmitRequest, JobSp
         .map_err(|e| ApiError::bad_request(format!("request body: {e}")))?;
     let mut spec = build_spec(&req, app.retry_defaults, &app.retry_bounds, app.clock.now())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    crate::ftp::tls::apply(&req, &mut spec, &app.tls_defaults).map_err(ApiError::bad_request)?;
+    crate::hosts::tls::apply(&req, &mut spec, &app.tls_defaults).map_err(ApiError::bad_request)?;
     check_hosts(&app.policy, &spec).await?;
     Ok((req, spec))
 }
 
 fn address_check(app: &Shared) -> Arc<dyn bftp_ftp::AddressCheck> {
-    Arc::new(crate::ftp::PolicyCheck(app.policy.clone()))
+    Arc::new(crate::hosts::PolicyCheck(app.policy.clone()))
 }
 
 async fn verify(
@@ -290,7 +295,7 @@ async fn verify(
     let (_, spec) = checked_spec(&app, &body).await?;
     tracing::info!(uid = caller.uid, source = %spec.source.display_url(), "verify");
     Ok(Json(
-        crate::ftp::verify(&spec, &app.limits, address_check(&app)).await,
+        crate::foreground::verify(&spec, &app.limits, address_check(&app)).await,
     ))
 }
 
@@ -309,7 +314,7 @@ async fn transfer(
     }
     tracing::info!(uid = caller.uid, source = %spec.source.display_url(), "foreground transfer");
     let (tx, rx) = tokio::sync::mpsc::channel::<bftp_api::TransferEvent>(64);
-    tokio::spawn(crate::ftp::transfer(
+    tokio::spawn(crate::foreground::transfer(
         spec,
         app.limits.clone(),
         address_check(&app),

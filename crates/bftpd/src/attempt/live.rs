@@ -23,7 +23,7 @@ use bftp_ftp::{AddressCheck, Limits, Progress, ServerLogin, SizeWatch};
 use bftp_store::JobId;
 use tokio::sync::watch;
 
-use crate::ftp::HostLimits;
+use crate::hosts::HostLimits;
 
 /// A transfer this young is not looked at: most files are done before.
 pub const FIRST_LOOK: Duration = Duration::from_secs(1);
@@ -158,7 +158,7 @@ pub async fn follow(
 ) -> Infallible {
     live.start(job, index, SystemTime::now());
     // The look's connection and the host slot it holds.
-    let mut watcher: Option<(SizeWatch, crate::ftp::Slots)> = None;
+    let mut watcher: Option<(SizeWatch, crate::hosts::Slots)> = None;
     let mut first = true;
     loop {
         let now = progress.borrow_and_update().clone();

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use bftp_ftp::AddressCheck;
 
-use crate::policy::HostPolicy;
+use crate::hosts::policy::HostPolicy;
 
 /// The host policy, as the engine's check of every address it is about to connect to.
 pub struct PolicyCheck(pub HostPolicy);

@@ -1,5 +1,7 @@
 //! Store records to API views. Passwords never leave as anything but `has_password`.
 
+pub mod engine;
+
 use bftp_api::{EndpointView, EventView, JobView, MemberCounts, MemberView, ReplyView, RetryView};
 use bftp_core::{Endpoint, JobState, MemberState, Timestamp};
 use bftp_store::{HistoryEvent, Job, JobStore, LastReply, Member, SealedEndpoint, StoreError};

@@ -11,7 +11,7 @@
 //! - a job-level end in one lane ([`Step::End`]) stops every other lane after the item it
 //!   has in flight, which is always finished (and recorded) first;
 //! - a file whose data connection failed and whose repeat is safe gets one second try, at the
-//!   back of the queue ([`crate::work`]), whose wait an interruption (shutdown, cancel) ends.
+//!   back of the queue ([`crate::lanes::work`]), whose wait an interruption (shutdown, cancel) ends.
 //!
 //! - a lane takes the item after the one it works on ahead of time and tells its connection
 //!   ([`Work::hint`]), so that a copy can send the next one's first commands with its own
@@ -20,15 +20,20 @@
 //!   ahead and not worked on goes back to the front of the queue.
 //!
 //! Extra pairs take only the per-host connection slots free at that moment and never wait
-//! for one ([`crate::ftp::HostLimits::extra_slots`]): a job's first pair waits for its turn
+//! for one ([`crate::hosts::HostLimits::extra_slots`]): a job's first pair waits for its turn
 //! like any other, but a job never holds up, or starves, another for more parallelism.
+
+pub mod paths;
+pub mod proof;
+pub mod walk;
+pub mod work;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::future::BoxFuture;
 
-use crate::work::{Next, WorkQueue};
+use crate::lanes::work::{Next, WorkQueue};
 
 /// An item of the queue, named in logs and in the reason an attempt is retried.
 pub trait Item {
@@ -150,7 +155,7 @@ async fn lane<W: Work, G>(
     let stop = || shared.stop.store(true, Ordering::Release);
     let mut failed = None;
     // The item after the one in work, taken ahead (see the module's notes).
-    let mut ahead: Option<crate::work::Entry<W::Item>> = None;
+    let mut ahead: Option<crate::lanes::work::Entry<W::Item>> = None;
     let end = loop {
         // An item already started on the connection is worked on whatever came meanwhile.
         let in_flight = ahead.is_some() && work.in_flight(&conn);
@@ -410,7 +415,7 @@ mod tests {
                 ("a".into(), true, 0)
             ]
         );
-        assert!(t.elapsed() >= crate::work::SECOND_TRY_AFTER);
+        assert!(t.elapsed() >= crate::lanes::work::SECOND_TRY_AFTER);
         assert_eq!(
             *lanes.stood.lock().unwrap(),
             ["a"],
@@ -504,7 +509,7 @@ mod tests {
         };
         let (ran, ()) = tokio::join!(lanes.run(1, &["a"]), interrupt);
         assert!(
-            t.elapsed() < crate::work::SECOND_TRY_AFTER,
+            t.elapsed() < crate::lanes::work::SECOND_TRY_AFTER,
             "no wait for the second try"
         );
         assert_eq!(lanes.worked(), [("a".into(), false, 0)]);

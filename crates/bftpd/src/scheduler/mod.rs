@@ -5,6 +5,9 @@
 //! What happens *inside* an attempt (FTP sessions, the per-file ledger) is the
 //! [`Executor`]'s business; the scheduler only sees how the attempt ended.
 
+pub mod retention;
+pub(crate) mod space;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -274,7 +277,7 @@ impl Scheduler {
             // store's `due` claims what it returns.)
             return Ok(None);
         }
-        if !crate::space::room_for_attempts(&*self.store) {
+        if !crate::scheduler::space::room_for_attempts(&*self.store) {
             return Ok(Some(
                 self.clock.now().saturating_add(Duration::from_secs(5)),
             ));

@@ -24,7 +24,7 @@ use bftp_ftp::{Pair, ServerLogin, Side};
 use bftp_store::JobId;
 use tokio::time::Instant;
 
-use crate::ftp::{HostLimits, Slots};
+use crate::hosts::{HostLimits, Slots};
 
 /// What a kept pair may be reused for.
 #[derive(Clone, PartialEq, Eq)]

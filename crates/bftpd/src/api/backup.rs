@@ -19,8 +19,8 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 
+use crate::api::identity::Caller;
 use crate::api::{ApiError, Shared};
-use crate::identity::Caller;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct BackupRequest {
