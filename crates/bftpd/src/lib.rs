@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod scheduler;
 pub mod secrets;
 pub mod service;
+pub mod store;
 #[cfg(test)]
 mod testkit;
 pub mod views;
@@ -33,19 +34,6 @@ use crate::attempt::live;
 use crate::config::Config;
 use crate::hosts::{policy, pool};
 use crate::scheduler::retention;
-
-/// Runs a store call on the blocking pool (a write waits for its fsync), inside the caller's
-/// span, so the store's log lines carry the job id. (The store catches panics of its engine
-/// itself, so a panic here is a bug and propagates.)
-pub(crate) async fn on_store<T: Send + 'static>(
-    store: &Arc<dyn JobStore>,
-    f: impl FnOnce(&dyn JobStore) -> Result<T, bftp_store::StoreError> + Send + 'static,
-) -> Result<T, bftp_store::StoreError> {
-    let (store, span) = (store.clone(), tracing::Span::current());
-    tokio::task::spawn_blocking(move || span.in_scope(|| f(&*store)))
-        .await
-        .expect("store task panicked")
-}
 
 /// How long open API connections may take to finish after shutdown begins.
 const API_GRACE: Duration = Duration::from_secs(5);
@@ -123,7 +111,7 @@ async fn open_store(
             };
             let shown = store_dir.clone();
             Ok(Some(Arc::new(
-                tokio::task::spawn_blocking(move || SledStore::open(&store_dir, opts))
+                store::off_runtime("open the store", move || SledStore::open(&store_dir, opts))
                     .await
                     .context("store opening task failed")?
                     .with_context(|| format!("cannot open the job store in {}", shown.display()))?,
@@ -135,7 +123,7 @@ async fn open_store(
             let mut tries = 0;
             let store = loop {
                 let o = opts.clone();
-                let opened = tokio::task::spawn_blocking(move || PgStore::open(o))
+                let opened = store::off_runtime("open the store", move || PgStore::open(o))
                     .await
                     .context("store opening task failed")?;
                 let e = match opened {
@@ -196,12 +184,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         tracing::info!("stopped while waiting for the job store");
         return Ok(());
     };
+    let store = store::Store::new(store);
     let secrets = {
-        let (store, path) = (store.clone(), config.state_dir.join("secret.key"));
+        let (shared, path) = (store.shared().clone(), config.state_dir.join("secret.key"));
         Arc::new(
-            tokio::task::spawn_blocking(move || secrets::Secrets::open_for_store(&path, &*store))
-                .await
-                .context("key loading task failed")??,
+            store::off_runtime("load the key", move || {
+                secrets::Secrets::open_for_store(&path, &*shared)
+            })
+            .await
+            .context("key loading task failed")??,
         )
     };
     let admins = identity::AdminPolicy::new(config.admin_group.as_deref())?;

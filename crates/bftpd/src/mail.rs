@@ -26,6 +26,7 @@ use tracing::Instrument;
 use crate::clock::{Clock, Jitter};
 use crate::metrics::{Metrics, ReportResult};
 use crate::secrets::Secrets;
+use crate::store::Store;
 
 /// Reports looked at per trip to the store.
 const BATCH: usize = 16;
@@ -112,7 +113,7 @@ impl MailSettings {
 
 /// Delivers due reports until shutdown.
 pub struct Postman {
-    pub store: Arc<dyn JobStore>,
+    pub store: Store,
     pub secrets: Arc<Secrets>,
     pub settings: MailSettings,
     pub config: MailConfig,
@@ -152,18 +153,11 @@ impl Postman {
         }
     }
 
-    async fn blocking<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        crate::on_store(&self.store, f).await
-    }
-
     /// Tries every due report once; returns when the next one is due.
     async fn deliver_due(&self) -> Result<Option<Timestamp>, StoreError> {
         loop {
             let t = self.clock.now();
-            let due = self.blocking(move |s| s.outbox_due(t, BATCH)).await?;
+            let due = self.store.call(move |s| s.outbox_due(t, BATCH)).await?;
             let full = due.len() == BATCH;
             for entry in due {
                 let id = entry.job;
@@ -172,7 +166,8 @@ impl Postman {
                 let result = self.try_one(&entry).instrument(span.clone()).await;
                 let at = self.clock.now();
                 let recorded = self
-                    .blocking(move |s| s.record_delivery(id, result, at))
+                    .store
+                    .call(move |s| s.record_delivery(id, result, at))
                     .instrument(span.clone())
                     .await?;
                 span.in_scope(|| match recorded.state {
@@ -196,7 +191,7 @@ impl Postman {
                 break;
             }
         }
-        self.blocking(|s| s.outbox_next_due()).await
+        self.store.call(|s| s.outbox_next_due()).await
     }
 
     async fn try_one(&self, entry: &OutboxEntry) -> DeliveryTry {
@@ -250,14 +245,12 @@ impl Postman {
         &self,
         entry: &OutboxEntry,
     ) -> Result<(lettre::address::Envelope, Vec<u8>), Compose> {
-        let (store, secrets) = (self.store.clone(), self.secrets.clone());
+        let secrets = self.secrets.clone();
         let (settings, entry) = (self.settings.clone(), entry.clone());
-        let span = tracing::Span::current();
-        tokio::task::spawn_blocking(move || {
-            span.in_scope(|| report_message(&*store, &secrets, &settings, &entry))
-        })
-        .await
-        .expect("report task panicked")
+        self.store
+            .call(move |store| Ok(report_message(store, &secrets, &settings, &entry)))
+            .await
+            .unwrap_or_else(|e| Err(Compose::Store(e)))
     }
 }
 
@@ -368,7 +361,7 @@ mod tests {
             grace: Duration::from_secs(1),
         };
         let scheduler = crate::scheduler::Scheduler::new(
-            store.clone(),
+            store.clone().into(),
             Arc::new(Idle),
             metrics.clone(),
             limits,
@@ -376,7 +369,7 @@ mod tests {
             Arc::new(|| 0.0),
         );
         let postman = Arc::new(Postman {
-            store: store.clone(),
+            store: store.clone().into(),
             secrets: Arc::new(Secrets::load_or_create(&dir.path().join("secret.key")).unwrap()),
             settings: MailSettings::new(&config),
             mailer: Mailer::new(&config).unwrap(),

@@ -71,10 +71,12 @@ pub async fn handle(
         .node()
         .map(|_| req.dir.join("store").join(bftp_store::PG_DUMP_FILE));
     let config = req.config.clone();
-    let report = tokio::task::spawn_blocking(move || write_backup(&*store, &key, &dir, config))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "backup_failed", e))?;
+    let report = crate::store::off_runtime("backup", move || {
+        write_backup(store.shared().as_ref(), &key, &dir, config)
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "backup_failed", e))?;
     tracing::info!(dir = %req.dir.display(), jobs = report.jobs, uid = caller.uid, "backup written");
     Ok(Json(BackupResponse {
         dir: req.dir,

@@ -21,19 +21,20 @@ use bftp_api::{
 };
 use bftp_core::{JobEvent, JobSpec, RetryBounds, RetryPolicy};
 use bftp_store::{
-    Job, JobFilter, JobId, JobStore, KeyHash, NewJob, NewMember, RequestKey, Sealed,
-    SealedEndpoint, SealedSpec, StateFilter, StoreError, Submitted,
+    Job, JobFilter, JobId, KeyHash, NewJob, NewMember, RequestKey, Sealed, SealedEndpoint,
+    SealedSpec, StateFilter, StoreError, Submitted,
 };
 
 use crate::api::identity::Caller;
 use crate::api::submit::build_spec;
 use crate::hosts::policy::HostPolicy;
 use crate::secrets::Secrets;
+use crate::store::Store;
 use crate::views;
 
 /// What every handler shares.
 pub struct AppState {
-    pub store: Arc<dyn JobStore>,
+    pub store: Store,
     /// Who reports go to and their Message-IDs, for the `report` part of a job's view.
     pub mail: crate::mail::MailSettings,
     pub secrets: Arc<Secrets>,
@@ -171,16 +172,6 @@ impl From<StoreError> for ApiError {
     }
 }
 
-/// Store calls are short but may wait for an fsync: keep them off the runtime's workers.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(ApiError::from)
-}
-
 async fn health() -> Json<Health> {
     Json(Health {
         status: "ok".into(),
@@ -190,20 +181,21 @@ async fn health() -> Json<Health> {
 
 async fn metrics(State(app): State<Shared>) -> Result<Response, ApiError> {
     let store = app.store.clone();
-    let (jobs, outbox, disk, node) = blocking(move || {
-        // A shared store: which node this is, and the jobs under its lease.
-        let node = match store.node() {
-            Some(n) => Some((n, store.running_jobs()?.len())),
-            None => None,
-        };
-        Ok((
-            store.count_by_state()?,
-            store.outbox_pending()?,
-            store.disk_size()?,
-            node,
-        ))
-    })
-    .await?;
+    let (jobs, outbox, disk, node) = store
+        .call(move |store| {
+            // A shared store: which node this is, and the jobs under its lease.
+            let node = match store.node() {
+                Some(n) => Some((n, store.running_jobs()?.len())),
+                None => None,
+            };
+            Ok((
+                store.count_by_state()?,
+                store.outbox_pending()?,
+                store.disk_size()?,
+                node,
+            ))
+        })
+        .await?;
     if let Some(bytes) = disk {
         app.metrics.set_disk_size(bytes);
     }
@@ -407,14 +399,15 @@ async fn submit(
     let (store, mail) = (app.store.clone(), app.mail.clone());
     // One trip to the blocking pool: the write, then the answer. A new job's view is built
     // from what was written; an existing one's is read.
-    let (created, mut view) = blocking(move || {
-        let members = new.members.clone();
-        match store.submit(new)? {
-            Submitted::Created(job) => Ok((true, views::created_view(&job, &members))),
-            Submitted::Existing(job) => Ok((false, views::load_view(&*store, &mail, &job)?)),
-        }
-    })
-    .await?;
+    let (created, mut view) = store
+        .call(move |store| {
+            let members = new.members.clone();
+            match store.submit(new)? {
+                Submitted::Created(job) => Ok((true, views::created_view(&job, &members))),
+                Submitted::Existing(job) => Ok((false, views::load_view(store, &mail, &job)?)),
+            }
+        })
+        .await?;
     if created {
         tracing::info!(job = view.id, uid = caller.uid, "job submitted");
         app.scheduler.notify();
@@ -431,7 +424,9 @@ async fn submit(
 async fn load_view(app: &Shared, job: Job) -> Result<JobView, ApiError> {
     let store = app.store.clone();
     let mail = app.mail.clone();
-    let mut view = blocking(move || views::load_view(&*store, &mail, &job)).await?;
+    let mut view = store
+        .call(move |store| views::load_view(store, &mail, &job))
+        .await?;
     app.live.fill(&mut view);
     Ok(view)
 }
@@ -440,7 +435,7 @@ async fn load_view(app: &Shared, job: Job) -> Result<JobView, ApiError> {
 /// that ids reveal nothing.
 async fn visible_job(app: &Shared, caller: Caller, id: u64) -> Result<Job, ApiError> {
     let store = app.store.clone();
-    match blocking(move || store.get(JobId(id))).await? {
+    match store.call(move |store| store.get(JobId(id))).await? {
         Some(job) if caller.may_access(job.owner_uid) => Ok(job),
         _ => Err(ApiError::not_found(id)),
     }
@@ -460,13 +455,14 @@ async fn get_job(
     let store = app.store.clone();
     let mail = app.mail.clone();
     // One trip to the blocking pool for the job, its ledger, its history and its report.
-    let found = blocking(move || match store.get(JobId(id))? {
-        Some(job) if caller.may_access(job.owner_uid) => {
-            views::load_view(&*store, &mail, &job).map(Some)
-        }
-        _ => Ok(None),
-    })
-    .await?;
+    let found = store
+        .call(move |store| match store.get(JobId(id))? {
+            Some(job) if caller.may_access(job.owner_uid) => {
+                views::load_view(store, &mail, &job).map(Some)
+            }
+            _ => Ok(None),
+        })
+        .await?;
     let mut view = found.ok_or_else(|| ApiError::not_found(id))?;
     app.live.fill(&mut view);
     Ok(Json(view))
@@ -510,14 +506,15 @@ async fn list(
     let store = app.store.clone();
     let mail = app.mail.clone();
     // One trip to the blocking pool for the whole list, not one per job.
-    let mut views = blocking(move || {
-        store
-            .list(&filter)?
-            .iter()
-            .map(|job| views::load_view(&*store, &mail, job))
-            .collect::<Result<Vec<_>, StoreError>>()
-    })
-    .await?;
+    let mut views = store
+        .call(move |store| {
+            store
+                .list(&filter)?
+                .iter()
+                .map(|job| views::load_view(store, &mail, job))
+                .collect::<Result<Vec<_>, StoreError>>()
+        })
+        .await?;
     for view in &mut views {
         app.live.fill(view);
     }
@@ -541,7 +538,9 @@ async fn cancel(
     let store = app.store.clone();
     let detail = format!("cancelled by uid {}", caller.uid);
     let now = app.clock.now();
-    let job = blocking(move || store.apply(JobId(id), JobEvent::Cancel, now, Some(detail))).await?;
+    let job = store
+        .call(move |store| store.apply(JobId(id), JobEvent::Cancel, now, Some(detail)))
+        .await?;
     app.scheduler.cancel(JobId(id));
     tracing::info!(job = id, uid = caller.uid, "job cancelled");
     Ok(Json(load_view(&app, job).await?))

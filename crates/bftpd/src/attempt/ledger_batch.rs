@@ -23,17 +23,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bftp_store::{JobId, JobStore, MemberUpdate};
+use bftp_store::{JobId, MemberUpdate};
 use tokio::sync::{mpsc, Notify};
 
 use crate::clock::Clock;
+use crate::store::Store;
 
 /// Least time from the start of one grouped write to the start of the next.
 pub const PACE: Duration = Duration::from_millis(100);
 
 /// The grouped writes of one attempt.
 pub struct Batch {
-    store: Arc<dyn JobStore>,
+    store: Store,
     clock: Clock,
     id: JobId,
     state: Mutex<State>,
@@ -72,7 +73,7 @@ impl Shared {
 }
 
 impl Batch {
-    pub fn new(store: Arc<dyn JobStore>, clock: Clock, id: JobId) -> Arc<Batch> {
+    pub fn new(store: Store, clock: Clock, id: JobId) -> Arc<Batch> {
         Arc::new(Batch {
             store,
             clock,
@@ -140,7 +141,7 @@ impl Batch {
 /// The writer task: whatever records wait, in one transaction, at most once per [`PACE`]
 /// (at once after a pause, and at once once the batch is finishing or dropped).
 async fn write_all(
-    store: Arc<dyn JobStore>,
+    store: Store,
     clock: Clock,
     id: JobId,
     shared: Arc<Shared>,
@@ -161,7 +162,7 @@ async fn write_all(
         }
         let n = group.len() as u64;
         let now = clock.now();
-        let result = crate::on_store(&store, move |s| s.update_members(id, group, now)).await;
+        let result = store.call(move |s| s.update_members(id, group, now)).await;
         let mut w = shared.result();
         match result {
             Ok(_) => {
@@ -185,7 +186,7 @@ mod tests {
     async fn queued_records_are_all_durable_after_finish_in_fewer_transactions() {
         let (_dir, store) = crate::testkit::store();
         let id = crate::testkit::submit_one_file_job(&*store, RetryPolicy::default());
-        let batch = Batch::new(store.clone(), Clock::system(), id);
+        let batch = Batch::new(store.clone().into(), Clock::system(), id);
         // The job has one member; record it three times, as three quick successes would
         // be (the last write wins, and every one is in the store's history of writes).
         for bytes in [1, 2, 3] {
@@ -218,7 +219,7 @@ mod tests {
     async fn records_closer_than_the_pace_share_a_write_and_finish_does_not_wait() {
         let (_dir, store) = crate::testkit::store();
         let id = crate::testkit::submit_one_file_job(&*store, RetryPolicy::default());
-        let batch = Batch::new(store.clone(), Clock::system(), id);
+        let batch = Batch::new(store.clone().into(), Clock::system(), id);
         let update = |bytes| MemberUpdate {
             state: Some(MemberState::Succeeded),
             bytes: Some(bytes),
@@ -252,7 +253,7 @@ mod tests {
     async fn a_failed_grouped_write_fails_the_next_push_and_finish() {
         let (_dir, store) = crate::testkit::store();
         let id = crate::testkit::submit_one_file_job(&*store, RetryPolicy::default());
-        let batch = Batch::new(store, Clock::system(), id);
+        let batch = Batch::new(store.into(), Clock::system(), id);
         // No member 7: the store refuses the write.
         batch.push(7, MemberUpdate::default()).unwrap();
         assert!(batch.finish().await.is_err());

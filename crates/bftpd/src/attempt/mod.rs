@@ -39,8 +39,8 @@ use bftp_ftp::{
     ServerLogin, Side, Transcript,
 };
 use bftp_store::{
-    AttemptTranscript, Job, JobId, JobStore, LastReply, Member, MemberUpdate, NewMember,
-    SealedEndpoint, SealedSpec, StoreError,
+    AttemptTranscript, Job, JobId, LastReply, Member, MemberUpdate, NewMember, SealedEndpoint,
+    SealedSpec, StoreError,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -51,6 +51,7 @@ use crate::lanes::Step;
 use crate::metrics::{FileResult, Metrics};
 use crate::scheduler::{AttemptEnd, AttemptFuture, AttemptSignals, Executor};
 use crate::secrets::Secrets;
+use crate::store::Store;
 
 /// Lines of an attempt's transcript the report keeps: the last ones, where the failure is.
 const TRANSCRIPT_LINES: usize = 300;
@@ -163,7 +164,7 @@ impl AttemptLog {
 }
 
 pub struct FtpExecutor {
-    pub store: Arc<dyn JobStore>,
+    pub store: Store,
     pub secrets: Arc<Secrets>,
     pub limits: Limits,
     pub check: Arc<dyn AddressCheck>,
@@ -233,10 +234,7 @@ impl Executor for FtpExecutor {
             let lines = log.lock().unwrap_or_else(|p| p.into_inner()).take();
             if !lines.is_empty() {
                 let t = AttemptTranscript { attempt, lines };
-                let saved = tokio::task::spawn_blocking(move || store.set_transcript(id, t))
-                    .await
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| r.map_err(|e| e.to_string()));
+                let saved = store.call(move |s| s.set_transcript(id, t)).await;
                 if let Err(error) = saved {
                     tracing::warn!(job = id.0, %error, "cannot keep the attempt's transcript for the report");
                 }
@@ -311,7 +309,7 @@ fn last(r: Option<&bftp_ftp::LastReply>) -> Option<LastReply> {
 }
 
 struct Run {
-    store: Arc<dyn JobStore>,
+    store: Store,
     secrets: Arc<Secrets>,
     limits: Limits,
     check: Arc<dyn AddressCheck>,
@@ -571,17 +569,11 @@ fn pair_failed(e: &PairError) -> AttemptEnd {
 }
 
 impl Run {
-    async fn blocking<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        crate::on_store(&self.store, f).await
-    }
-
     async fn update(&self, index: u32, u: MemberUpdate) -> Result<Member, StoreError> {
         let id = self.id;
         let now = self.clock.now();
-        self.blocking(move |s| s.update_member(id, index, u, now))
+        self.store
+            .call(move |s| s.update_member(id, index, u, now))
             .await
     }
 
@@ -715,7 +707,7 @@ impl Run {
         // An attempt interrupted after its last member (a crash before the job's finish was
         // recorded) has nothing left to do: no connection is needed to say so.
         if job.members_frozen {
-            match self.blocking(move |s| s.members(id)).await {
+            match self.store.call(move |s| s.members(id)).await {
                 Ok(members) if !members.iter().any(needs_work) => return AttemptEnd::Complete,
                 Ok(_) => {}
                 Err(e) => return store_failed(e),
@@ -813,7 +805,7 @@ impl Run {
         };
         let members = match frozen_now {
             Some(m) => m,
-            None => match self.blocking(move |s| s.members(id)).await {
+            None => match self.store.call(move |s| s.members(id)).await {
                 Ok(m) => m,
                 Err(e) => return store_failed(e),
             },
@@ -908,7 +900,8 @@ impl Run {
             })
             .collect();
         let (id, now) = (self.id, self.clock.now());
-        self.blocking(move |s| s.update_members(id, updates, now))
+        self.store
+            .call(move |s| s.update_members(id, updates, now))
             .await?;
         Ok(rest)
     }
@@ -921,7 +914,8 @@ impl Run {
     async fn remove_emptied_dirs(&self, spec: &JobSpec, owner: u32, dst_host: &str) {
         let id = self.id;
         let Ok((walk, members)) = self
-            .blocking(move |s| Ok((s.walk(id)?, s.members(id)?)))
+            .store
+            .call(move |s| Ok((s.walk(id)?, s.members(id)?)))
             .await
         else {
             return;
@@ -1029,7 +1023,8 @@ impl Run {
             .enumerate()
             .map(|(i, m)| m.as_written(i as u32, now))
             .collect();
-        self.blocking(move |s| s.freeze_members(id, members, now))
+        self.store
+            .call(move |s| s.freeze_members(id, members, now))
             .await
             .map_err(store_failed)?;
         Ok(written)

@@ -7,13 +7,12 @@
 //! per host, port and command, across jobs and restarts). Here: after a transient copy
 //! outcome, record the refusal, and decide what the member becomes.
 
-use std::sync::Arc;
-
+use crate::store::Store;
 use bftp_core::refusal::{self, NameFailure, RefusalKey, Sighting};
 use bftp_core::reply::TransientKind;
 use bftp_core::{DestCommand, Endpoint, JobSpec, MemberState};
 use bftp_ftp::{AttemptReport, CopyRequest, Failure, Pair, Side};
-use bftp_store::{JobId, JobStore, StoreError};
+use bftp_store::{JobId, StoreError};
 
 /// How a member ends because its refusal repeated.
 pub(crate) struct Settled {
@@ -33,7 +32,7 @@ pub(crate) struct Settled {
 /// transient path, which knows how to resolve it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn settle_repeated(
-    store: &Arc<dyn JobStore>,
+    store: &Store,
     pair: &mut Pair,
     spec: &JobSpec,
     req: &CopyRequest,
@@ -64,7 +63,9 @@ pub(crate) async fn settle_repeated(
         job: job.0,
         attempt,
     };
-    let memory = crate::on_store(store, move |s| s.record_refusal(&key, &seen, now)).await?;
+    let memory = store
+        .call(move |s| s.record_refusal(&key, &seen, now))
+        .await?;
     if !refusal::settles(kind, &memory) {
         tracing::info!(
             job = job.0,
@@ -110,7 +111,7 @@ pub(crate) async fn settle_repeated(
 /// member for good. `None`: it stays a transient failure.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn settle_name(
-    store: &Arc<dyn JobStore>,
+    store: &Store,
     spec: &JobSpec,
     req: &CopyRequest,
     kind: TransientKind,
@@ -149,7 +150,9 @@ pub(crate) async fn settle_name(
         job: job.0,
         attempt,
     };
-    let memory = crate::on_store(store, move |s| s.record_refusal(&key, &seen, now)).await?;
+    let memory = store
+        .call(move |s| s.record_refusal(&key, &seen, now))
+        .await?;
     if !refusal::name_settles(name_failure, &memory) {
         return Ok(None);
     }

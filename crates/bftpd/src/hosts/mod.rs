@@ -55,7 +55,7 @@ pub(crate) async fn take_in_cluster(
 ) -> Option<ClusterHold> {
     // The hold is wrapped in the blocking task itself: if this future is dropped while the
     // task runs, the slots it took are given back when its answer is dropped.
-    let taken = tokio::task::spawn_blocking(move || {
+    let taken = crate::store::off_runtime("take host slots", move || {
         cluster.try_take(&hosts, per_host).map(|h| {
             h.map(|hold| ClusterHold {
                 slots: cluster.clone(),

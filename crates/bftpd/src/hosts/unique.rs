@@ -212,7 +212,7 @@ impl Shared {
         f: impl FnOnce(&dyn HostSlots, &str) -> Result<T, bftp_store::StoreError> + Send + 'static,
     ) -> Option<T> {
         let (slots, key) = (self.slots.clone(), self.key.clone());
-        let error = match tokio::task::spawn_blocking(move || f(slots.as_ref(), &key)).await {
+        let error = match crate::store::off_runtime(what, move || f(slots.as_ref(), &key)).await {
             Ok(Ok(v)) => return Some(v),
             Ok(Err(e)) => e.to_string(),
             Err(e) => e.to_string(),

@@ -17,7 +17,6 @@
 //! fails the members under it, not the job ([`MadeDirs::failed`]).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use bftp_core::tree::{DirRefusal, HiddenNames};
 use bftp_core::{JobSpec, Timestamp};
@@ -26,6 +25,7 @@ use bftp_store::{JobId, JobStore, NewMember, StoreError, Walk};
 
 use crate::lanes::paths::join_path;
 use crate::scheduler::AttemptEnd;
+use crate::store::Store;
 
 /// What one listed directory contributes: its members and its subdirectories (relative to
 /// the job's root).
@@ -159,7 +159,7 @@ pub fn sort(
 /// Walks the rest of the job's tree (see the module docs): lists each directory of the
 /// frontier and freezes it. `keep` receives each listing's transcript.
 pub async fn walk(
-    store: &Arc<dyn JobStore>,
+    store: &Store,
     id: JobId,
     pair: &mut Pair,
     spec: &JobSpec,
@@ -167,8 +167,8 @@ pub async fn walk(
     keep: impl Fn(&bftp_ftp::Transcript),
 ) -> Result<Walk, AttemptEnd> {
     let root = spec.source_root().to_owned();
-    let mut walk = blocking(store, move |s| s.walk(id)).await?;
-    let mut members = blocking(store, move |s| s.get(id))
+    let mut walk = stored(store, move |s| s.walk(id)).await?;
+    let mut members = stored(store, move |s| s.get(id))
         .await?
         .map_or(0, |j| j.member_count as usize);
     while let Some(dir) = walk.frontier.first().cloned() {
@@ -187,7 +187,7 @@ pub async fn walk(
         )?;
         members += sorted.members.len();
         let at = now();
-        walk = blocking(store, move |s| {
+        walk = stored(store, move |s| {
             s.record_directory(id, &dir, sorted.members, sorted.subdirs, sorted.unique, at)
         })
         .await?;
@@ -309,7 +309,7 @@ pub async fn make_dirs(
     pair: &mut Pair,
     spec: &JobSpec,
     walk: &Walk,
-    store: Option<(&Arc<dyn JobStore>, JobId)>,
+    store: Option<(&Store, JobId)>,
 ) -> Result<MadeDirs, AttemptEnd> {
     let root = spec
         .destination
@@ -353,31 +353,28 @@ pub async fn make_dirs(
         if let Some((store, id)) = store {
             if since.elapsed() >= MADE_FLUSH {
                 let dirs = std::mem::take(&mut made);
-                blocking(store, move |s| s.record_made_dirs(id, dirs)).await?;
+                stored(store, move |s| s.record_made_dirs(id, dirs)).await?;
                 since = std::time::Instant::now();
             }
         }
     }
     if let Some((store, id)) = store.filter(|_| !made.is_empty()) {
-        blocking(store, move |s| s.record_made_dirs(id, made)).await?;
+        stored(store, move |s| s.record_made_dirs(id, made)).await?;
     }
     failed.map_or(Ok(out), Err)
 }
 
-async fn blocking<T: Send + 'static>(
-    store: &Arc<dyn JobStore>,
+/// A store call of the walk, its failure as the attempt's end.
+async fn stored<T: Send + 'static>(
+    store: &Store,
     f: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, AttemptEnd> {
-    let store = store.clone();
-    match tokio::task::spawn_blocking(move || f(&*store)).await {
-        Ok(Ok(v)) => Ok(v),
+    match store.call(f).await {
+        Ok(v) => Ok(v),
         // The store's own bound (`[ftp] max_tree_members` is at most it, but each directory
         // refused past it is one more member): no later attempt gets further.
-        Ok(Err(e @ StoreError::TooManyMembers { .. })) => Err(AttemptEnd::JobPermanent {
+        Err(e @ StoreError::TooManyMembers { .. }) => Err(AttemptEnd::JobPermanent {
             reason: format!("the tree is too large for one job: {e}"),
-        }),
-        Ok(Err(e)) => Err(AttemptEnd::Transient {
-            reason: format!("the daemon could not record the walk: {e}"),
         }),
         Err(e) => Err(AttemptEnd::Transient {
             reason: format!("the daemon could not record the walk: {e}"),

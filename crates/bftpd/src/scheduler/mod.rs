@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bftp_core::retry::{ExhaustedBy, RetryDecision};
 use bftp_core::{JobEvent, JobOutcome, JobState, MemberState, Timestamp};
-use bftp_store::{HistoryEvent, Job, JobId, JobStore, StoreError};
+use bftp_store::{HistoryEvent, Job, JobId, StoreError};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -24,6 +24,7 @@ use tracing::Instrument;
 
 use crate::clock::{Clock, Jitter};
 use crate::metrics::{AttemptFailure, Metrics};
+use crate::store::Store;
 
 /// How an attempt ended, as far as scheduling is concerned. The executor has already
 /// recorded each member's result durably.
@@ -69,7 +70,7 @@ pub struct SchedulerLimits {
 const IDLE_LOOK: Duration = Duration::from_secs(3600);
 
 pub struct Scheduler {
-    store: Arc<dyn JobStore>,
+    store: Store,
     executor: Arc<dyn Executor>,
     limits: SchedulerLimits,
     wake: Notify,
@@ -89,7 +90,7 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn new(
-        store: Arc<dyn JobStore>,
+        store: Store,
         executor: Arc<dyn Executor>,
         metrics: Arc<Metrics>,
         limits: SchedulerLimits,
@@ -150,37 +151,37 @@ impl Scheduler {
     /// Jobs left `Running` by a crash or a hard stop go back to the queue, due now: their
     /// unfinished members are done again (an overlap, never a gap).
     pub async fn recover(&self) -> Result<usize, StoreError> {
-        let (store, clock) = (self.store.clone(), self.clock.clone());
-        tokio::task::spawn_blocking(move || {
-            let ids = store.running_jobs()?;
-            for id in &ids {
-                let at = clock.now();
-                let job = store.get(*id)?.ok_or(StoreError::NotFound(*id))?;
-                let detail = format!(
-                    "bftpd restarted during attempt {}; unfinished members will be done again",
-                    job.attempts
-                );
-                match store.apply(
-                    *id,
-                    JobEvent::Requeue {
-                        next_attempt_at: at,
-                    },
-                    at,
-                    Some(detail),
-                ) {
-                    Ok(_) => {}
-                    // A shared store: another node took the job over meanwhile.
-                    Err(StoreError::InvalidTransition { .. } | StoreError::LeaseLost { .. }) => {
-                        continue
+        let clock = self.clock.clone();
+        self.store
+            .call(move |store| {
+                let ids = store.running_jobs()?;
+                for id in &ids {
+                    let at = clock.now();
+                    let job = store.get(*id)?.ok_or(StoreError::NotFound(*id))?;
+                    let detail = format!(
+                        "bftpd restarted during attempt {}; unfinished members will be done again",
+                        job.attempts
+                    );
+                    match store.apply(
+                        *id,
+                        JobEvent::Requeue {
+                            next_attempt_at: at,
+                        },
+                        at,
+                        Some(detail),
+                    ) {
+                        Ok(_) => {}
+                        // A shared store: another node took the job over meanwhile.
+                        Err(
+                            StoreError::InvalidTransition { .. } | StoreError::LeaseLost { .. },
+                        ) => continue,
+                        Err(e) => return Err(e),
                     }
-                    Err(e) => return Err(e),
+                    tracing::info!(job = id.0, "recovered an interrupted attempt");
                 }
-                tracing::info!(job = id.0, "recovered an interrupted attempt");
-            }
-            Ok(ids.len())
-        })
-        .await
-        .expect("recovery task panicked")
+                Ok(ids.len())
+            })
+            .await
     }
 
     /// Runs until `shutdown` fires, then gives running attempts `grace` before aborting them.
@@ -282,11 +283,8 @@ impl Scheduler {
                 self.clock.now().saturating_add(Duration::from_secs(5)),
             ));
         }
-        let store = self.store.clone();
         let t = self.clock.now();
-        let due = tokio::task::spawn_blocking(move || store.due(t, free))
-            .await
-            .expect("queue read panicked")?;
+        let due = self.store.call(move |store| store.due(t, free)).await?;
         // Started together: their durable start records share a group commit, instead of
         // one flush after another while free slots wait.
         let starts = due
@@ -302,10 +300,7 @@ impl Scheduler {
         for started in futures_util::future::join_all(starts).await {
             started?;
         }
-        let store = self.store.clone();
-        let next = tokio::task::spawn_blocking(move || store.next_due())
-            .await
-            .expect("queue read panicked")?;
+        let next = self.store.call(|store| store.next_due()).await?;
         // Due but not started (no free slot): a finishing attempt will wake us.
         Ok(next.filter(|n| {
             *n > self.clock.now() || self.running_count() < self.limits.max_running_jobs
@@ -318,10 +313,10 @@ impl Scheduler {
         parent: &CancellationToken,
         drain: &CancellationToken,
     ) -> Result<(), StoreError> {
-        let store = self.store.clone();
         let t = self.clock.now();
-        let started =
-            tokio::task::spawn_blocking(move || -> Result<Option<(Job, u32)>, StoreError> {
+        let started = self
+            .store
+            .call(move |store| -> Result<Option<(Job, u32)>, StoreError> {
                 let Some(job) = store.get(id)? else {
                     return Ok(None);
                 };
@@ -346,8 +341,7 @@ impl Scheduler {
                     Err(e) => Err(e),
                 }
             })
-            .await
-            .expect("start task panicked")?;
+            .await?;
         let Some((job, attempt)) = started else {
             // Finished for its deadline, or cancelled meanwhile: either way a report may be due.
             self.finals.notify_one();
@@ -391,15 +385,13 @@ impl Scheduler {
 
     /// Turns the end of an attempt into the job's next state, durably.
     async fn conclude(&self, job: &Job, attempt: u32, end: AttemptEnd) -> Result<(), StoreError> {
-        let store = self.store.clone();
         let id = job.id;
         let policy = job.spec.retry;
         let start_at = job.spec.start_at;
         let jitter = (self.jitter)();
-        let (span, metrics) = (tracing::Span::current(), self.metrics.clone());
+        let metrics = self.metrics.clone();
         let clock = self.clock.clone();
-        tokio::task::spawn_blocking(move || {
-            let _span = span.enter();
+        self.store.call(move |store| {
             let t = clock.now();
             let result = match end {
                 AttemptEnd::Complete => {
@@ -445,7 +437,6 @@ impl Scheduler {
             }
         })
         .await
-        .expect("conclude task panicked")
     }
 }
 
@@ -464,7 +455,7 @@ mod tests {
     /// An executor that ends each attempt as its script says and notes when it started; past
     /// the script, it copies the one member and completes.
     struct Scripted {
-        store: Arc<dyn JobStore>,
+        store: Arc<dyn bftp_store::JobStore>,
         clock: Clock,
         ends: Mutex<Vec<AttemptEnd>>,
         started: Mutex<Vec<(u32, Timestamp)>>,
@@ -506,7 +497,7 @@ mod tests {
             started: Mutex::new(vec![]),
         });
         let scheduler = Scheduler::new(
-            store.clone(),
+            store.clone().into(),
             executor.clone(),
             Arc::new(Metrics::new()),
             SchedulerLimits {

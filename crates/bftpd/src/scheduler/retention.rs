@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bftp_core::retention::Keep;
-use bftp_store::{JobId, JobStore};
+use bftp_store::JobId;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::metrics::Metrics;
-use crate::on_store;
+use crate::store::Store;
 
 /// Jobs read per window.
 pub const SCAN: usize = 256;
@@ -31,7 +31,7 @@ pub const BATCH: usize = 512;
 pub const BREATHER: Duration = Duration::from_millis(20);
 
 pub struct Retention {
-    pub store: Arc<dyn JobStore>,
+    pub store: Store,
     pub keep: Keep,
     pub clock: Clock,
     pub metrics: Arc<Metrics>,
@@ -81,14 +81,16 @@ impl Retention {
     /// One window: returns where the next starts (`None`: the pass is over).
     async fn window(&self, after: Option<JobId>) -> Result<Option<JobId>, bftp_store::StoreError> {
         let (now, keep) = (self.clock.now(), self.keep);
-        let (ids, next) = on_store(&self.store, move |s| {
-            s.removable_jobs(now, keep, after, SCAN)
-        })
-        .await?;
+        let (ids, next) = self
+            .store
+            .call(move |s| s.removable_jobs(now, keep, after, SCAN))
+            .await?;
         if !ids.is_empty() {
             let n = ids.len();
-            let removed =
-                on_store(&self.store, move |s| s.remove_jobs(&ids, now, keep, BATCH)).await?;
+            let removed = self
+                .store
+                .call(move |s| s.remove_jobs(&ids, now, keep, BATCH))
+                .await?;
             if removed > 0 {
                 self.metrics.jobs_removed(removed);
                 tracing::info!(removed, looked_at = n, "retention removed old final jobs");
