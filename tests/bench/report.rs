@@ -270,7 +270,7 @@ fn old_message(
         .transcript(entry.job)?
         .map(|t| t.lines)
         .unwrap_or_default();
-    let clear = bftpd::attempt::clear_secrets(secrets, &job.spec);
+    let clear = secrets.clear_texts(&job.spec);
     let report = bftp_mail::render(&bftp_mail::ReportInput {
         job: &view,
         transcript: &transcript,

@@ -278,7 +278,7 @@ pub fn report_message(
         .unwrap_or_default();
     // The report is about the job, not about its own delivery: no `report` in its view.
     let header = crate::views::job_view(&job, &[], &history);
-    let clear = crate::attempt::clear_secrets(secrets, &job.spec);
+    let clear = secrets.clear_texts(&job.spec);
     let mut builder = bftp_mail::ReportBuilder::new(header, &transcript, &clear);
     let mut from = 0;
     loop {

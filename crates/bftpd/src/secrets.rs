@@ -7,7 +7,8 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use bftp_store::JobStore;
+use bftp_core::{Endpoint, JobSpec, Secret};
+use bftp_store::{JobStore, Sealed, SealedEndpoint, SealedSpec};
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use rand::RngCore;
@@ -293,6 +294,89 @@ fn other_message(path: &Path, shared: bool) -> String {
     }
 }
 
+/// A job's passwords and ACCT strings, sealed on the way into the store and opened on the
+/// way out: the only place that does either.
+impl Secrets {
+    /// The job as the store keeps it: every password and ACCT sealed, the keyword only as
+    /// "present" (its hash is kept apart).
+    pub fn seal_spec(&self, spec: &JobSpec) -> SealedSpec {
+        SealedSpec {
+            source: self.seal_endpoint(&spec.source),
+            destination: spec.destination.as_ref().map(|d| self.seal_endpoint(d)),
+            disposition: spec.disposition,
+            dest_command: spec.dest_command,
+            params: spec.params,
+            start_at: spec.start_at,
+            retry: spec.retry,
+            notify: spec.notify.clone(),
+            keyword_present: spec.keyword.is_some(),
+            proof: spec.proof,
+            recursive: spec.recursive,
+        }
+    }
+
+    /// The job an attempt runs: every password and ACCT opened. The keyword is not kept.
+    pub fn unseal_spec(&self, s: &SealedSpec) -> Result<JobSpec, UnsealError> {
+        Ok(JobSpec {
+            source: self.unseal_endpoint(&s.source)?,
+            destination: s
+                .destination
+                .as_ref()
+                .map(|d| self.unseal_endpoint(d))
+                .transpose()?,
+            disposition: s.disposition,
+            dest_command: s.dest_command,
+            params: s.params,
+            start_at: s.start_at,
+            retry: s.retry,
+            notify: s.notify.clone(),
+            keyword: None,
+            proof: s.proof,
+            recursive: s.recursive,
+        })
+    }
+
+    /// The job's FTP passwords and ACCT strings in clear, for the report to scrub them from
+    /// whatever a server echoed. Secrets that cannot be unsealed cannot leak either.
+    pub fn clear_texts(&self, s: &SealedSpec) -> Vec<String> {
+        match self.unseal_spec(s) {
+            Ok(spec) => std::iter::once(&spec.source)
+                .chain(spec.destination.as_ref())
+                .flat_map(|e| [e.password.as_ref(), e.acct.as_ref()])
+                .flatten()
+                .map(|p| p.expose().to_string())
+                .filter(|p| !p.is_empty())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    fn seal_endpoint(&self, e: &Endpoint) -> SealedEndpoint {
+        SealedEndpoint {
+            host: e.host.clone(),
+            port: e.port,
+            user: e.user.clone(),
+            password: e.password.as_ref().map(|p| Sealed(self.seal(p.expose()))),
+            acct: e.acct.as_ref().map(|p| Sealed(self.seal(p.expose()))),
+            path: e.path.clone(),
+            tls: e.tls,
+        }
+    }
+
+    fn unseal_endpoint(&self, e: &SealedEndpoint) -> Result<Endpoint, UnsealError> {
+        let open = |s: &Sealed| self.unseal(&s.0).map(Secret::new);
+        Ok(Endpoint {
+            host: e.host.clone(),
+            port: e.port,
+            user: e.user.clone(),
+            password: e.password.as_ref().map(open).transpose()?,
+            acct: e.acct.as_ref().map(open).transpose()?,
+            path: e.path.clone(),
+            tls: e.tls,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -327,6 +411,57 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_spec_is_sealed_opened_and_cleared_here_and_only_its_secrets_change() {
+        use bftp_core::{DestCommand, Disposition, FtpParams, RetryPolicy, Timestamp};
+        let secrets = Secrets::from_master(&[7; KEY_LEN]);
+        let endpoint = |path: &str, password: Option<&str>, acct: Option<&str>| Endpoint {
+            host: "127.0.0.1".into(),
+            port: 21,
+            user: "alice".into(),
+            password: password.map(|p| Secret::new(p.to_string())),
+            acct: acct.map(|a| Secret::new(a.to_string())),
+            path: path.into(),
+            tls: Default::default(),
+        };
+        let spec = JobSpec {
+            source: endpoint("a.bin", Some("s3cret-src"), Some("acct-x")),
+            destination: Some(endpoint("b/", Some("s3cret-dst"), None)),
+            disposition: Disposition::Copy,
+            dest_command: DestCommand::Replace,
+            params: FtpParams::default(),
+            start_at: Timestamp(0),
+            retry: RetryPolicy::default(),
+            notify: vec!["ops@example.org".into()],
+            keyword: Some("nightly".into()),
+            proof: None,
+            recursive: false,
+        };
+        let sealed = secrets.seal_spec(&spec);
+        let stored = format!("{sealed:?}");
+        for clear in ["s3cret-src", "s3cret-dst", "acct-x", "nightly"] {
+            assert!(!stored.contains(clear), "{clear} in {stored}");
+        }
+        assert!(sealed.keyword_present);
+        let opened = secrets.unseal_spec(&sealed).unwrap();
+        assert_eq!(opened.keyword, None, "the keyword is not kept");
+        assert_eq!(
+            opened.source.password.as_ref().unwrap().expose(),
+            "s3cret-src"
+        );
+        assert_eq!(opened.source.acct.as_ref().unwrap().expose(), "acct-x");
+        let dst = opened.destination.as_ref().unwrap();
+        assert_eq!(dst.password.as_ref().unwrap().expose(), "s3cret-dst");
+        assert_eq!((dst.acct.is_none(), &dst.path[..]), (true, "b/"));
+        let mut clear = secrets.clear_texts(&sealed);
+        clear.sort();
+        assert_eq!(clear, ["acct-x", "s3cret-dst", "s3cret-src"]);
+        // Another key opens nothing: the error is typed, and nothing is left to scrub.
+        let other = Secrets::from_master(&[8; KEY_LEN]);
+        assert!(other.unseal_spec(&sealed).is_err());
+        assert!(other.clear_texts(&sealed).is_empty());
+    }
 
     #[test]
     fn key_file_is_created_0600_and_reloaded() {

@@ -21,8 +21,8 @@ use bftp_api::{
 };
 use bftp_core::{JobEvent, JobSpec, RetryBounds, RetryPolicy};
 use bftp_store::{
-    Job, JobFilter, JobId, KeyHash, NewJob, NewMember, RequestKey, Sealed, SealedEndpoint,
-    SealedSpec, StateFilter, StoreError, Submitted,
+    Job, JobFilter, JobId, KeyHash, NewJob, NewMember, RequestKey, StateFilter, StoreError,
+    Submitted,
 };
 
 use crate::api::identity::Caller;
@@ -213,37 +213,6 @@ async fn metrics(State(app): State<Shared>) -> Result<Response, ApiError> {
         .into_response())
 }
 
-fn seal_endpoint(secrets: &Secrets, e: &bftp_core::Endpoint) -> SealedEndpoint {
-    SealedEndpoint {
-        host: e.host.clone(),
-        port: e.port,
-        user: e.user.clone(),
-        password: e
-            .password
-            .as_ref()
-            .map(|p| Sealed(secrets.seal(p.expose()))),
-        acct: e.acct.as_ref().map(|p| Sealed(secrets.seal(p.expose()))),
-        path: e.path.clone(),
-        tls: e.tls,
-    }
-}
-
-fn seal_spec(secrets: &Secrets, spec: &JobSpec) -> SealedSpec {
-    SealedSpec {
-        source: seal_endpoint(secrets, &spec.source),
-        destination: spec.destination.as_ref().map(|d| seal_endpoint(secrets, d)),
-        disposition: spec.disposition,
-        dest_command: spec.dest_command,
-        params: spec.params,
-        start_at: spec.start_at,
-        retry: spec.retry,
-        notify: spec.notify.clone(),
-        keyword_present: spec.keyword.is_some(),
-        proof: spec.proof,
-        recursive: spec.recursive,
-    }
-}
-
 /// Resolves every host of the job and applies the host policy to each address (RULES.md §8).
 async fn check_hosts(policy: &HostPolicy, spec: &JobSpec) -> Result<(), ApiError> {
     for ep in std::iter::once(&spec.source).chain(spec.destination.as_ref()) {
@@ -387,7 +356,7 @@ async fn submit(
     };
     let new = NewJob {
         owner_uid: caller.uid,
-        spec: seal_spec(&app.secrets, &spec),
+        spec: app.secrets.seal_spec(&spec),
         keyword_hash: spec
             .keyword
             .as_deref()

@@ -31,16 +31,14 @@ use std::time::Duration;
 use bftp_core::ledger;
 use bftp_core::reply::TransientKind;
 use bftp_core::{
-    Decision, DestCommand, Disposition, Endpoint, Evidence, Intent, JobSpec, MemberState, Probe,
-    Secret,
+    Decision, DestCommand, Disposition, Evidence, Intent, JobSpec, MemberState, Probe,
 };
 use bftp_ftp::{
     ActionError, AddressCheck, CopyOutcome, CopyRequest, Entry, Limits, Pair, PairError,
     ServerLogin, Side, Transcript,
 };
 use bftp_store::{
-    AttemptTranscript, Job, JobId, LastReply, Member, MemberUpdate, NewMember, SealedEndpoint,
-    SealedSpec, StoreError,
+    AttemptTranscript, Job, JobId, LastReply, Member, MemberUpdate, NewMember, StoreError,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -247,59 +245,6 @@ impl Executor for FtpExecutor {
 /// How long an aborted attempt may take to send ABOR, close, and (on a cancel) log in again
 /// to delete the partial file: the engine's bound on waiting for ABOR's replies plus a login.
 const ABORT_GRACE: Duration = Duration::from_secs(5);
-
-fn unseal_endpoint(secrets: &Secrets, e: &SealedEndpoint) -> Result<Endpoint, String> {
-    let open = |s: &bftp_store::Sealed| {
-        secrets
-            .unseal(&s.0)
-            .map(Secret::new)
-            .map_err(|e| e.to_string())
-    };
-    Ok(Endpoint {
-        host: e.host.clone(),
-        port: e.port,
-        user: e.user.clone(),
-        password: e.password.as_ref().map(open).transpose()?,
-        acct: e.acct.as_ref().map(open).transpose()?,
-        path: e.path.clone(),
-        tls: e.tls,
-    })
-}
-
-/// The job's FTP passwords and ACCT strings in clear, for the report to scrub them from
-/// whatever a server echoed. Secrets that cannot be unsealed cannot leak either.
-pub fn clear_secrets(secrets: &Secrets, s: &SealedSpec) -> Vec<String> {
-    match unseal_spec(secrets, s) {
-        Ok(spec) => std::iter::once(&spec.source)
-            .chain(spec.destination.as_ref())
-            .flat_map(|e| [e.password.as_ref(), e.acct.as_ref()])
-            .flatten()
-            .map(|p| p.expose().to_string())
-            .filter(|p| !p.is_empty())
-            .collect(),
-        Err(_) => Vec::new(),
-    }
-}
-
-pub fn unseal_spec(secrets: &Secrets, s: &SealedSpec) -> Result<JobSpec, String> {
-    Ok(JobSpec {
-        source: unseal_endpoint(secrets, &s.source)?,
-        destination: s
-            .destination
-            .as_ref()
-            .map(|d| unseal_endpoint(secrets, d))
-            .transpose()?,
-        disposition: s.disposition,
-        dest_command: s.dest_command,
-        params: s.params,
-        start_at: s.start_at,
-        retry: s.retry,
-        notify: s.notify.clone(),
-        keyword: None,
-        proof: s.proof,
-        recursive: s.recursive,
-    })
-}
 
 fn last(r: Option<&bftp_ftp::LastReply>) -> Option<LastReply> {
     r.map(|r| LastReply {
@@ -695,7 +640,7 @@ impl Run {
     }
 
     async fn run(self, job: Job, attempt: u32) -> AttemptEnd {
-        let spec = match unseal_spec(&self.secrets, &job.spec) {
+        let spec = match self.secrets.unseal_spec(&job.spec) {
             Ok(s) => s,
             Err(e) => {
                 return AttemptEnd::JobPermanent {
