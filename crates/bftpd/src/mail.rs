@@ -15,10 +15,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bftp_api::ReportView;
 use bftp_core::Timestamp;
 use bftp_mail::{MailConfig, Mailer, SendError};
-use bftp_store::{DeliveryTry, Job, JobId, JobStore, OutboxEntry, OutboxState, StoreError};
+use bftp_store::{DeliveryTry, JobId, JobStore, OutboxEntry, OutboxState, StoreError};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -27,6 +26,7 @@ use crate::clock::{Clock, Jitter};
 use crate::metrics::{Metrics, ReportResult};
 use crate::secrets::Secrets;
 use crate::store::Store;
+pub use crate::views::report::MailSettings;
 
 /// Reports looked at per trip to the store.
 const BATCH: usize = 16;
@@ -39,77 +39,6 @@ const WAIT_FOR_ATTEMPT: Duration = Duration::from_secs(1);
 const STORE_RETRY: Duration = Duration::from_secs(5);
 /// With no report pending, the postman still looks at the outbox this often.
 const IDLE_LOOK: Duration = Duration::from_secs(3600);
-
-/// What the API and the postman both need to know about mail: who a report goes to and
-/// what its Message-ID is.
-#[derive(Debug, Clone)]
-pub struct MailSettings {
-    pub enabled: bool,
-    pub from: String,
-    pub owner_domain: String,
-    /// The right-hand side of every Message-ID: the domain of `from`.
-    pub id_domain: String,
-}
-
-impl MailSettings {
-    pub fn new(c: &MailConfig) -> MailSettings {
-        let id_domain = c
-            .from
-            .rsplit_once('@')
-            .map(|(_, d)| d.trim_end_matches('>').to_string())
-            .unwrap_or_else(|| "localhost".into());
-        MailSettings {
-            enabled: c.enabled,
-            from: c.from.clone(),
-            owner_domain: c.owner_domain.clone(),
-            id_domain,
-        }
-    }
-
-    /// The job's notify addresses, or its owner's login at `owner_domain` (RFC 1068 mailed
-    /// the user who asked).
-    pub fn recipients(&self, job: &Job) -> Result<Vec<String>, String> {
-        if !job.spec.notify.is_empty() {
-            return Ok(job.spec.notify.clone());
-        }
-        match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(job.owner_uid)) {
-            Ok(Some(user)) => Ok(vec![format!("{}@{}", user.name, self.owner_domain)]),
-            Ok(None) => Err(format!(
-                "the job has no notify address and its owner (uid {}) has no user name to mail",
-                job.owner_uid
-            )),
-            Err(e) => Err(format!(
-                "cannot look up the user name of uid {}: {e}",
-                job.owner_uid
-            )),
-        }
-    }
-
-    pub fn message_id(&self, e: &OutboxEntry) -> String {
-        bftp_mail::message_id(e.job.0, e.created_at.0, &self.id_domain)
-    }
-
-    pub fn report_view(&self, job: &Job, e: &OutboxEntry) -> ReportView {
-        let (state, at) = match e.state {
-            OutboxState::Pending if !self.enabled => ("disabled", None),
-            OutboxState::Pending => ("pending", None),
-            OutboxState::Delivered { at } => ("delivered", Some(at.to_rfc3339())),
-            OutboxState::GaveUp { at } => ("gave_up", Some(at.to_rfc3339())),
-        };
-        ReportView {
-            state: state.to_string(),
-            message_id: self.message_id(e),
-            recipients: self.recipients(job).unwrap_or_default(),
-            tries: e.tries,
-            next_try_at: match e.state {
-                OutboxState::Pending if self.enabled => e.next_try_at.map(|t| t.to_rfc3339()),
-                _ => None,
-            },
-            at,
-            last_error: e.last_error.clone(),
-        }
-    }
-}
 
 /// Delivers due reports until shutdown.
 pub struct Postman {
@@ -347,7 +276,7 @@ mod tests {
         impl crate::scheduler::Executor for Idle {
             fn attempt(
                 &self,
-                _: Job,
+                _: bftp_store::Job,
                 _: u32,
                 _: crate::scheduler::AttemptSignals,
             ) -> crate::scheduler::AttemptFuture {

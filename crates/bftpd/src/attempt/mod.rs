@@ -675,8 +675,10 @@ impl Run {
         if let Some(end) = self.fenced() {
             return end;
         }
-        let acquired =
-            crate::hosts::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await;
+        let acquired = self
+            .hosts
+            .acquire_pair(&key, &spec.source.host, dst_host)
+            .await;
         let mut pair = match acquired {
             crate::hosts::pool::Acquired::Kept(mut pair, slots, origin) => {
                 pair.set_label("p1");
@@ -878,26 +880,28 @@ impl Run {
             .map(ServerLogin::from_endpoint)
             .unwrap_or_else(|| src_login.clone());
         let key = crate::hosts::pool::PoolKey::new(owner, &src_login, &dst_login, spec.params);
-        let (mut pair, slots, origin) =
-            match crate::hosts::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await
-            {
-                crate::hosts::pool::Acquired::Kept(mut pair, slots, origin) => {
-                    // The RMDs are effects: under this job's fence, as every command of it.
-                    pair.set_gate(self.send_gate());
-                    (*pair, slots, origin)
+        let (mut pair, slots, origin) = match self
+            .hosts
+            .acquire_pair(&key, &spec.source.host, dst_host)
+            .await
+        {
+            crate::hosts::pool::Acquired::Kept(mut pair, slots, origin) => {
+                // The RMDs are effects: under this job's fence, as every command of it.
+                pair.set_gate(self.send_gate());
+                (*pair, slots, origin)
+            }
+            crate::hosts::pool::Acquired::Slots(slots) => match self.open(spec, "p1").await {
+                Ok(pair) => (
+                    pair,
+                    slots,
+                    crate::hosts::pool::Origin::new(self.clock.now(), id),
+                ),
+                Err(e) => {
+                    self.keep(e.transcript.clone());
+                    return;
                 }
-                crate::hosts::pool::Acquired::Slots(slots) => match self.open(spec, "p1").await {
-                    Ok(pair) => (
-                        pair,
-                        slots,
-                        crate::hosts::pool::Origin::new(self.clock.now(), id),
-                    ),
-                    Err(e) => {
-                        self.keep(e.transcript.clone());
-                        return;
-                    }
-                },
-            };
+            },
+        };
         pair.set_label("p1");
         for dir in &dirs {
             let path = crate::lanes::paths::source_path(spec, dir);

@@ -8,84 +8,19 @@ pub mod pool;
 pub mod tls;
 pub mod unique;
 
+mod slots;
+
 pub use check::PolicyCheck;
 pub use config::{FtpConfig, OverrideConfig};
+pub use slots::Slots;
+use slots::{take_in_cluster, wait_for_release, ClusterHold, CLUSTER_BACKOFF};
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bftp_store::{HostSlots, SlotHold};
+use bftp_store::HostSlots;
 
-/// The slots one connection pair (or one look at a copy) holds: one on each of its hosts, in
-/// this daemon's count and, with a shared store, in the count of all nodes. Dropping it
-/// gives them back: drop it only once its connections are closed.
-#[derive(Default)]
-pub struct Slots {
-    // Held for their drop alone.
-    _local: Vec<tokio::sync::OwnedSemaphorePermit>,
-    _cluster: Option<ClusterHold>,
-}
-
-/// Slots taken in the store's count of all nodes, given back when dropped.
-pub(crate) struct ClusterHold {
-    slots: Arc<dyn HostSlots>,
-    hold: SlotHold,
-}
-
-impl Drop for ClusterHold {
-    fn drop(&mut self) {
-        self.slots.release(std::mem::take(&mut self.hold));
-    }
-}
-
-/// The first and the longest wait between two looks at a full host of all nodes, when no
-/// release was announced meanwhile (a release wakes the waiters at once).
-pub(crate) const CLUSTER_BACKOFF: (Duration, Duration) =
-    (Duration::from_millis(20), Duration::from_secs(2));
-
-/// How often a waiter looks whether a release was announced (in memory, not the database).
-const GENERATION_LOOK: Duration = Duration::from_millis(5);
-
-/// Takes `hosts` in the store's count of all nodes, at most `per_host` a host: `None` when
-/// one is full there, or when the database did not answer (counted as full).
-pub(crate) async fn take_in_cluster(
-    cluster: Arc<dyn HostSlots>,
-    hosts: Vec<String>,
-    per_host: u32,
-) -> Option<ClusterHold> {
-    // The hold is wrapped in the blocking task itself: if this future is dropped while the
-    // task runs, the slots it took are given back when its answer is dropped.
-    let taken = crate::store::off_runtime("take host slots", move || {
-        cluster.try_take(&hosts, per_host).map(|h| {
-            h.map(|hold| ClusterHold {
-                slots: cluster.clone(),
-                hold,
-            })
-        })
-    })
-    .await;
-    match taken {
-        Ok(Ok(hold)) => hold,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "cannot take slots in the shared store");
-            None
-        }
-        Err(_) => None,
-    }
-}
-
-/// After a refused take in the count of all nodes (`seen`: its generation before the take):
-/// waits until a node announces a release, or for `backoff`, which doubles (up to 2 s) when
-/// nothing was announced meanwhile.
-pub(crate) async fn wait_for_release(c: &dyn HostSlots, seen: u64, backoff: &mut Duration) {
-    let until = tokio::time::Instant::now() + *backoff;
-    while c.generation() == seen && tokio::time::Instant::now() < until {
-        tokio::time::sleep(GENERATION_LOOK).await;
-    }
-    if c.generation() == seen {
-        *backoff = (*backoff * 2).min(CLUSTER_BACKOFF.1);
-    }
-}
+use pool::PoolKey;
 
 /// Per-host connection limits, shared by every transfer of the daemon (RULES.md §6): a pair
 /// takes one connection on each of its two hosts. With a store shared by several nodes the
@@ -105,6 +40,30 @@ pub struct HostLimits {
 }
 
 impl HostLimits {
+    /// Waits for a kept pair of `key` or a slot on both hosts (`a`, `b`), whichever comes first;
+    /// kept pairs of other keys that hold the slots it needs are closed, not waited for (also when
+    /// one is kept while this job waits: keeping it wakes the job).
+    pub async fn acquire_pair(&self, key: &PoolKey, a: &str, b: &str) -> pool::Acquired {
+        let (hosts, pool) = (self, &self.pool);
+        loop {
+            // Registered before looking, so that a pair kept meanwhile wakes this job.
+            let kept = pool.kept.notified();
+            tokio::pin!(kept);
+            kept.as_mut().enable();
+            if let Some((pair, slots, origin)) = pool.take(key).await {
+                return pool::Acquired::Kept(Box::new(pair), slots, origin);
+            }
+            // Closes kept pairs of other keys on these hosts if that frees a slot.
+            if let Some(slots) = hosts.try_acquire(a, b).await {
+                return pool::Acquired::Slots(slots);
+            }
+            tokio::select! {
+                slots = hosts.acquire(a, b) => return pool::Acquired::Slots(slots),
+                () = &mut kept => {}
+            }
+        }
+    }
+
     /// Without a pool of kept pairs, counted by this daemon alone.
     pub fn new(parallel_pairs: usize, per_host: usize) -> Arc<HostLimits> {
         let none = crate::hosts::pool::PoolSettings {

@@ -24,7 +24,7 @@ use bftp_ftp::{Pair, ServerLogin, Side};
 use bftp_store::JobId;
 use tokio::time::Instant;
 
-use crate::hosts::{HostLimits, Slots};
+use super::Slots;
 
 /// What a kept pair may be reused for.
 #[derive(Clone, PartialEq, Eq)]
@@ -128,7 +128,7 @@ pub struct PairPool {
     idle: Mutex<Vec<Idle>>,
     /// Wakes jobs waiting for a host slot when a pair is kept (it may be theirs to take, or
     /// theirs to close).
-    kept: tokio::sync::Notify,
+    pub(super) kept: tokio::sync::Notify,
     reaper: std::sync::Once,
     /// Pairs kept and pairs reused so far (for tests and metrics).
     counts: Mutex<(u64, u64)>,
@@ -271,30 +271,6 @@ async fn close_all(idle: Vec<Idle>) {
 pub enum Acquired {
     Kept(Box<Pair>, Slots, Origin),
     Slots(Slots),
-}
-
-/// Waits for a kept pair of `key` or a slot on both hosts (`a`, `b`), whichever comes first;
-/// kept pairs of other keys that hold the slots it needs are closed, not waited for (also when
-/// one is kept while this job waits: keeping it wakes the job).
-pub async fn acquire(hosts: &HostLimits, key: &PoolKey, a: &str, b: &str) -> Acquired {
-    let pool = &hosts.pool;
-    loop {
-        // Registered before looking, so that a pair kept meanwhile wakes this job.
-        let kept = pool.kept.notified();
-        tokio::pin!(kept);
-        kept.as_mut().enable();
-        if let Some((pair, slots, origin)) = pool.take(key).await {
-            return Acquired::Kept(Box::new(pair), slots, origin);
-        }
-        // Closes kept pairs of other keys on these hosts if that frees a slot.
-        if let Some(slots) = hosts.try_acquire(a, b).await {
-            return Acquired::Slots(slots);
-        }
-        tokio::select! {
-            slots = hosts.acquire(a, b) => return Acquired::Slots(slots),
-            () = &mut kept => {}
-        }
-    }
 }
 
 #[cfg(test)]

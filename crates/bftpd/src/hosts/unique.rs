@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use bftp_store::HostSlots;
 
-use crate::hosts::{take_in_cluster, wait_for_release, ClusterHold, CLUSTER_BACKOFF};
+use super::slots::{take_in_cluster, wait_for_release, ClusterHold, CLUSTER_BACKOFF};
 
 /// How long an announced name is remembered. Pure-FTPd's names differ from one second to the
 /// next, and vsftpd never announces a name that exists: a collision between two copies of

@@ -1,12 +1,13 @@
 //! Store records to API views. Passwords never leave as anything but `has_password`.
 
 pub mod engine;
+pub mod report;
 
 use bftp_api::{EndpointView, EventView, JobView, MemberCounts, MemberView, ReplyView, RetryView};
 use bftp_core::{Endpoint, JobState, MemberState, Timestamp};
 use bftp_store::{HistoryEvent, Job, JobStore, LastReply, Member, SealedEndpoint, StoreError};
 
-use crate::mail::MailSettings;
+use report::MailSettings;
 
 /// The whole view of a job: its ledger, its history and, once final, its report. Blocking.
 pub fn load_view(
@@ -239,7 +240,7 @@ mod created_view_tests {
         let Submitted::Created(job) = store.submit(new).unwrap() else {
             panic!("not created")
         };
-        let mail = crate::mail::MailSettings::new(&bftp_mail::MailConfig::default());
+        let mail = report::MailSettings::new(&bftp_mail::MailConfig::default());
         assert_eq!(
             created_view(&job, &members),
             load_view(&*store, &mail, &job).unwrap()
