@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use bftp_core::{RetryBounds, RetryPolicy};
-use ipnet::IpNet;
 use serde::Deserialize;
+
+pub use crate::hosts::policy::HostPolicyConfig;
+use crate::humantime_duration;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -468,56 +470,6 @@ impl RetryBoundsConfig {
             max_attempts: self.max_attempts,
             max_deadline: self.max_deadline,
         }
-    }
-}
-
-/// Which addresses jobs may name (RULES.md §8), checked on every address a host resolves to.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HostPolicyConfig {
-    /// Address ranges jobs may reach. Default: all public unicast space.
-    #[serde(default = "default_allow")]
-    pub allow: Vec<IpNet>,
-    /// Ranges refused even inside `allow`. The defaults (link-local, which holds the cloud
-    /// metadata addresses, and unspecified/multicast) are always added.
-    #[serde(default)]
-    pub deny: Vec<IpNet>,
-    /// Loopback is refused unless this is true (a daemon on a shared host is no tool for
-    /// reaching its local services).
-    #[serde(default)]
-    pub allow_loopback: bool,
-}
-
-fn default_allow() -> Vec<IpNet> {
-    vec![
-        "0.0.0.0/0".parse().expect("literal"),
-        "::/0".parse().expect("literal"),
-    ]
-}
-
-impl Default for HostPolicyConfig {
-    fn default() -> Self {
-        HostPolicyConfig {
-            allow: default_allow(),
-            deny: Vec::new(),
-            allow_loopback: false,
-        }
-    }
-}
-
-/// `Duration` fields in humantime syntax ("10m", "4h", "2days").
-pub(crate) mod humantime_duration {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer};
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s).map_err(|e| {
-            serde::de::Error::custom(format!(
-                "{s:?} is not a duration ({e}); write e.g. \"10m\" or \"4h\""
-            ))
-        })
     }
 }
 

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod foreground;
 pub mod hosts;
+mod humantime_duration;
 pub mod lanes;
 pub mod mail;
 pub mod metrics;

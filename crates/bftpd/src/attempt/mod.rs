@@ -733,7 +733,7 @@ impl Run {
                 Ok(dirs) => made = dirs,
                 Err(end) => {
                     self.close(pair).await;
-                    return end;
+                    return end.into();
                 }
             }
         }

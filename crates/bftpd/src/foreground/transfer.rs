@@ -221,11 +221,7 @@ async fn tree(
     }
     let made = crate::lanes::walk::make_dirs(pair, spec, &tree.walk, None)
         .await
-        .map_err(|end| match end {
-            crate::scheduler::AttemptEnd::JobPermanent { reason }
-            | crate::scheduler::AttemptEnd::Transient { reason } => reason,
-            other => format!("{other:?}"),
-        })?;
+        .map_err(crate::lanes::walk::WalkEnd::reason)?;
     // The files under a directory the destination would not make fail with its reply; the
     // others are copied.
     let mut copy = Vec::with_capacity(names.len());

@@ -12,13 +12,13 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub struct FtpConfig {
     /// Per address tried.
-    #[serde(default = "d_connect", with = "crate::config::humantime_duration")]
+    #[serde(default = "d_connect", with = "crate::humantime_duration")]
     pub connect_timeout: Duration,
     /// Per reply (a wrong password takes some servers 3 to 5 s to refuse).
-    #[serde(default = "d_reply", with = "crate::config::humantime_duration")]
+    #[serde(default = "d_reply", with = "crate::humantime_duration")]
     pub reply_timeout: Duration,
     /// The watchdog of one file's copy.
-    #[serde(default = "d_transfer", with = "crate::config::humantime_duration")]
+    #[serde(default = "d_transfer", with = "crate::humantime_duration")]
     pub transfer_timeout: Duration,
     /// Connection pairs one job runs at once (consecutive files reuse each pair).
     #[serde(default = "d_pairs")]
@@ -38,7 +38,7 @@ pub struct FtpConfig {
     #[serde(default = "d_pool_idle")]
     pub pool_max_idle: usize,
     /// How long a kept pair waits for its next job before it is closed.
-    #[serde(default = "d_pool_timeout", with = "crate::config::humantime_duration")]
+    #[serde(default = "d_pool_timeout", with = "crate::humantime_duration")]
     pub pool_idle_timeout: Duration,
     /// The most bytes of one listing bftpd reads (a wildcard job's, or one directory of a
     /// tree): a larger listing fails a wildcard job and refuses a tree's directory.

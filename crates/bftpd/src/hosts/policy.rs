@@ -5,7 +5,41 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::config::HostPolicyConfig;
+use serde::Deserialize;
+
+/// Which addresses jobs may name (RULES.md §8), checked on every address a host resolves to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostPolicyConfig {
+    /// Address ranges jobs may reach. Default: all public unicast space.
+    #[serde(default = "default_allow")]
+    pub allow: Vec<IpNet>,
+    /// Ranges refused even inside `allow`. The defaults (link-local, which holds the cloud
+    /// metadata addresses, and unspecified/multicast) are always added.
+    #[serde(default)]
+    pub deny: Vec<IpNet>,
+    /// Loopback is refused unless this is true (a daemon on a shared host is no tool for
+    /// reaching its local services).
+    #[serde(default)]
+    pub allow_loopback: bool,
+}
+
+fn default_allow() -> Vec<IpNet> {
+    vec![
+        "0.0.0.0/0".parse().expect("literal"),
+        "::/0".parse().expect("literal"),
+    ]
+}
+
+impl Default for HostPolicyConfig {
+    fn default() -> Self {
+        HostPolicyConfig {
+            allow: default_allow(),
+            deny: Vec::new(),
+            allow_loopback: false,
+        }
+    }
+}
 
 /// Always refused: link-local (which holds 169.254.169.254 and the other cloud metadata
 /// endpoints), the unspecified addresses, multicast and broadcast, and AWS's IPv6 metadata.

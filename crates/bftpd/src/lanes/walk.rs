@@ -24,8 +24,25 @@ use bftp_ftp::{DirListing, ListError, Pair, TreeKind};
 use bftp_store::{JobId, JobStore, NewMember, StoreError, Walk};
 
 use crate::lanes::paths::join_path;
-use crate::scheduler::AttemptEnd;
 use crate::store::Store;
+
+/// Why a walk, or the making of its directories, stops the attempt: the attempt's end is
+/// the caller's to decide (an attempt makes it its `AttemptEnd`; `bftp transfer` its error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WalkEnd {
+    /// No later attempt gets further (a refused listing, a tree too large for one job).
+    Permanent { reason: String },
+    /// Worth another attempt (a lost connection, a store that could not record).
+    Transient { reason: String },
+}
+
+impl WalkEnd {
+    pub fn reason(self) -> String {
+        match self {
+            WalkEnd::Permanent { reason } | WalkEnd::Transient { reason } => reason,
+        }
+    }
+}
 
 /// What one listed directory contributes: its members and its subdirectories (relative to
 /// the job's root).
@@ -165,7 +182,7 @@ pub async fn walk(
     spec: &JobSpec,
     now: impl Fn() -> Timestamp,
     keep: impl Fn(&bftp_ftp::Transcript),
-) -> Result<Walk, AttemptEnd> {
+) -> Result<Walk, WalkEnd> {
     let root = spec.source_root().to_owned();
     let mut walk = stored(store, move |s| s.walk(id)).await?;
     let mut members = stored(store, move |s| s.get(id))
@@ -179,9 +196,9 @@ pub async fn walk(
         let sorted = settle(&dir, listed, &walk.unique, members, pair.limits()).map_err(
             |(reason, permanent)| {
                 if permanent {
-                    AttemptEnd::JobPermanent { reason }
+                    WalkEnd::Permanent { reason }
                 } else {
-                    AttemptEnd::Transient { reason }
+                    WalkEnd::Transient { reason }
                 }
             },
         )?;
@@ -310,7 +327,7 @@ pub async fn make_dirs(
     spec: &JobSpec,
     walk: &Walk,
     store: Option<(&Store, JobId)>,
-) -> Result<MadeDirs, AttemptEnd> {
+) -> Result<MadeDirs, WalkEnd> {
     let root = spec
         .destination
         .as_ref()
@@ -343,9 +360,9 @@ pub async fn make_dirs(
                 continue;
             }
             failed = Some(if e.disposition().is_permanent() {
-                AttemptEnd::JobPermanent { reason }
+                WalkEnd::Permanent { reason }
             } else {
-                AttemptEnd::Transient { reason }
+                WalkEnd::Transient { reason }
             });
             break;
         }
@@ -368,15 +385,15 @@ pub async fn make_dirs(
 async fn stored<T: Send + 'static>(
     store: &Store,
     f: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, AttemptEnd> {
+) -> Result<T, WalkEnd> {
     match store.call(f).await {
         Ok(v) => Ok(v),
         // The store's own bound (`[ftp] max_tree_members` is at most it, but each directory
         // refused past it is one more member): no later attempt gets further.
-        Err(e @ StoreError::TooManyMembers { .. }) => Err(AttemptEnd::JobPermanent {
+        Err(e @ StoreError::TooManyMembers { .. }) => Err(WalkEnd::Permanent {
             reason: format!("the tree is too large for one job: {e}"),
         }),
-        Err(e) => Err(AttemptEnd::Transient {
+        Err(e) => Err(WalkEnd::Transient {
             reason: format!("the daemon could not record the walk: {e}"),
         }),
     }

@@ -42,6 +42,16 @@ pub enum AttemptEnd {
     Interrupted,
 }
 
+impl From<crate::lanes::walk::WalkEnd> for AttemptEnd {
+    fn from(end: crate::lanes::walk::WalkEnd) -> AttemptEnd {
+        use crate::lanes::walk::WalkEnd;
+        match end {
+            WalkEnd::Permanent { reason } => AttemptEnd::JobPermanent { reason },
+            WalkEnd::Transient { reason } => AttemptEnd::Transient { reason },
+        }
+    }
+}
+
 /// How the scheduler tells a running attempt to stop.
 #[derive(Debug, Clone, Default)]
 pub struct AttemptSignals {
