@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bftp_tests::daemon::Bftpd;
+use bftp_tests::files::content;
+use bftp_tests::jobs::{config_plus, member_names, status, submit};
 use bftp_tests::{Direction, FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
-
-use crate::scheduler::{config_plus, content, member_names, status, submit};
 
 /// Kills while work is still outstanding, at least.
 const KILLS: usize = 40;
