@@ -1,5 +1,12 @@
 //! The slow group (`cargo test -p bftp-tests --test e2e -- slow::`), run by tests/run on its own.
 
+mod engine;
+mod package;
+mod pg;
+mod scheduler;
+mod tree;
+mod unique;
+
 use bftp_tests::daemon::{text, Bftpd};
 use serde_json::Value;
 
