@@ -387,7 +387,7 @@ fn a_second_node_without_the_clusters_key_refuses_to_start_and_says_how_to_copy_
     assert_eq!(dst.read_file("in/k.bin").unwrap(), content("k", 10_000));
 }
 
-/// Issue 27, item 1, one round (`slow_pg` runs ten): a node paused past its lease sends
+/// Issue 27, item 1, one round (`slow::pg` runs ten): a node paused past its lease sends
 /// nothing for the job once it runs again, before its heartbeat has looked: no STOR of a
 /// file the other node finished, no SIZE, no login.
 #[test]

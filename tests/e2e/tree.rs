@@ -74,7 +74,7 @@ fn each_server_lists_a_directory_with_the_kind_of_each_entry() {
 /// ordered pair of the real servers (LIST on vsftpd, MLSD on the others), all six jobs at
 /// once: the destination tree equals the source's by sha256 but for the link, which is a
 /// `refused` member (reported, not followed); every file is a member by its path relative
-/// to the root; each directory was frozen once (`listed` events). `slow_tree` does the same
+/// to the root; each directory was frozen once (`listed` events). `slow::tree` does the same
 /// with about 2,000 entries.
 #[test]
 fn a_recursive_job_copies_a_whole_tree_between_each_pair() {

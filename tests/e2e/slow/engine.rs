@@ -1,4 +1,4 @@
-//! The slow engine group (`cargo test -p bftp-tests --test e2e -- slow`): 100 MiB
+//! The slow engine group (`cargo test -p bftp-tests --test e2e -- slow::engine::`): 100 MiB
 //! third-party copies compared byte for byte, each server once as the source.
 
 use std::fs::File;

@@ -1,4 +1,4 @@
-//! The slow group of the shared store (`slow_pg::`): three bftpd nodes on one PostgreSQL
+//! The slow group of the shared store (`slow::pg::`): three bftpd nodes on one PostgreSQL
 //! database, one of them killed with SIGKILL while it copies, again and again. Every job a
 //! killed node ran is taken over by another node and finishes with every file exactly right
 //! (an append never doubled); the time from the kill to the takeover is measured.

@@ -1,5 +1,5 @@
-//! The slow scheduler group (`cargo test -p bftp-tests --test e2e -- slow_scheduler::`), run
-//! by tests/run on its own: bftpd killed with SIGKILL at random moments while it works.
+//! The slow scheduler group (`cargo test -p bftp-tests --test e2e -- slow::scheduler::`), run
+//! by tests/run with the slow group: bftpd killed with SIGKILL at random moments while it works.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
