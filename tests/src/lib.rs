@@ -18,8 +18,10 @@ pub mod jobs;
 pub mod nodes;
 pub mod notify;
 pub mod pki;
-pub mod postgres;
 pub mod procstat;
+
+/// The PostgreSQL test cluster (the `bftp-testpg` crate, which bftp-store's tests use too).
+pub use bftp_testpg as postgres;
 pub mod rawftp;
 pub mod report;
 pub mod scenario;
