@@ -13,30 +13,11 @@ use bftp_ftp::{
     verify, AllowAll, ConnectError, CopyOutcome, Failure, Fallback, JobFailure, Limits, ListError,
     ListMethod, Pair, PairError, Progress, Side, SizeCheck, VerifyRequest,
 };
-use bftp_tests::{FtpOptions, FtpServer, ServerKind};
+use bftp_tests::engine::{expect_success, image, limits, open, start};
+use bftp_tests::scenario::{block_on, ftp_login as login, request};
+use bftp_tests::{payload, FtpOptions, FtpServer, ServerKind};
 
 use ServerKind::{Proftpd, PureFtpd, Vsftpd};
-
-pub(crate) use bftp_tests::scenario::{block_on, ftp_login as login, request};
-
-/// Short enough that a silent server fails a test in seconds, long enough for a
-/// loaded CI machine.
-pub(crate) fn limits() -> Limits {
-    Limits {
-        connect_timeout: Duration::from_secs(5),
-        reply_timeout: Duration::from_secs(10),
-        transfer_timeout: Duration::from_secs(60),
-        ..Limits::default()
-    }
-}
-
-pub(crate) fn image() -> FtpParams {
-    FtpParams::default()
-}
-
-pub(crate) fn start(kind: ServerKind) -> Result<FtpServer> {
-    FtpServer::start(kind, FtpOptions::default())
-}
 
 fn start_stock(kind: ServerKind) -> Result<FtpServer> {
     FtpServer::start(
@@ -45,39 +26,6 @@ fn start_stock(kind: ServerKind) -> Result<FtpServer> {
             fxp: false,
             ..FtpOptions::default()
         },
-    )
-}
-
-pub(crate) use bftp_tests::payload;
-
-pub(crate) async fn open(src: &FtpServer, dst: &FtpServer, params: FtpParams) -> Result<Pair> {
-    Pair::open(
-        &login(src),
-        &login(dst),
-        params,
-        &limits(),
-        Arc::new(AllowAll),
-    )
-    .await
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "opening {} -> {}: {e}\n{}",
-            src.kind(),
-            dst.kind(),
-            e.transcript
-        )
-    })
-}
-
-/// The outcome, or an error with the whole story.
-pub(crate) fn expect_success(outcome: &CopyOutcome, what: &str) -> Result<()> {
-    if outcome.is_success() {
-        return Ok(());
-    }
-    bail!(
-        "{what}: {:?}\n{}",
-        outcome.failure(),
-        outcome.report().transcript
     )
 }
 

@@ -7,10 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use bftp_tests::daemon::{text, Bftpd};
 use bftp_tests::hostile::{Action, HostileServer, Script};
+use bftp_tests::jobs::{config_plus, wait_final};
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
-
-use crate::scheduler::{config_plus, wait_final};
 
 /// The source, alone on its loopback address: both jobs read from this host.
 const SOURCE_HOST: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 7);

@@ -24,14 +24,14 @@ use bftp_ftp::{
     AddressCheck, ConnectError, CopyOutcome, CopyRequest, Failure, Fallback, JobFailure, Limits,
     ListError, Pair, PairError, ReplyError, SessionError, Side, Transcript,
 };
+use bftp_tests::engine::image;
 use bftp_tests::hostile::{Action, HostileServer, Script};
+use bftp_tests::payload;
 use bftp_tests::scenario::{
-    copy_once, ftp_login, hostile_login, hostile_to_hostile, hostile_to_vsftpd, open, open_pair,
-    Scenario,
+    block_on, copy_once, ftp_login, hostile_login, hostile_to_hostile, hostile_to_vsftpd, open,
+    open_pair, request, Scenario,
 };
 use bftp_tests::{Direction, FtpOptions, FtpServer, ServerKind};
-
-use crate::engine::{block_on, image, payload, request};
 
 /// Where the hostile server of a test listens (control and passive ports).
 const HOSTILE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 5);

@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use bftp_tests::daemon::{text, Bftpd};
+use bftp_tests::files::content;
 use bftp_tests::hostile::{HostileServer, Script};
+use bftp_tests::jobs::{status, submit_urls, wait_final};
 use bftp_tests::{FtpOptions, FtpServer, ServerKind, SmtpSink};
 use mail_parser::MessageParser;
 use serde_json::Value;
-
-use crate::scheduler::{content, status, submit_urls, wait_final};
 
 const NOTIFY: &str = "ops@bftp-test.invalid";
 

@@ -4,11 +4,11 @@
 use std::time::{Duration, Instant};
 
 use bftp_tests::daemon::{text, Bftpd};
+use bftp_tests::files::content;
+use bftp_tests::jobs::{status, submit, wait_final};
+use bftp_tests::report::{parse, parts};
 use bftp_tests::{FtpOptions, FtpServer, ServerKind, SmtpSink};
-use mail_parser::{MessageParser, MimeHeaders};
 use serde_json::Value;
-
-use crate::scheduler::{content, status, submit, wait_final};
 
 const NOTIFY: &str = "ops@bftp-test.invalid";
 
@@ -37,31 +37,11 @@ fn wait_report(d: &Bftpd, id: u64, what: &str, done: impl Fn(&Value) -> bool) ->
     }
 }
 
-fn parse(raw: &str) -> mail_parser::Message<'_> {
-    MessageParser::default()
-        .parse(raw.as_bytes())
-        .expect("a parsable message")
-}
-
 fn header<'a>(m: &'a mail_parser::Message<'a>, name: &str) -> String {
     m.header_raw(name)
         .unwrap_or_else(|| panic!("no {name} header"))
         .trim()
         .to_string()
-}
-
-/// The text part and the JSON attachment of a report, decoded.
-pub(crate) fn parts(raw: &str) -> (String, Value, String) {
-    let m = parse(raw);
-    let body = m.body_text(0).expect("a text part").to_string();
-    let att = m.attachment(0).expect("a JSON attachment");
-    assert_eq!(
-        att.content_type()
-            .map(|c| format!("{}/{}", c.ctype(), c.subtype().unwrap_or(""))),
-        Some("application/json".to_string())
-    );
-    let json: Value = serde_json::from_slice(att.contents()).expect("the attachment is JSON");
-    (body, json, att.attachment_name().unwrap_or("").to_string())
 }
 
 /// RULES.md §3/§4.6: the report of a multi-file job with one permanent failure, field by field.
@@ -437,7 +417,7 @@ fn no_password_in_any_form_reaches_a_report() {
         &["--notify", NOTIFY],
     );
     let v = wait_final(&d, id, Duration::from_secs(60));
-    let names = crate::scheduler::member_names(&v);
+    let names = bftp_tests::jobs::member_names(&v);
     assert!(
         names.iter().any(|n| n.contains("leak-plain.dat"))
             && !names.iter().any(|n| n.contains(&pw)),
@@ -582,7 +562,7 @@ fn a_server_echoing_the_password_leaks_it_nowhere() {
 
     let mut jobs = Vec::new();
     for src in [&refusing, &echoing] {
-        let id = crate::scheduler::submit_urls(
+        let id = bftp_tests::jobs::submit_urls(
             &d,
             (&src.url("out/*.dat"), pw),
             (&dst.url("in/"), dst.password()),

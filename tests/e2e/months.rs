@@ -4,10 +4,10 @@
 use std::time::{Duration, Instant};
 
 use bftp_tests::daemon::{http, text, Bftpd};
+use bftp_tests::files::content;
+use bftp_tests::jobs::{status, submit, wait_final};
 use bftp_tests::{FtpOptions, FtpServer, ServerKind, SmtpSink};
 use serde_json::Value;
-
-use crate::scheduler::{content, status, submit, wait_final};
 
 /// The value of the sample line `series VALUE` of a /metrics text.
 fn sample(text: &str, series: &str) -> Option<f64> {

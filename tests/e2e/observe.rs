@@ -6,10 +6,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bftp_tests::daemon::{bin, http, text, Bftpd};
+use bftp_tests::jobs::{submit, wait_final};
 use bftp_tests::{FtpOptions, FtpServer, ServerKind, SmtpSink};
 use serde_json::Value;
-
-use crate::scheduler::{submit, wait_final};
 
 const JOB_WAIT: Duration = Duration::from_secs(60);
 

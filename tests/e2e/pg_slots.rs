@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bftp_tests::daemon::Bftpd;
+use bftp_tests::files::content;
+use bftp_tests::jobs::{submit, wait_final};
+use bftp_tests::nodes::node_config_plus;
 use bftp_tests::postgres;
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
-
-use crate::pg_nodes::node_config_plus;
-use crate::scheduler::{content, submit, wait_final};
 
 /// The server-side control sockets of the server on `port` that are not closed yet
 /// (every state but LISTEN and TIME_WAIT: a session the client has left but the server

@@ -4,11 +4,10 @@
 use std::time::{Duration, Instant};
 
 use bftp_tests::daemon::{http, text, Bftpd};
+use bftp_tests::nodes::node_config;
+use bftp_tests::notify::Notify;
 use bftp_tests::postgres;
 use serde_json::Value;
-
-use crate::pg_nodes::node_config;
-use crate::service::Notify;
 
 /// `bftp submit` (a job due next year) on `d`: the exit code and the output.
 fn try_submit(d: &Bftpd, name: &str) -> (Option<i32>, String) {
@@ -126,7 +125,8 @@ fn metric(d: &Bftpd, series: &str) -> f64 {
 /// removed job's request key makes a new job.
 #[test]
 fn retention_on_postgres_removes_old_final_jobs_once_over_two_nodes() {
-    use crate::scheduler::{content, status, submit, wait_final};
+    use bftp_tests::files::content;
+    use bftp_tests::jobs::{status, submit, wait_final};
     use bftp_tests::{FtpOptions, FtpServer, ServerKind, SmtpSink};
     let url = postgres::fresh_database();
     let db = postgres::Cluster::db_of(&url).to_string();
@@ -138,7 +138,7 @@ fn retention_on_postgres_removes_old_final_jobs_once_over_two_nodes() {
     let port = sink.port();
     let config = |node: &str, key: Option<&std::path::Path>| {
         let node_config =
-            crate::pg_nodes::node_config_plus(&url, node, key, "keep_finished = \"3s\"\n");
+            bftp_tests::nodes::node_config_plus(&url, node, key, "keep_finished = \"3s\"\n");
         move |dir: &std::path::Path| {
             node_config(dir).replace(
                 &Bftpd::default_config(dir),
@@ -264,7 +264,8 @@ fn retention_on_postgres_removes_old_final_jobs_once_over_two_nodes() {
 /// the passwords sealed before the backup).
 #[test]
 fn a_backup_of_a_postgres_node_restores_into_another_database_with_every_job() {
-    use crate::scheduler::{content, status, submit, wait_final};
+    use bftp_tests::files::content;
+    use bftp_tests::jobs::{status, submit, wait_final};
     use bftp_tests::{FtpOptions, FtpServer, ServerKind};
     let src = FtpServer::start(
         ServerKind::Vsftpd,

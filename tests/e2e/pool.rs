@@ -5,10 +5,9 @@
 use std::time::Duration;
 
 use bftp_tests::daemon::{text, Bftpd, ALICE};
+use bftp_tests::jobs::{config_plus, wait_final};
 use bftp_tests::{DelayProxy, FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
-
-use crate::scheduler::{config_plus, wait_final};
 
 struct Servers {
     src: FtpServer,
@@ -115,7 +114,7 @@ fn a_job_on_a_kept_pair_says_in_its_transcript_where_the_login_went() {
         let id = job["id"].as_u64().unwrap();
         mails
             .iter()
-            .map(|m| crate::mail::parts(m).1)
+            .map(|m| bftp_tests::report::parts(m).1)
             .find(|j| j["job"]["id"] == id)
             .unwrap_or_else(|| panic!("no report of job {id}"))["transcript"]
             .as_array()

@@ -9,11 +9,11 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use bftp_tests::daemon::{text, Bftpd};
+use bftp_tests::files::content;
 use bftp_tests::hostile::{Action, HostileServer, Script};
+use bftp_tests::jobs::{status, submit, submit_urls, wait_final};
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
-
-use crate::scheduler::{content, status, submit, submit_urls, wait_final};
 
 fn proftpd_with_digest() -> FtpServer {
     FtpServer::start(
@@ -415,7 +415,7 @@ fn hash_proofs_between_pipelined_copies_stay_in_step() {
     }
     dst.mkdir("in").unwrap();
     let d =
-        Bftpd::start_with(crate::scheduler::config_plus("[ftp]\nparallel_pairs = 1\n")).unwrap();
+        Bftpd::start_with(bftp_tests::jobs::config_plus("[ftp]\nparallel_pairs = 1\n")).unwrap();
     let id = submit(&d, &src, &dst, "out/*.dat", "in/", &["--proof", "hash"]);
     let v = wait_final(&d, id, Duration::from_secs(60));
     assert_eq!(v["outcome"], "succeeded", "{v:#}");

@@ -7,10 +7,9 @@ use std::time::{Duration, Instant};
 
 use bftp_tests::daemon::{text, Bftpd};
 use bftp_tests::hostile::{Action, HostileServer, Script};
+use bftp_tests::jobs::{status, submit, wait_final};
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
-
-use crate::scheduler::{status, submit, wait_final};
 
 /// `bftp --json <command> SOURCE DEST` with each side's (URL, password): the output and
 /// the JSON values it printed, one per line.
@@ -174,7 +173,7 @@ fn a_privileged_passive_port_on_both_sides_fails_for_good_naming_both() {
     )
     .unwrap();
     let d = Bftpd::start().unwrap();
-    let id = crate::scheduler::submit_urls(
+    let id = bftp_tests::jobs::submit_urls(
         &d,
         (&src.url("out/p.bin"), src.password()),
         (&dst.url("in/"), dst.password()),

@@ -6,63 +6,10 @@ use std::time::{Duration, Instant};
 use bftp_core::time::parse_start_time;
 use bftp_core::Timestamp;
 use bftp_tests::daemon::{text, Bftpd};
+use bftp_tests::files::{content, file_len, write_payload, BIG};
+use bftp_tests::jobs::{config_plus, member_names, poll, status, submit, submit_urls, wait_final};
 use bftp_tests::{Direction, FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
-
-pub(crate) fn submit(
-    d: &Bftpd,
-    src: &FtpServer,
-    dst: &FtpServer,
-    src_path: &str,
-    dst_path: &str,
-    extra: &[&str],
-) -> u64 {
-    let (s, t) = (src.url(src_path), dst.url(dst_path));
-    submit_urls(d, (&s, src.password()), (&t, dst.password()), extra)
-}
-
-/// `bftp --json submit SOURCE DEST EXTRA...` with each side's (URL, password), for servers
-/// of any kind (the scripted one included): the new job's id.
-pub(crate) fn submit_urls(
-    d: &Bftpd,
-    (source, source_password): (&str, &str),
-    (dest, dest_password): (&str, &str),
-    extra: &[&str],
-) -> u64 {
-    let mut args = vec!["--json", "submit", source, dest];
-    args.extend_from_slice(extra);
-    let env = [
-        ("BFTP_SOURCE_PASSWORD", source_password),
-        ("BFTP_DEST_PASSWORD", dest_password),
-    ];
-    let o = d.bftp_env(None, &args, &env);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    v["job"]["id"].as_u64().unwrap()
-}
-
-pub(crate) fn status(d: &Bftpd, id: u64) -> Value {
-    let o = d.bftp(&["--json", "status", &id.to_string()]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
-/// Polls the job until it is finished or cancelled (bounded).
-pub(crate) fn wait_final(d: &Bftpd, id: u64, limit: Duration) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let v = status(d, id);
-        if v["state"] == "finished" || v["state"] == "cancelled" {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {id} not final after {limit:?}: {v:#}\n{}",
-            d.logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 #[test]
 fn a_queued_job_runs_and_its_ledger_shows_the_evidence() {
@@ -104,11 +51,6 @@ fn a_queued_job_runs_and_its_ledger_shows_the_evidence() {
             n.repeat(1000).as_bytes()
         );
     }
-}
-
-/// The bftpd test config plus `extra` TOML tables (none of which the default config has).
-pub(crate) fn config_plus(extra: &'static str) -> impl FnOnce(&Path) -> String {
-    move |dir| format!("{}{extra}", Bftpd::default_config(dir))
 }
 
 /// Polls the job until `done` holds (bounded); the last view.
@@ -171,30 +113,6 @@ fn member<'a>(v: &'a Value, name: &str) -> &'a Value {
         .iter()
         .find(|m| m["name"] == name)
         .unwrap_or_else(|| panic!("no member {name}: {v:#}"))
-}
-
-pub(crate) fn member_names(v: &Value) -> Vec<String> {
-    v["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
-/// Distinct contents per file, so a file copied under another's name shows.
-pub(crate) fn content(name: &str, len: usize) -> Vec<u8> {
-    let mut x = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// RULES.md §5 backoff: the waits between attempt starts are the configured ones (1 s, 2 s, 4 s
@@ -485,36 +403,6 @@ fn a_refused_login_fails_the_job_with_the_reason() {
     assert!(!dst.path("in/x.dat").exists());
 }
 
-/// Deterministic bytes, written in chunks (no big file in memory): one random MiB, with
-/// every 4 KiB page stamped with its offset, so that no two pages of the file are equal.
-pub(crate) fn write_payload(path: &Path, size: u64, seed: u64) {
-    use std::io::Write;
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(path)
-        .unwrap();
-    let mut out = std::io::BufWriter::new(file);
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ seed;
-    let mut buf = vec![0u8; 1 << 20];
-    for word in buf.chunks_mut(8) {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        word.copy_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
-    }
-    let mut offset = 0u64;
-    while offset < size {
-        for (i, page) in buf.chunks_mut(4096).enumerate() {
-            page[..8].copy_from_slice(&(offset + (i as u64) * 4096).to_le_bytes());
-        }
-        let n = (size - offset).min(buf.len() as u64) as usize;
-        out.write_all(&buf[..n]).unwrap();
-        offset += n as u64;
-    }
-    out.flush().unwrap();
-}
-
 /// Whether two files have the same bytes, read in chunks.
 pub(crate) fn same_bytes(a: &Path, b: &Path) -> bool {
     use std::io::Read;
@@ -535,21 +423,6 @@ pub(crate) fn same_bytes(a: &Path, b: &Path) -> bool {
         }
     }
 }
-
-pub(crate) fn file_len(p: &Path) -> u64 {
-    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
-}
-
-/// Polls until `cond` holds (bounded).
-pub(crate) fn poll(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "{what}: not after {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-pub(crate) const BIG: u64 = 300 << 20;
 
 /// RULES.md §9: at SIGTERM a running transfer gets the grace period, then is aborted and stays
 /// queued; bftpd exits within the grace period (plus a bounded margin), and after the restart

@@ -1,12 +1,12 @@
 //! Running as a service (issue 6): `bftpd check-config`, the shipped systemd unit, and the
 //! readiness protocol of `Type=notify` against the real binary.
 
-use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bftp_tests::daemon::{bin, http, text, Bftpd};
+use bftp_tests::notify::Notify;
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
@@ -134,43 +134,6 @@ fn systemd_analyze_verifies_the_unit() {
     // Unknown keys and bad values are only warnings: none may name the unit.
     let out = text(&o);
     assert!(!out.contains("bftpd.service"), "{out}");
-}
-
-/// A datagram socket standing in for systemd's NOTIFY_SOCKET.
-pub(crate) struct Notify {
-    sock: UnixDatagram,
-    pub(crate) path: PathBuf,
-}
-
-impl Notify {
-    pub(crate) fn bind(dir: &Path) -> Notify {
-        let path = dir.join("notify.sock");
-        let sock = UnixDatagram::bind(&path).unwrap();
-        Notify { sock, path }
-    }
-
-    /// The next message (newline-separated assignments, the last newline dropped), or None
-    /// after `limit`.
-    pub(crate) fn recv(&self, limit: Duration) -> Option<String> {
-        self.sock.set_read_timeout(Some(limit)).unwrap();
-        let mut buf = [0u8; 4096];
-        match self.sock.recv(&mut buf) {
-            Ok(n) => Some(
-                String::from_utf8_lossy(&buf[..n])
-                    .trim_end_matches('\n')
-                    .to_owned(),
-            ),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                None
-            }
-            Err(e) => panic!("notify socket: {e}"),
-        }
-    }
 }
 
 /// Kills the daemon if the test fails before it has stopped it.

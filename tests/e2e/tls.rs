@@ -13,11 +13,10 @@ use std::time::Duration;
 
 use bftp_tests::daemon::{text, Bftpd};
 use bftp_tests::hostile::{Action, HostileServer, Script};
+use bftp_tests::jobs::{submit_urls, wait_final};
 use bftp_tests::pki::{Flaw, Pki};
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
-
-use crate::scheduler::{submit_urls, wait_final};
 
 /// A server of `kind` with a good certificate, TLS required for the login.
 fn tls_server(pki: &Pki, kind: ServerKind) -> FtpServer {

@@ -4,9 +4,10 @@
 //! special files apart on each. Names with spaces and UTF-8, an empty directory and a link.
 
 use bftp_ftp::{TreeKind, WalkMethod};
+use bftp_tests::engine::{image, open};
+use bftp_tests::scenario::block_on;
+use bftp_tests::tree::{check_tree_copy, listed_events, tree_sums, PAIRS};
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
-
-use crate::engine::{block_on, image, open};
 
 fn tree_on(kind: ServerKind) -> (FtpServer, FtpServer) {
     let src = FtpServer::start(kind, FtpOptions::default()).unwrap();
@@ -68,147 +69,17 @@ fn each_server_lists_a_directory_with_the_kind_of_each_entry() {
     }
 }
 
-/// A recursive checksum of a server's tree: every directory, every file's sha256
-/// (`sha256sum`) and every symbolic link's target, by path relative to `root`.
-#[derive(Debug, PartialEq, Eq, Default)]
-pub(crate) struct TreeSums {
-    pub dirs: std::collections::BTreeSet<String>,
-    pub files: std::collections::BTreeMap<String, String>,
-    pub links: std::collections::BTreeMap<String, String>,
-}
-
-pub(crate) fn tree_sums(root: &std::path::Path) -> TreeSums {
-    let mut out = TreeSums::default();
-    let mut names = Vec::new();
-    let mut todo = vec![root.to_path_buf()];
-    while let Some(dir) = todo.pop() {
-        for e in std::fs::read_dir(&dir).unwrap() {
-            let e = e.unwrap();
-            let p = e.path();
-            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-            let t = e.file_type().unwrap();
-            if t.is_dir() {
-                out.dirs.insert(rel);
-                todo.push(p);
-            } else if t.is_symlink() {
-                let to = std::fs::read_link(&p).unwrap();
-                out.links.insert(rel, to.to_string_lossy().into_owned());
-            } else {
-                names.push(rel);
-            }
-        }
-    }
-    for chunk in names.chunks(500) {
-        let o = std::process::Command::new("sha256sum")
-            .arg("--")
-            .args(chunk)
-            .current_dir(root)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "sha256sum in {}", root.display());
-        for line in String::from_utf8(o.stdout).unwrap().lines() {
-            let (sum, name) = line.split_once("  ").unwrap();
-            out.files.insert(name.to_owned(), sum.to_owned());
-        }
-    }
-    assert_eq!(out.files.len(), names.len(), "a name sha256sum escaped");
-    out
-}
-
-/// Checks a finished recursive job against its source tree: the destination holds every
-/// directory and file of the source, each with the source's sha256, and nothing else; each
-/// symbolic link is a `refused` member saying it was not followed and is absent from the
-/// destination; every file is a `succeeded` member named by its path relative to the root,
-/// once. Returns the number of members.
-pub(crate) fn check_tree_copy(
-    what: &str,
-    v: &serde_json::Value,
-    src_root: &std::path::Path,
-    dst_root: &std::path::Path,
-) -> usize {
-    let source = tree_sums(src_root);
-    let dest = tree_sums(dst_root);
-    assert!(dest.links.is_empty(), "{what}: {:?}", dest.links);
-    assert_eq!(dest.dirs, source.dirs, "{what}: directories");
-    if dest.files != source.files {
-        let missing: Vec<_> = source
-            .files
-            .iter()
-            .filter(|(k, s)| dest.files.get(*k) != Some(s))
-            .map(|(k, _)| k)
-            .take(10)
-            .collect();
-        let extra: Vec<_> = dest
-            .files
-            .keys()
-            .filter(|k| !source.files.contains_key(*k))
-            .take(10)
-            .collect();
-        panic!(
-            "{what}: files differ ({} source, {} destination); missing or different {missing:?}, extra {extra:?}",
-            source.files.len(),
-            dest.files.len()
-        );
-    }
-    let members = v["members"].as_array().unwrap();
-    let mut seen = std::collections::BTreeSet::new();
-    for m in members {
-        let name = m["name"].as_str().unwrap();
-        assert!(seen.insert(name), "{what}: {name:?} twice in the ledger");
-        assert!(!name.starts_with('/'), "{what}: {name:?} is not relative");
-        if let Some(target) = source.links.get(name) {
-            assert_eq!(m["state"], "refused", "{what}: {m:#}");
-            let detail = m["detail"].as_str().unwrap_or_default();
-            assert!(
-                detail.contains("symbolic link") && detail.contains("not followed"),
-                "{what}: the link {name:?} (to {target:?}) is not reported as not followed: {m:#}"
-            );
-        } else {
-            assert!(source.files.contains_key(name), "{what}: member {name:?}");
-            assert_eq!(m["state"], "succeeded", "{what}: {m:#}");
-        }
-    }
-    let want: std::collections::BTreeSet<&str> = source
-        .files
-        .keys()
-        .chain(source.links.keys())
-        .map(String::as_str)
-        .collect();
-    assert_eq!(seen, want, "{what}: the ledger's members");
-    members.len()
-}
-
-/// The `listed` history events of a job, in order: each directory frozen.
-pub(crate) fn listed_events(v: &serde_json::Value) -> Vec<&serde_json::Value> {
-    v["history"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|h| h["event"] == "listed")
-        .collect()
-}
-
-/// The six ordered pairs of the three servers.
-pub(crate) const PAIRS: [(ServerKind, ServerKind); 6] = [
-    (ServerKind::Vsftpd, ServerKind::Proftpd),
-    (ServerKind::Vsftpd, ServerKind::PureFtpd),
-    (ServerKind::Proftpd, ServerKind::Vsftpd),
-    (ServerKind::Proftpd, ServerKind::PureFtpd),
-    (ServerKind::PureFtpd, ServerKind::Vsftpd),
-    (ServerKind::PureFtpd, ServerKind::Proftpd),
-];
-
 /// Issue 16: `bftp submit --recursive SRC_DIR DST_DIR` copies a tree of three levels (empty
 /// directories, names with spaces and UTF-8, a symbolic link, a hard link) between every
 /// ordered pair of the real servers (LIST on vsftpd, MLSD on the others), all six jobs at
 /// once: the destination tree equals the source's by sha256 but for the link, which is a
 /// `refused` member (reported, not followed); every file is a member by its path relative
-/// to the root; each directory was frozen once (`listed` events). `slow_tree` does the same
+/// to the root; each directory was frozen once (`listed` events). `slow::tree` does the same
 /// with about 2,000 entries.
 #[test]
 fn a_recursive_job_copies_a_whole_tree_between_each_pair() {
-    use crate::scheduler::{submit, wait_final};
     use bftp_tests::daemon::Bftpd;
+    use bftp_tests::jobs::{submit, wait_final};
     let d = Bftpd::start().unwrap();
     let files = [
         "a.dat",
@@ -228,7 +99,7 @@ fn a_recursive_job_copies_a_whole_tree_between_each_pair() {
     .map(|kind| {
         let s = FtpServer::start(kind, FtpOptions::default()).unwrap();
         for (i, f) in files.iter().enumerate() {
-            let body = crate::scheduler::content(f, 100 + i * 997);
+            let body = bftp_tests::files::content(f, 100 + i * 997);
             s.put_file(&format!("tree/{f}"), &body).unwrap();
         }
         s.mkdir("tree/empty").unwrap();
@@ -284,8 +155,8 @@ fn a_recursive_job_copies_a_whole_tree_between_each_pair() {
 /// The retry copies the new directories' files, not the files added to frozen directories.
 #[test]
 fn a_file_added_to_a_frozen_directory_is_not_copied_a_directory_under_one_not_walked_is() {
-    use crate::scheduler::{status, submit, wait_final};
     use bftp_tests::daemon::Bftpd;
+    use bftp_tests::jobs::{status, submit, wait_final};
     use std::os::unix::fs::PermissionsExt;
     let d = Bftpd::start().unwrap();
     let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
@@ -372,8 +243,8 @@ fn a_file_added_to_a_frozen_directory_is_not_copied_a_directory_under_one_not_wa
 /// neither: only the real files are copied, each once.
 #[test]
 fn a_directory_reached_again_through_a_followed_link_is_reported_not_walked() {
-    use crate::scheduler::{submit, wait_final};
     use bftp_tests::daemon::Bftpd;
+    use bftp_tests::jobs::{submit, wait_final};
     let src = FtpServer::start(
         ServerKind::Proftpd,
         FtpOptions {
@@ -623,8 +494,9 @@ fn mkds(server: &FtpServer) -> Vec<String> {
 /// holds each directory's MKD once over the kill and the restart, and the tree arrives whole.
 #[test]
 fn a_resumed_recursive_job_does_not_make_its_directories_again() {
-    use crate::scheduler::{content, submit, wait_final};
     use bftp_tests::daemon::Bftpd;
+    use bftp_tests::files::content;
+    use bftp_tests::jobs::{submit, wait_final};
     use bftp_tests::Direction;
     let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
     let dst = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
@@ -689,8 +561,8 @@ fn a_resumed_recursive_job_does_not_make_its_directories_again() {
 /// naming the trait of the name, while the rest of the tree is copied.
 #[test]
 fn a_name_the_destination_never_stores_as_asked_ends_its_member() {
-    use crate::scheduler::{submit, wait_final};
     use bftp_tests::daemon::Bftpd;
+    use bftp_tests::jobs::{submit, wait_final};
     let d = Bftpd::start().unwrap();
     let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
     let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
@@ -758,8 +630,8 @@ fn a_name_the_destination_never_stores_as_asked_ends_its_member() {
 /// reason like every special file; an empty plain file is still copied.
 #[test]
 fn a_fifo_proftpd_lists_as_a_file_is_reported_as_a_special_file() {
-    use crate::scheduler::{submit, wait_final};
     use bftp_tests::daemon::Bftpd;
+    use bftp_tests::jobs::{submit, wait_final};
     let d = Bftpd::start().unwrap();
     let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
     let dst = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
@@ -802,8 +674,8 @@ fn a_fifo_proftpd_lists_as_a_file_is_reported_as_a_special_file() {
 /// moved (here a symbolic link, reported and never moved).
 #[test]
 fn a_moved_tree_leaves_no_emptied_source_directory_behind() {
-    use crate::scheduler::{submit, wait_final};
     use bftp_tests::daemon::Bftpd;
+    use bftp_tests::jobs::{submit, wait_final};
     let d = Bftpd::start().unwrap();
     let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
     let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();

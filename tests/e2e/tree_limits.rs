@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use bftp_ftp::{HiddenNames, TreeKind, WalkMethod};
 use bftp_tests::daemon::{text, Bftpd};
+use bftp_tests::engine::{image, open};
+use bftp_tests::jobs::{config_plus, submit, wait_final};
+use bftp_tests::scenario::block_on;
+use bftp_tests::tree::check_tree_copy;
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
-
-use crate::engine::{block_on, image, open};
-use crate::scheduler::{config_plus, submit, wait_final};
-use crate::tree::check_tree_copy;
 
 /// A directory with hidden names and names that look like options of `ls`.
 fn hidden_tree(s: &FtpServer) {
@@ -151,7 +151,7 @@ fn a_tree_from_vsftpd_keeps_its_hidden_files_and_a_server_that_hides_them_is_nam
     let id = submit(&d, &strict, &dst, "top", "in/strict", &["--recursive"]);
     let v = wait_final(&d, id, Duration::from_secs(60));
     assert_eq!(v["outcome"], "partial", "{v:#}");
-    let mut names = crate::scheduler::member_names(&v);
+    let mut names = bftp_tests::jobs::member_names(&v);
     names.sort();
     assert_eq!(names, ["-a", "-la x", ".*", "plain.dat"], "{v:#}");
     let hidden = v["members"]

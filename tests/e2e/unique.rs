@@ -7,23 +7,15 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bftp_tests::daemon::{text, Bftpd};
+use bftp_tests::files::{content, file_len, write_payload, BIG};
 use bftp_tests::hostile::{Action, HostileServer, Script};
+use bftp_tests::jobs::{
+    config_plus, kinds, poll, status, stored_as, submit, submit_urls, wait_final,
+};
+use bftp_tests::nodes::{node_config, signal};
 use bftp_tests::postgres;
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
-
-use crate::pg_nodes::{kinds, node_config, signal};
-use crate::scheduler::{
-    config_plus, content, file_len, poll, status, submit, submit_urls, wait_final, write_payload,
-    BIG,
-};
-
-/// The name a succeeded unique member says it was stored as (`stored as "NAME"; ...`).
-pub(crate) fn stored_as(member: &Value) -> Option<String> {
-    let detail = member["detail"].as_str()?;
-    let rest = detail.strip_prefix("stored as \"")?;
-    Some(rest[..rest.find('"')?].to_owned())
-}
 
 /// Pure-FTPd tells two sessions one STOU name and stores the later upload as `NAME.1`
 /// without saying so (here the scripted server does it every time: each session's first

@@ -1,6 +1,8 @@
 //! Test support for the end-to-end tests: real FTP servers (vsftpd, proFTPD, Pure-FTPd) and a
 //! real SMTP sink (aiosmtpd), each started per test on a free loopback port in a temporary
-//! directory and killed on drop, plus a raw FTP control client to drive servers by hand.
+//! directory and killed on drop, plus a raw FTP control client to drive servers by hand,
+//! and the helpers the e2e modules share (`jobs`, `files`, `engine`, `nodes`, `tree`,
+//! `report`, `notify`).
 //!
 //! Needs root and what `tests/install-deps` installs; a missing piece is an error that says
 //! so, never a skipped test.
@@ -8,15 +10,24 @@
 pub mod bench;
 pub mod daemon;
 pub mod delay;
+pub mod engine;
+pub mod files;
 pub mod ftpserver;
 pub mod hostile;
+pub mod jobs;
+pub mod nodes;
+pub mod notify;
 pub mod pki;
-pub mod postgres;
 pub mod procstat;
+
+/// The PostgreSQL test cluster (the `bftp-testpg` crate, which bftp-store's tests use too).
+pub use bftp_testpg as postgres;
 pub mod rawftp;
+pub mod report;
 pub mod scenario;
 pub mod smtp;
 pub mod sockdiag;
+pub mod tree;
 
 pub use delay::DelayProxy;
 pub use ftpserver::{Direction, FtpOptions, FtpServer, ServerKind, ServerTls, XferEntry};

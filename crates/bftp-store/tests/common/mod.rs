@@ -15,8 +15,7 @@ use bftp_store::{
     SealedSpec, SledStore, StoreOptions, VerifyReport,
 };
 
-#[path = "../../../../tests/src/postgres.rs"]
-pub mod pgcluster;
+pub use bftp_testpg as pgcluster;
 
 /// Where a trait test's store lives: a sled directory or a PostgreSQL database. `open` may be
 /// called again after the last store was dropped: the same data, reopened.

@@ -7,10 +7,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bftp_tests::daemon::Bftpd;
+use bftp_tests::files::content;
+use bftp_tests::jobs::{config_plus, stored_as, submit, wait_final};
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
-
-use crate::scheduler::{config_plus, content, submit, wait_final};
-use crate::unique::stored_as;
 
 const JOBS: usize = 30;
 const FILES: usize = 10;

@@ -1,14 +1,14 @@
-//! The slow scheduler group (`cargo test -p bftp-tests --test e2e -- slow_scheduler::`), run
-//! by tests/run on its own: bftpd killed with SIGKILL at random moments while it works.
+//! The slow scheduler group (`cargo test -p bftp-tests --test e2e -- slow::scheduler::`), run
+//! by tests/run with the slow group: bftpd killed with SIGKILL at random moments while it works.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bftp_tests::daemon::Bftpd;
+use bftp_tests::files::content;
+use bftp_tests::jobs::{config_plus, member_names, status, submit};
 use bftp_tests::{Direction, FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
-
-use crate::scheduler::{config_plus, content, member_names, status, submit};
 
 /// Kills while work is still outstanding, at least.
 const KILLS: usize = 40;

@@ -7,9 +7,8 @@
 //! that Debian's packages create. A watchdog shell stops the server and removes the
 //! directory once the test process is gone, however it ended.
 //!
-//! Only the standard library: the store's own tests include this file too.
-
-#![allow(dead_code)]
+//! Only the standard library: bftp-store's tests depend on this crate, so it must not
+//! depend on the store (nor on bftp-tests, which does).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

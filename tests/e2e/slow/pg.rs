@@ -1,4 +1,4 @@
-//! The slow group of the shared store (`slow_pg::`): three bftpd nodes on one PostgreSQL
+//! The slow group of the shared store (`slow::pg::`): three bftpd nodes on one PostgreSQL
 //! database, one of them killed with SIGKILL while it copies, again and again. Every job a
 //! killed node ran is taken over by another node and finishes with every file exactly right
 //! (an append never doubled); the time from the kill to the takeover is measured.
@@ -6,11 +6,11 @@
 use std::time::{Duration, Instant};
 
 use bftp_tests::daemon::Bftpd;
+use bftp_tests::files::content;
+use bftp_tests::jobs::{kinds, status, submit};
+use bftp_tests::nodes::{node_config_lease, node_config_plus};
 use bftp_tests::postgres;
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
-
-use crate::pg_nodes::{kinds, node_config_lease, node_config_plus};
-use crate::scheduler::{content, status, submit};
 
 /// Kills in the kill test. It runs with a 3 s lease, which on 2 cores loaded by the whole
 /// slow group leaves the heartbeat room; `BFTP_SLOW_PG_LEASE` (seconds) and
@@ -407,7 +407,7 @@ fn three_nodes_drain_300_mixed_jobs_with_every_member_correct() {
         for (s, t, data) in files {
             match kind {
                 1 if t.starts_with("u/") => {
-                    let name = crate::unique::stored_as(&v["members"][0])
+                    let name = bftp_tests::jobs::stored_as(&v["members"][0])
                         .unwrap_or_else(|| panic!("job {id}: no stored name: {v:#}"));
                     let dir: Vec<_> = std::fs::read_dir(dst.path(t))
                         .unwrap()
@@ -494,9 +494,9 @@ fn three_nodes_drain_300_mixed_jobs_with_every_member_correct() {
 #[test]
 fn a_paused_node_resumed_touches_no_file_of_the_job_repeated() {
     let rounds = knob("BFTP_SLOW_PG_ROUNDS", 10) as usize;
-    let cluster = crate::pg_nodes::PausedCluster::start();
+    let cluster = bftp_tests::nodes::PausedCluster::start();
     let mut taken: Vec<Duration> = (0..rounds)
-        .map(|round| crate::pg_nodes::paused_node_round(&cluster, round))
+        .map(|round| bftp_tests::nodes::paused_node_round(&cluster, round))
         .collect();
     taken.sort();
     eprintln!(

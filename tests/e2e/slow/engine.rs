@@ -1,4 +1,4 @@
-//! The slow engine group (`cargo test -p bftp-tests --test e2e -- slow`): 100 MiB
+//! The slow engine group (`cargo test -p bftp-tests --test e2e -- slow::engine::`): 100 MiB
 //! third-party copies compared byte for byte, each server once as the source.
 
 use std::fs::File;
@@ -9,9 +9,9 @@ use std::time::Instant;
 use anyhow::{ensure, Result};
 use bftp_core::DestCommand;
 use bftp_ftp::{CopyOutcome, SizeCheck};
+use bftp_tests::engine::{expect_success, open, start};
+use bftp_tests::scenario::{block_on, request};
 use bftp_tests::ServerKind::{self, Proftpd, PureFtpd, Vsftpd};
-
-use crate::engine::{block_on, expect_success, open, request, start};
 
 const SIZE: u64 = 100 << 20;
 const CHUNK: usize = 1 << 20;
@@ -83,7 +83,7 @@ fn hundred_mib(src_kind: ServerKind, dst_kind: ServerKind) -> Result<()> {
     dst.mkdir("/in")?;
     let started = Instant::now();
     let outcome = block_on(async {
-        let mut pair = open(&src, &dst, crate::engine::image()).await?;
+        let mut pair = open(&src, &dst, bftp_tests::engine::image()).await?;
         let outcome = pair
             .copy(&request(
                 "/big/data.bin",

@@ -1,4 +1,13 @@
-//! The slow group (`cargo test -p bftp-tests --test e2e -- slow::`), run by tests/run on its own.
+//! The slow group (`cargo test -p bftp-tests --test e2e -- slow::`), run by tests/run on its own:
+//! every slow test is under this module (a submodule per area), so the one filter `slow::`
+//! selects the group and `--skip slow::` leaves it out. This file holds the general one.
+
+mod engine;
+mod package;
+mod pg;
+mod scheduler;
+mod tree;
+mod unique;
 
 use bftp_tests::daemon::{text, Bftpd};
 use serde_json::Value;

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use bftp_store::{JobId, JobStore, SledStore, StoreOptions};
 use bftp_tests::daemon::Bftpd;
+use bftp_tests::files::content;
+use bftp_tests::jobs::{submit, wait_final};
+use bftp_tests::tree::{check_tree_copy, listed_events, PAIRS};
 use bftp_tests::{Direction, FtpOptions, FtpServer, ServerKind};
-
-use crate::scheduler::{content, submit, wait_final};
-use crate::tree::{check_tree_copy, listed_events, PAIRS};
 
 /// The directories proFTPD listed (MLSD answered 1xx/2xx), in its ExtendedLog's order.
 fn mlsd_listings(server: &FtpServer) -> Vec<String> {
