@@ -4,6 +4,7 @@
 //!
 //! Pure: no I/O, no clock (callers pass `now`), no randomness (callers pass the jitter draw).
 
+pub mod evidence;
 pub mod ftpurl;
 pub mod intent;
 pub mod lease;
