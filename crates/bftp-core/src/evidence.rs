@@ -137,6 +137,9 @@ pub fn size_evidence(
 mod tests {
     use super::*;
 
+    /// A side's size after the copy, or why it gave none.
+    type Size = Result<u64, String>;
+
     #[test]
     fn what_the_sizes_after_a_copy_prove() {
         use TransferType::{Ascii, Ebcdic, Image, Local};
@@ -171,7 +174,7 @@ mod tests {
         };
         let unknown = Appended { before: None };
         #[rustfmt::skip]
-        let rows: Vec<(TransferType, Written, Result<u64, String>, Result<u64, String>, SizeEvidence)> = vec![
+        let rows: Vec<(TransferType, Written, Size, Size, SizeEvidence)> = vec![
             // image type: equal sizes prove a copy written whole; unequal ones fail it.
             (Image, Whole, Ok(10), Ok(10), equal(10, 10, None, 10)),
             (Local(8), Whole, Ok(10), Ok(10), equal(10, 10, None, 10)),
