@@ -510,8 +510,21 @@ impl FtpServer {
 
     /// Writes the configuration for the current port and returns the command that runs it.
     fn command(&self, token: &str) -> Result<Command> {
+        self.check_options()?;
         let d = self.dir.path();
-        let (lo, hi) = (*self.passive.start(), *self.passive.end());
+        let passive = (*self.passive.start(), *self.passive.end());
+        match self.kind {
+            ServerKind::Vsftpd => self.vsftpd_command(d, token, passive),
+            _ if self.opts.max_rate.is_some() => {
+                anyhow::bail!("max_rate is only for vsftpd, not {}", self.kind)
+            }
+            ServerKind::Proftpd => self.proftpd_command(d, token, passive),
+            ServerKind::PureFtpd => self.pure_ftpd_command(d, token, passive),
+        }
+    }
+
+    /// Refuses an option meant for another server.
+    fn check_options(&self) -> Result<()> {
         ensure!(
             self.opts.proftpd_extra.is_empty() || self.kind == ServerKind::Proftpd,
             "proftpd_extra is only for proFTPD, not {}",
@@ -532,14 +545,17 @@ impl FtpServer {
             "digest is only for proFTPD, not {}",
             self.kind
         );
-        match self.kind {
-            ServerKind::Vsftpd => {
-                let promiscuous = if self.opts.fxp { "YES" } else { "NO" };
-                let conf = d.join("vsftpd.conf");
-                fs::write(
-                    &conf,
-                    format!(
-                        "\
+        Ok(())
+    }
+
+    /// vsftpd: its configuration file in `d`, passive ports `lo..=hi`.
+    fn vsftpd_command(&self, d: &Path, token: &str, (lo, hi): (u16, u16)) -> Result<Command> {
+        let promiscuous = if self.opts.fxp { "YES" } else { "NO" };
+        let conf = d.join("vsftpd.conf");
+        fs::write(
+            &conf,
+            format!(
+                "\
 # Foreground, one listener, no syslog.
 listen=YES
 listen_ipv6=NO
@@ -583,54 +599,53 @@ log_ftp_protocol=YES
 syslog_enable=NO
 local_max_rate={rate}
 {extra}",
-                        extra = self.opts.vsftpd_extra,
-                        rate = self.opts.max_rate.unwrap_or(0),
-                        ssl = self.vsftpd_tls(),
-                        host = self.opts.host,
-                        port = self.port,
-                        root = self.root.display(),
-                        empty = d.join("empty").display(),
-                        xferlog = self.xferlog().display(),
-                        log = d.join("server.log").display(),
-                    ),
-                )?;
-                let mut cmd = Command::new(self.kind.binary());
-                cmd.arg(conf);
-                Ok(cmd)
-            }
-            _ if self.opts.max_rate.is_some() => {
-                anyhow::bail!("max_rate is only for vsftpd, not {}", self.kind)
-            }
-            ServerKind::Proftpd => {
-                let passwd = d.join("passwd");
-                fs::write(
-                    &passwd,
-                    format!(
-                        "{FTP_USER}:{FTP_PASSWORD_CRYPT}:{}:{}::{}:/usr/sbin/nologin\n",
-                        self.uid,
-                        self.gid,
-                        self.root.display()
-                    ),
-                )?;
-                fs::set_permissions(&passwd, fs::Permissions::from_mode(0o600))?;
-                let group = d.join("group");
-                fs::write(&group, format!("{FTP_USER}:x:{}:\n", self.gid))?;
-                let foreign = if self.opts.fxp { "on" } else { "off" };
-                let digest = if self.opts.digest {
-                    format!(
-                        "ModulePath {}\nLoadModule mod_digest.c\n",
-                        crate::testdeps_prefix()
-                            .join("proftpd/usr/lib/proftpd")
-                            .display()
-                    )
-                } else {
-                    String::new()
-                };
-                let conf = d.join("proftpd.conf");
-                fs::write(
-                    &conf,
-                    format!(
-                        "\
+                extra = self.opts.vsftpd_extra,
+                rate = self.opts.max_rate.unwrap_or(0),
+                ssl = self.vsftpd_tls(),
+                host = self.opts.host,
+                port = self.port,
+                root = self.root.display(),
+                empty = d.join("empty").display(),
+                xferlog = self.xferlog().display(),
+                log = d.join("server.log").display(),
+            ),
+        )?;
+        let mut cmd = Command::new(self.kind.binary());
+        cmd.arg(conf);
+        Ok(cmd)
+    }
+
+    /// proFTPD: its configuration, users and groups in `d`, passive ports `lo..=hi`.
+    fn proftpd_command(&self, d: &Path, token: &str, (lo, hi): (u16, u16)) -> Result<Command> {
+        let passwd = d.join("passwd");
+        fs::write(
+            &passwd,
+            format!(
+                "{FTP_USER}:{FTP_PASSWORD_CRYPT}:{}:{}::{}:/usr/sbin/nologin\n",
+                self.uid,
+                self.gid,
+                self.root.display()
+            ),
+        )?;
+        fs::set_permissions(&passwd, fs::Permissions::from_mode(0o600))?;
+        let group = d.join("group");
+        fs::write(&group, format!("{FTP_USER}:x:{}:\n", self.gid))?;
+        let foreign = if self.opts.fxp { "on" } else { "off" };
+        let digest = if self.opts.digest {
+            format!(
+                "ModulePath {}\nLoadModule mod_digest.c\n",
+                crate::testdeps_prefix()
+                    .join("proftpd/usr/lib/proftpd")
+                    .display()
+            )
+        } else {
+            String::new()
+        };
+        let conf = d.join("proftpd.conf");
+        fs::write(
+            &conf,
+            format!(
+                "\
 ServerType standalone
 ServerIdent on \"{token}\"
 UseIPv6 off
@@ -661,81 +676,81 @@ AllowOverwrite on
 {tls}
 {digest}
 {extra}",
-                        extra = self.opts.proftpd_extra,
-                        tls = self.proftpd_tls(),
-                        host = self.opts.host,
-                        port = self.port,
-                        d = d.display(),
-                        xferlog = self.xferlog().display(),
-                        passwd = passwd.display(),
-                        group = group.display(),
-                    ),
-                )?;
-                let mut cmd = Command::new(self.kind.binary());
-                cmd.arg("-n").arg("-c").arg(conf);
-                Ok(cmd)
-            }
-            ServerKind::PureFtpd => {
-                let passwd = d.join("pureftpd.passwd");
-                fs::write(
-                    &passwd,
-                    format!(
-                        "{FTP_USER}:{FTP_PASSWORD_CRYPT}:{}:{}::{}/./::::::::::::\n",
-                        self.uid,
-                        self.gid,
-                        self.root.display()
-                    ),
-                )?;
-                let pdb = d.join("pureftpd.pdb");
-                let pure_pw = crate::testdeps_prefix().join("pure-ftpd/usr/bin/pure-pw");
-                let out = Command::new(&pure_pw)
-                    .arg("mkdb")
-                    .arg(&pdb)
-                    .arg("-f")
-                    .arg(&passwd)
-                    .output()
-                    .with_context(|| format!("running {}", pure_pw.display()))?;
-                ensure!(
-                    out.status.success(),
-                    "pure-pw mkdb failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                // The greeting shows this "fortune" file: the only way to put a token in it.
-                let fortune = d.join("fortune");
-                fs::write(&fortune, format!("{token}\n"))?;
-                let mut cmd = Command::new(self.kind.binary());
-                cmd.arg("-S")
-                    .arg(format!("{},{}", self.opts.host, self.port))
-                    .arg("-4")
-                    .arg("-l")
-                    .arg(format!("puredb:{}", pdb.display()))
-                    .arg("-p")
-                    .arg(format!("{lo}:{hi}"))
-                    .args(["-E", "-A", "-H", "-c", "100", "-C", "100"])
-                    .arg("-O")
-                    .arg(format!("xferlog:{}", self.xferlog().display()))
-                    .arg("-g")
-                    .arg(d.join("pure-ftpd.pid"))
-                    .arg("-F")
-                    .arg(fortune);
-                if self.opts.fxp {
-                    cmd.arg("-w");
-                }
-                cmd.args(&self.opts.pure_ftpd_args);
-                if let Some(tls) = &self.opts.tls {
-                    // One PEM file with the key and the certificate; 1: TLS allowed, 2:
-                    // required for the login.
-                    let pem = d.join("pure-ftpd.pem");
-                    let mut both = fs::read(&tls.key)?;
-                    both.extend(fs::read(&tls.cert)?);
-                    fs::write(&pem, both)?;
-                    fs::set_permissions(&pem, fs::Permissions::from_mode(0o600))?;
-                    cmd.arg(format!("--tls={}", if tls.required { 2 } else { 1 }))
-                        .arg(format!("--certfile={}", pem.display()));
-                }
-                Ok(cmd)
-            }
+                extra = self.opts.proftpd_extra,
+                tls = self.proftpd_tls(),
+                host = self.opts.host,
+                port = self.port,
+                d = d.display(),
+                xferlog = self.xferlog().display(),
+                passwd = passwd.display(),
+                group = group.display(),
+            ),
+        )?;
+        let mut cmd = Command::new(self.kind.binary());
+        cmd.arg("-n").arg("-c").arg(conf);
+        Ok(cmd)
+    }
+
+    /// Pure-FTPd: its user database, greeting and TLS file in `d`, passive ports `lo..=hi`.
+    fn pure_ftpd_command(&self, d: &Path, token: &str, (lo, hi): (u16, u16)) -> Result<Command> {
+        let passwd = d.join("pureftpd.passwd");
+        fs::write(
+            &passwd,
+            format!(
+                "{FTP_USER}:{FTP_PASSWORD_CRYPT}:{}:{}::{}/./::::::::::::\n",
+                self.uid,
+                self.gid,
+                self.root.display()
+            ),
+        )?;
+        let pdb = d.join("pureftpd.pdb");
+        let pure_pw = crate::testdeps_prefix().join("pure-ftpd/usr/bin/pure-pw");
+        let out = Command::new(&pure_pw)
+            .arg("mkdb")
+            .arg(&pdb)
+            .arg("-f")
+            .arg(&passwd)
+            .output()
+            .with_context(|| format!("running {}", pure_pw.display()))?;
+        ensure!(
+            out.status.success(),
+            "pure-pw mkdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The greeting shows this "fortune" file: the only way to put a token in it.
+        let fortune = d.join("fortune");
+        fs::write(&fortune, format!("{token}\n"))?;
+        let mut cmd = Command::new(self.kind.binary());
+        cmd.arg("-S")
+            .arg(format!("{},{}", self.opts.host, self.port))
+            .arg("-4")
+            .arg("-l")
+            .arg(format!("puredb:{}", pdb.display()))
+            .arg("-p")
+            .arg(format!("{lo}:{hi}"))
+            .args(["-E", "-A", "-H", "-c", "100", "-C", "100"])
+            .arg("-O")
+            .arg(format!("xferlog:{}", self.xferlog().display()))
+            .arg("-g")
+            .arg(d.join("pure-ftpd.pid"))
+            .arg("-F")
+            .arg(fortune);
+        if self.opts.fxp {
+            cmd.arg("-w");
         }
+        cmd.args(&self.opts.pure_ftpd_args);
+        if let Some(tls) = &self.opts.tls {
+            // One PEM file with the key and the certificate; 1: TLS allowed, 2:
+            // required for the login.
+            let pem = d.join("pure-ftpd.pem");
+            let mut both = fs::read(&tls.key)?;
+            both.extend(fs::read(&tls.cert)?);
+            fs::write(&pem, both)?;
+            fs::set_permissions(&pem, fs::Permissions::from_mode(0o600))?;
+            cmd.arg(format!("--tls={}", if tls.required { 2 } else { 1 }))
+                .arg(format!("--certfile={}", pem.display()));
+        }
+        Ok(cmd)
     }
 }
 

@@ -1,14 +1,21 @@
 //! What a finished copy writes into its member's ledger entry.
 //!
 //! The executor copies, then gathers what the ledger needs to know beyond the copy's own
-//! outcome (whether a unique copy's announced name is claimed by another member, which
-//! files a failed unique copy left and kept, whether a transient refusal came back
-//! unchanged), and hands it all to [`record`], which decides; the executor writes the
-//! [`Change`] and carries out what follows it (the DELE of a `move`'s source). It rests on
-//! RULES.md §4.2 (evidence before the checkpoint), §4.3 (an append or STOU that may have
-//! happened is resolved, not repeated) and §4.3a (a file not provably ours stays).
+//! outcome (what the proof step made of a copy both servers reported done, whether a unique
+//! copy's announced name is claimed by another member, which files a failed unique copy left
+//! and kept, whether a transient refusal came back unchanged), and hands it all to
+//! [`record`], which decides; the executor writes the [`Change`] and carries out what follows
+//! it (the DELE of a `move`'s source). It rests on RULES.md §4.2 (evidence before the
+//! checkpoint), §4.3 (an append or STOU that may have happened is resolved, not repeated) and
+//! §4.3a (a file not provably ours stays).
 //!
 //! The rules (each row of the table test below):
+//! - The proof step first ([`with_proof`]): a copy proven to a level records that level in
+//!   the member's `proof`, its words after the copy's evidence. A copy whose digests differ,
+//!   or whose proof is short of what the job needs, is a transient failure of a touched
+//!   destination instead; for a unique copy, whose file stays (a second STOU would make a
+//!   second file, and a mismatched name may be another's), one that kept its file, so
+//!   `uncertain`. The proof of any other outcome is not asked.
 //! - Succeeded: the member is `succeeded`, with the copy's evidence as its detail ("stored
 //!   as NAME; ..." for a unique copy); a `move` replaces the intent with the DELE of its
 //!   source, written with the success so that a crash before the DELE completes it; a copy
@@ -26,6 +33,7 @@
 //! - The same transient refusal again (the capability memory settled it): the member ends as
 //!   the memory says, its intent cleared, whatever the command.
 
+use crate::proof::{ProofLevel, Proven};
 use crate::{DestCommand, Disposition, MemberState};
 
 /// A copy's outcome, with the evidence the executor gathered after it.
@@ -118,6 +126,8 @@ pub struct Change {
     pub bytes: Option<u64>,
     pub size: Option<u64>,
     pub stored_as: Option<String>,
+    /// A proven copy: the proof to record in the member's `proof`.
+    pub proof: Option<ProofLevel>,
 }
 
 impl Change {
@@ -129,6 +139,7 @@ impl Change {
             bytes: None,
             size: None,
             stored_as: None,
+            proof: None,
         }
     }
 
@@ -141,9 +152,85 @@ impl Change {
     }
 }
 
-/// The ledger change of a copy's `outcome`, for a job storing with `dest` and leaving its
-/// source as `disposition` (a `delete` job copies nothing, and is taken as a copy here).
-pub fn record(outcome: Outcome, dest: DestCommand, disposition: Disposition) -> Change {
+/// The ledger change of a copy's `outcome` with what the proof step made of it (`proven`,
+/// `None` where it did not run), for a job storing with `dest` and leaving its source as
+/// `disposition` (a `delete` job copies nothing, and is taken as a copy here).
+pub fn record(
+    outcome: Outcome,
+    proven: Option<Proven>,
+    dest: DestCommand,
+    disposition: Disposition,
+) -> Change {
+    let (outcome, proof) = with_proof(outcome, proven, dest);
+    Change {
+        proof,
+        ..settle(outcome, dest, disposition)
+    }
+}
+
+/// A copy's `outcome` with its proof: a proven success names its proof (returned, to record
+/// in the member's `proof`) after its evidence; a digest mismatch or a proof short of what
+/// the job needs is a transient failure of a touched destination instead; for a unique copy,
+/// whose file stays (a second STOU would make a second file, and a mismatched name may be
+/// another's), one that kept its file. Any other outcome stays as it is.
+pub fn with_proof(
+    outcome: Outcome,
+    proven: Option<Proven>,
+    dest: DestCommand,
+) -> (Outcome, Option<ProofLevel>) {
+    let unique = dest == DestCommand::Unique;
+    match (outcome, proven) {
+        (
+            Outcome::Succeeded {
+                bytes,
+                size,
+                evidence,
+                stored_as,
+            },
+            Some(proven),
+        ) => match proven {
+            Proven::Ok { level, words } => {
+                let evidence = match words {
+                    Some(words) => format!("{evidence}; {words}"),
+                    None => evidence,
+                };
+                let proven = Outcome::Succeeded {
+                    bytes,
+                    size,
+                    evidence,
+                    stored_as,
+                };
+                (proven, Some(level))
+            }
+            Proven::Mismatch { failure, deleted } => {
+                let failed = Outcome::Transient {
+                    destination: Destination {
+                        touched: true,
+                        kept: (!deleted && unique).then(|| failure.clone()),
+                    },
+                    failure,
+                    cause: Cause::Other,
+                };
+                (failed, None)
+            }
+            Proven::Short { failure } => {
+                let failed = Outcome::Transient {
+                    destination: Destination {
+                        touched: true,
+                        kept: unique.then(|| format!("{failure}: the stored file is kept")),
+                    },
+                    failure,
+                    cause: Cause::Other,
+                };
+                (failed, None)
+            }
+        },
+        (outcome, _) => (outcome, None),
+    }
+}
+
+/// The ledger change of a copy's `outcome` once its proof is weighed.
+fn settle(outcome: Outcome, dest: DestCommand, disposition: Disposition) -> Change {
     match outcome {
         Outcome::Succeeded {
             bytes,
@@ -183,6 +270,7 @@ pub fn record(outcome: Outcome, dest: DestCommand, disposition: Disposition) -> 
                 bytes,
                 size,
                 stored_as,
+                proof: None,
             }
         }
         Outcome::Permanent {
@@ -226,11 +314,16 @@ mod tests {
     const FAILURE: &str = "426 connection closed";
     const KEPT: &str = "\"STOU.2\" cannot be proven ours: not deleted";
     const REFUSAL: &str = "the same 451 again: failed for good";
+    const WORDS: &str = "MD5 digests equal (0123)";
+    const MISMATCH: &str = "MD5 digests differ (source 0123, destination 4567)";
+    const SHORT: &str = "the copy has only a size proof; the job requires hash";
 
     /// The outcomes of the table, by name. The first group can end a copy of any command;
-    /// the `u_` ones only a unique copy (only STOU announces names and leaves files the
-    /// executor may keep).
-    const ANY: [&str; 8] = [
+    /// the `whole_` ones only a copy written whole (a hash proof needs STOR or STOU); the
+    /// `r_` ones only a replace copy (only its mismatched file is deleted); the `u_` ones
+    /// only a unique copy (only STOU announces names and leaves files the executor may keep).
+    /// The `proven`, `short` and `mismatch` ones are a success with the proof step's verdict.
+    const ANY: [&str; 10] = [
         "ok",
         "perm",
         "perm_touched",
@@ -239,17 +332,76 @@ mod tests {
         "dc",
         "dc_touched",
         "repeated",
+        "proven_size",
+        "short",
     ];
-    const UNIQUE_ONLY: [&str; 6] = [
+    const WHOLE_ONLY: [&str; 2] = ["whole_proven_hash", "whole_mismatch_kept"];
+    const REPLACE_ONLY: [&str; 1] = ["r_mismatch_deleted"];
+    const UNIQUE_ONLY: [&str; 7] = [
         "u_ok_named",
         "u_ok_name_clash",
         "u_perm_kept",
         "u_trans_kept",
         "u_dc_kept",
         "u_name_taken",
+        "u_proven_named",
     ];
 
-    fn outcome(name: &str) -> Outcome {
+    /// The outcome names a copy stored with `dest` can meet.
+    fn names(dest: DestCommand) -> Vec<&'static str> {
+        let mut names = ANY.to_vec();
+        if dest != DestCommand::Append {
+            names.extend(WHOLE_ONLY);
+        }
+        match dest {
+            DestCommand::Replace => names.extend(REPLACE_ONLY),
+            DestCommand::Unique => names.extend(UNIQUE_ONLY),
+            DestCommand::Append => {}
+        }
+        names
+    }
+
+    /// A copy's outcome and what the proof step made of it.
+    fn outcome(name: &str) -> (Outcome, Option<Proven>) {
+        let ok = |stored_as: Option<StoredAs>| Outcome::Succeeded {
+            bytes: Some(10),
+            size: Some(10),
+            evidence: EVIDENCE.into(),
+            stored_as,
+        };
+        let named = |also_given_to: Option<&str>| StoredAs {
+            name: "STOU.1".into(),
+            also_given_to: also_given_to.map(str::to_owned),
+        };
+        let proven = |level, words: Option<&str>| Proven::Ok {
+            level,
+            words: words.map(str::to_owned),
+        };
+        let mismatch = |deleted| Proven::Mismatch {
+            failure: MISMATCH.into(),
+            deleted,
+        };
+        match name {
+            "proven_size" => (ok(None), Some(proven(ProofLevel::Size, None))),
+            "short" => (
+                ok(None),
+                Some(Proven::Short {
+                    failure: SHORT.into(),
+                }),
+            ),
+            "whole_proven_hash" => (ok(None), Some(proven(ProofLevel::Hash, Some(WORDS)))),
+            "whole_mismatch_kept" => (ok(None), Some(mismatch(false))),
+            "r_mismatch_deleted" => (ok(None), Some(mismatch(true))),
+            "u_proven_named" => (
+                ok(Some(named(None))),
+                Some(proven(ProofLevel::Hash, Some(WORDS))),
+            ),
+            name => (unproven(name), None),
+        }
+    }
+
+    /// A copy's outcome, the proof step not asked.
+    fn unproven(name: &str) -> Outcome {
         let dest = |touched: bool, kept: bool| Destination {
             touched,
             kept: kept.then(|| KEPT.to_owned()),
@@ -329,6 +481,22 @@ mod tests {
         FailureKept,
         /// The capability memory's explanation.
         Refusal,
+        /// Proven by size: the evidence; bytes and size recorded, and the proof `size`.
+        SizeProven,
+        /// Proven by hash: the evidence, then the proof's words; bytes and size recorded, and
+        /// the proof `hash`.
+        HashProven,
+        /// "stored as" the name, the evidence, the proof's words; bytes, size, the name and
+        /// the proof `hash` recorded.
+        StoredHashProven,
+        /// The digests differ.
+        Mismatch,
+        /// The digests differ, and the file is kept for it.
+        MismatchKept,
+        /// The proof is short of what the job needs.
+        Short,
+        /// The proof is short, and the stored file is kept.
+        ShortKept,
     }
 
     fn short(c: &Change) -> (N, I) {
@@ -350,15 +518,29 @@ mod tests {
 
     fn check_text(t: T, c: &Change) -> bool {
         let copied = (c.bytes, c.size);
+        let success = |detail: String, stored_as: Option<&str>, proof: Option<ProofLevel>| {
+            c.detail == detail
+                && copied == (Some(10), Some(10))
+                && c.stored_as.as_deref() == stored_as
+                && c.proof == proof
+        };
+        let failure = |detail: String| {
+            c.detail == detail
+                && copied == (None, None)
+                && c.stored_as.is_none()
+                && c.proof.is_none()
+        };
+        let stored = format!("stored as \"STOU.1\"; {EVIDENCE}");
         match t {
-            T::Evidence => {
-                c.detail == EVIDENCE && copied == (Some(10), Some(10)) && c.stored_as.is_none()
-            }
-            T::Stored => {
-                c.detail == format!("stored as \"STOU.1\"; {EVIDENCE}")
-                    && copied == (Some(10), Some(10))
-                    && c.stored_as.as_deref() == Some("STOU.1")
-            }
+            T::Evidence => success(EVIDENCE.into(), None, None),
+            T::Stored => success(stored, Some("STOU.1"), None),
+            T::SizeProven => success(EVIDENCE.into(), None, Some(ProofLevel::Size)),
+            T::HashProven => success(format!("{EVIDENCE}; {WORDS}"), None, Some(ProofLevel::Hash)),
+            T::StoredHashProven => success(
+                format!("{stored}; {WORDS}"),
+                Some("STOU.1"),
+                Some(ProofLevel::Hash),
+            ),
             T::Clash => {
                 c.detail.starts_with(
                     "the server announced \"STOU.1\" for this copy, a name it also gave \"b.dat\" \
@@ -367,15 +549,15 @@ mod tests {
                     && c.detail.ends_with("not claimed, not deleted, not repeated")
                     && copied == (None, None)
                     && c.stored_as.is_none()
+                    && c.proof.is_none()
             }
-            T::Failure | T::FailureKept | T::Refusal => {
-                let want = match t {
-                    T::Failure => FAILURE.to_owned(),
-                    T::FailureKept => format!("{FAILURE}; {KEPT}"),
-                    _ => REFUSAL.to_owned(),
-                };
-                c.detail == want && copied == (None, None) && c.stored_as.is_none()
-            }
+            T::Failure => failure(FAILURE.into()),
+            T::FailureKept => failure(format!("{FAILURE}; {KEPT}")),
+            T::Refusal => failure(REFUSAL.into()),
+            T::Mismatch => failure(MISMATCH.into()),
+            T::MismatchKept => failure(format!("{MISMATCH}; {MISMATCH}")),
+            T::Short => failure(SHORT.into()),
+            T::ShortKept => failure(format!("{SHORT}; {SHORT}: the stored file is kept")),
         }
     }
 
@@ -404,6 +586,18 @@ mod tests {
             (R, M, "dc_touched", Again, I::Clear, T::Failure),
             (R, C, "repeated", Fail, I::Clear, T::Refusal),
             (R, M, "repeated", Fail, I::Clear, T::Refusal),
+            // replace, the proof step: a proven copy records its proof; a mismatch or a
+            // short proof is a transient failure, the file deleted or not.
+            (R, C, "proven_size", Ok, I::Clear, T::SizeProven),
+            (R, M, "proven_size", Ok, I::Dele, T::SizeProven),
+            (R, C, "whole_proven_hash", Ok, I::Clear, T::HashProven),
+            (R, M, "whole_proven_hash", Ok, I::Dele, T::HashProven),
+            (R, C, "short", Pend, I::Clear, T::Short),
+            (R, M, "short", Pend, I::Clear, T::Short),
+            (R, C, "whole_mismatch_kept", Pend, I::Clear, T::Mismatch),
+            (R, M, "whole_mismatch_kept", Pend, I::Clear, T::Mismatch),
+            (R, C, "r_mismatch_deleted", Pend, I::Clear, T::Mismatch),
+            (R, M, "r_mismatch_deleted", Pend, I::Clear, T::Mismatch),
             // append: once the destination was touched, the append may have happened.
             (A, C, "ok", Ok, I::Clear, T::Evidence),
             (A, M, "ok", Ok, I::Dele, T::Evidence),
@@ -421,6 +615,12 @@ mod tests {
             (A, M, "dc_touched", Pend, I::Keep, T::Failure),
             (A, C, "repeated", Fail, I::Clear, T::Refusal),
             (A, M, "repeated", Fail, I::Clear, T::Refusal),
+            // append, the proof step: an append short of its proof touched the destination,
+            // so the next attempt resolves it.
+            (A, C, "proven_size", Ok, I::Clear, T::SizeProven),
+            (A, M, "proven_size", Ok, I::Dele, T::SizeProven),
+            (A, C, "short", Pend, I::Keep, T::Short),
+            (A, M, "short", Pend, I::Keep, T::Short),
             // unique: the files a failed STOU left are settled by the executor before;
             // only one it kept makes the member uncertain.
             (U, C, "ok", Ok, I::Clear, T::Evidence),
@@ -451,16 +651,25 @@ mod tests {
             (U, M, "u_name_taken", Again, I::Clear, T::Failure),
             (U, C, "repeated", Fail, I::Clear, T::Refusal),
             (U, M, "repeated", Fail, I::Clear, T::Refusal),
+            // unique, the proof step: its file stays whatever the proof says, so a mismatch
+            // or a short proof leaves the member uncertain.
+            (U, C, "proven_size", Ok, I::Clear, T::SizeProven),
+            (U, M, "proven_size", Ok, I::Dele, T::SizeProven),
+            (U, C, "whole_proven_hash", Ok, I::Clear, T::HashProven),
+            (U, M, "whole_proven_hash", Ok, I::Dele, T::HashProven),
+            (U, C, "u_proven_named", Ok, I::Clear, T::StoredHashProven),
+            (U, M, "u_proven_named", Ok, I::Dele, T::StoredHashProven),
+            (U, C, "short", Unc, I::Clear, T::ShortKept),
+            (U, M, "short", Unc, I::Clear, T::ShortKept),
+            (U, C, "whole_mismatch_kept", Unc, I::Clear, T::MismatchKept),
+            (U, M, "whole_mismatch_kept", Unc, I::Clear, T::MismatchKept),
         ];
         // Every outcome a command can meet, with either disposition, has its row, once.
         let mut want = BTreeSet::new();
         for dest in [R, A, U] {
-            let names = ANY
-                .iter()
-                .chain(if dest == U { &UNIQUE_ONLY[..] } else { &[] });
-            for name in names {
+            for name in names(dest) {
                 for disposition in [C, M] {
-                    want.insert((format!("{dest:?}"), format!("{disposition:?}"), *name));
+                    want.insert((format!("{dest:?}"), format!("{disposition:?}"), name));
                 }
             }
         }
@@ -478,7 +687,8 @@ mod tests {
         );
 
         for (dest, disposition, name, n, i, t) in rows {
-            let change = record(outcome(name), dest, disposition);
+            let (outcome, proven) = outcome(name);
+            let change = record(outcome, proven, dest, disposition);
             let row = format!("{dest:?} {disposition:?} {name}");
             assert_eq!(short(&change), (n, i), "{row}: {change:?}");
             assert!(check_text(t, &change), "{row}: detail {:?}", change.detail);
@@ -487,7 +697,12 @@ mod tests {
 
     #[test]
     fn a_delete_job_is_recorded_as_a_copy() {
-        let change = record(outcome("ok"), DestCommand::Replace, Disposition::Delete);
+        let change = record(
+            unproven("ok"),
+            None,
+            DestCommand::Replace,
+            Disposition::Delete,
+        );
         assert_eq!(change.intent, IntentChange::Clear);
     }
 
@@ -498,10 +713,42 @@ mod tests {
                 state: MemberState::Uncertain,
                 detail: REFUSAL.into(),
             },
+            None,
             DestCommand::Append,
             Disposition::Move,
         );
         assert_eq!(change.next, Next::Settled(MemberState::Uncertain));
         assert_eq!(change.intent, IntentChange::Clear);
+    }
+
+    #[test]
+    fn the_proof_of_a_copy_that_did_not_succeed_is_not_asked() {
+        let verdicts = [
+            Proven::Ok {
+                level: ProofLevel::Hash,
+                words: Some(WORDS.into()),
+            },
+            Proven::Mismatch {
+                failure: MISMATCH.into(),
+                deleted: true,
+            },
+            Proven::Short {
+                failure: SHORT.into(),
+            },
+        ];
+        for name in ["perm_touched", "trans", "dc", "repeated"] {
+            for proven in verdicts.clone() {
+                for dest in [DestCommand::Replace, DestCommand::Unique] {
+                    let unasked = record(unproven(name), None, dest, Disposition::Move);
+                    let change = record(
+                        unproven(name),
+                        Some(proven.clone()),
+                        dest,
+                        Disposition::Move,
+                    );
+                    assert_eq!(change, unasked, "{name} {dest:?} {proven:?}");
+                }
+            }
+        }
     }
 }

@@ -1,9 +1,11 @@
 //! The bftp job model: what a request is (RULES.md §2), the states a job and its members go
-//! through (RULES.md §3) and what a finished copy makes of its member (`ledger`), the validation
-//! of user input, and the retry/backoff arithmetic (RULES.md §5).
+//! through (RULES.md §3), what SIZE after a copy proves (`evidence`) and what a finished copy
+//! makes of its member (`ledger`), the validation of user input, and the retry/backoff
+//! arithmetic (RULES.md §5).
 //!
 //! Pure: no I/O, no clock (callers pass `now`), no randomness (callers pass the jitter draw).
 
+pub mod evidence;
 pub mod ftpurl;
 pub mod intent;
 pub mod lease;

@@ -170,6 +170,21 @@ impl FromStr for ProofLevel {
     }
 }
 
+/// What the proof step made of a copy that both servers reported done (the daemon's proof
+/// step finds it; [`crate::ledger::record`] decides what it makes of the member).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Proven {
+    /// Proven to `level`; `words` follow the copy's evidence in the member's detail.
+    Ok {
+        level: ProofLevel,
+        words: Option<String>,
+    },
+    /// The digests differ. `deleted`: the bad destination file was removed.
+    Mismatch { failure: String, deleted: bool },
+    /// The copy's proof is weaker than the job needs.
+    Short { failure: String },
+}
+
 /// A hash proof: the algorithm and how each side is asked for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HashPlan {

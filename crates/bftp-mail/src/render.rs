@@ -403,8 +403,8 @@ fn counts_phrase(s: &Summary, before_cancel: bool) -> String {
     out
 }
 
-// Long on purpose: the report's text in the order a reader sees it (summary, ledger,
-// refused names, history, transcript); each section is a few lines of its own.
+/// The report's text in the order a reader sees it: summary, request, files (with the
+/// ledger's notes), history, transcript, attachments.
 fn render_text(
     job: &JobView,
     s: &Summary,
@@ -414,6 +414,17 @@ fn render_text(
     omitted: usize,
 ) -> String {
     let mut t = String::new();
+    summary_text(job, s, tally, files, &mut t);
+    request_text(job, &mut t);
+    files_text(job, s, files, &mut t);
+    history_text(job, &mut t);
+    transcript_text(transcript, omitted, &mut t);
+    attachments_text(job, files, &mut t);
+    t
+}
+
+/// The outcome, how the job ended (finished or cancelled) and its last event.
+fn summary_text(job: &JobView, s: &Summary, tally: &Tally, files: &Files, t: &mut String) {
     let _ = writeln!(
         t,
         "Outcome: {} \u{2014} {}",
@@ -464,7 +475,10 @@ fn render_text(
             }
         }
     }
+}
 
+/// The request as submitted (passwords never shown).
+fn request_text(job: &JobView, t: &mut String) {
     t.push_str("\nRequest\n");
     let mut field = |name: &str, value: &str| {
         let _ = writeln!(t, "  {name:<18}{value}");
@@ -511,7 +525,11 @@ fn render_text(
         },
     );
     field("submitted", &job.created_at);
+}
 
+/// The files: in brief with a ledger attached, by directory for a tree, else each with its
+/// replies and proof; then what an uncertain or a refused file means.
+fn files_text(job: &JobView, s: &Summary, files: &Files, t: &mut String) {
     if let Files::Ledger { .. } = files {
         let source = if job.destination.is_some() {
             "source:"
@@ -531,9 +549,9 @@ fn render_text(
         .map(|(n, what)| format!("{n} {what}"))
         .collect();
         let _ = writeln!(t, "\nFiles ({}): {}", s.files, by_state.join(", "));
-        crate::ledger::files_in_brief(files, job.id, source, &mut t);
+        crate::ledger::files_in_brief(files, job.id, source, t);
     } else if job.recursive {
-        crate::tree::files_by_directory(&job.members, &mut t);
+        crate::tree::files_by_directory(&job.members, t);
     } else {
         let _ = writeln!(t, "\nFiles ({})", job.members.len());
         if job.members.is_empty() {
@@ -587,7 +605,10 @@ fn render_text(
              short, a tree limit: the detail names the setting to change).\n",
         );
     }
+}
 
+/// The job's history, a tree's `listed` events on one line.
+fn history_text(job: &JobView, t: &mut String) {
     t.push_str("\nHistory\n");
     // A recursive job's walk freezes one directory per `listed` event: shown as one line.
     let listed: Vec<&str> = job
@@ -610,7 +631,10 @@ fn render_text(
         }
         t.push('\n');
     }
+}
 
+/// The transcript of the last attempt, and how many earlier lines were left out.
+fn transcript_text(transcript: &[String], omitted: usize, t: &mut String) {
     if transcript.is_empty() {
         t.push_str("\nTranscript of the last attempt: none recorded\n");
     } else {
@@ -627,7 +651,10 @@ fn render_text(
             let _ = writeln!(t, "  {l}");
         }
     }
+}
 
+/// Where the same report is attached (and its files, with a ledger).
+fn attachments_text(job: &JobView, files: &Files, t: &mut String) {
     match files {
         Files::All => {
             let _ = writeln!(
@@ -645,7 +672,6 @@ fn render_text(
             );
         }
     }
-    t
 }
 
 fn endpoint_line(e: &EndpointView) -> String {

@@ -118,27 +118,8 @@ impl fmt::Display for Fallback {
     }
 }
 
-/// The size evidence of a copy (RULES.md §4.2).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SizeCheck {
-    /// SIZE in image type on both sides agrees. For APPE, `destination_before` is
-    /// the size before the append and `destination == destination_before + source`.
-    Equal {
-        source: u64,
-        destination: u64,
-        destination_before: Option<u64>,
-    },
-    /// A text type (TYPE A or E): the servers may convert line endings on the way
-    /// (or not: vsftpd ignores ASCII mode by default), so sizes need not agree and are
-    /// only reported.
-    TextType {
-        source: Option<u64>,
-        destination: Option<u64>,
-    },
-    /// A server offers no SIZE (or not for this file): both final replies are the
-    /// only evidence.
-    NotAvailable(String),
-}
+/// The size evidence of a copy (RULES.md §4.2), decided by `bftp_core::evidence`.
+pub use bftp_core::evidence::SizeCheck;
 
 /// What went wrong in a copy, with the server, command and reply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

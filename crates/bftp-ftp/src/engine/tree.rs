@@ -65,6 +65,35 @@ pub struct DirListing {
     pub transcript: Transcript,
 }
 
+/// The kind of an entry by its MLSD `type` fact.
+fn mlsd_kind(kind: EntryKind) -> TreeKind {
+    match kind {
+        EntryKind::File | EntryKind::Unspecified => TreeKind::File,
+        EntryKind::Dir => TreeKind::Dir,
+        // Pure-FTPd: `OS.unix=slink:TARGET` (TARGET empty as it answered);
+        // proFTPD: `OS.unix=symlink`.
+        EntryKind::Special(s) => match s.strip_prefix("os.unix=slink:") {
+            Some(target) => TreeKind::Symlink {
+                target: target.to_owned(),
+            },
+            None if s == "os.unix=symlink" => TreeKind::Symlink {
+                target: String::new(),
+            },
+            None => TreeKind::Special(s),
+        },
+    }
+}
+
+/// The kind of an entry by its LIST line's type letter.
+fn list_kind(kind: ListKind) -> TreeKind {
+    match kind {
+        ListKind::File => TreeKind::File,
+        ListKind::Dir => TreeKind::Dir,
+        ListKind::Symlink { target } => TreeKind::Symlink { target },
+        ListKind::Special(c) => TreeKind::Special(format!("type {c}")),
+    }
+}
+
 impl Pair {
     /// Every entry of `dir` on the source, each with its kind (see the module docs).
     pub async fn list_dir(&mut self, dir: &str) -> Result<DirListing, ListError> {
@@ -139,24 +168,9 @@ impl Pair {
                     listing.rejected.push(refuse(&r.line, r.reason.to_string()));
                 }
                 for e in parsed.entries {
-                    let kind = match e.kind {
-                        EntryKind::File | EntryKind::Unspecified => TreeKind::File,
-                        EntryKind::Dir => TreeKind::Dir,
-                        // Pure-FTPd: `OS.unix=slink:TARGET` (TARGET empty as it answered);
-                        // proFTPD: `OS.unix=symlink`.
-                        EntryKind::Special(s) => match s.strip_prefix("os.unix=slink:") {
-                            Some(target) => TreeKind::Symlink {
-                                target: target.to_owned(),
-                            },
-                            None if s == "os.unix=symlink" => TreeKind::Symlink {
-                                target: String::new(),
-                            },
-                            None => TreeKind::Special(s),
-                        },
-                    };
                     listing.entries.push(TreeEntry {
                         name: e.name,
-                        kind,
+                        kind: mlsd_kind(e.kind),
                         size: e.size,
                         unique: e.unique,
                     });
@@ -168,15 +182,9 @@ impl Pair {
                     listing.rejected.push(refuse(&r.line, r.reason.to_string()));
                 }
                 for e in parsed.entries {
-                    let kind = match e.kind {
-                        ListKind::File => TreeKind::File,
-                        ListKind::Dir => TreeKind::Dir,
-                        ListKind::Symlink { target } => TreeKind::Symlink { target },
-                        ListKind::Special(c) => TreeKind::Special(format!("type {c}")),
-                    };
                     listing.entries.push(TreeEntry {
                         name: e.name,
-                        kind,
+                        kind: list_kind(e.kind),
                         size: e.size,
                         unique: None,
                     });

@@ -414,61 +414,6 @@ fn replies(m: &Member, report: &bftp_ftp::AttemptReport) -> MemberUpdate {
     }
 }
 
-/// A copy's summary with its proof: a proven success names its proof (in the member's
-/// `proof` and after its evidence); a digest mismatch or a proof short of what the job needs
-/// is a transient failure instead; for a unique copy, whose file stays (a second STOU would
-/// make a second file, and a mismatched name may be another's), `uncertain`.
-fn with_proof(
-    summary: ledger::Outcome,
-    proven: Option<crate::lanes::proof::Proven>,
-    unique: bool,
-    replies: &mut MemberUpdate,
-) -> ledger::Outcome {
-    use crate::lanes::proof::Proven;
-    match (summary, proven) {
-        (
-            ledger::Outcome::Succeeded {
-                bytes,
-                size,
-                evidence,
-                stored_as,
-            },
-            Some(proven),
-        ) => match proven {
-            Proven::Ok { level, words } => {
-                replies.proof = Some(level.as_str().to_owned());
-                let evidence = match words {
-                    Some(words) => format!("{evidence}; {words}"),
-                    None => evidence,
-                };
-                ledger::Outcome::Succeeded {
-                    bytes,
-                    size,
-                    evidence,
-                    stored_as,
-                }
-            }
-            Proven::Mismatch { failure, deleted } => ledger::Outcome::Transient {
-                destination: ledger::Destination {
-                    touched: true,
-                    kept: (!deleted && unique).then(|| failure.clone()),
-                },
-                failure,
-                cause: ledger::Cause::Other,
-            },
-            Proven::Short { failure } => ledger::Outcome::Transient {
-                destination: ledger::Destination {
-                    touched: true,
-                    kept: unique.then(|| format!("{failure}: the stored file is kept")),
-                },
-                failure,
-                cause: ledger::Cause::Other,
-            },
-        },
-        (summary, _) => summary,
-    }
-}
-
 /// The source's size as SIZE told the copy, if it did.
 /// The next name a STOU announced; never, for a copy without a channel.
 async fn recv_some(
@@ -1085,9 +1030,10 @@ impl Run {
         let summary = self
             .summarize(pair, spec, m, &req, outcome, &report, unique, attempt)
             .await?;
-        let unique_copy = spec.dest_command == DestCommand::Unique;
-        let summary = with_proof(summary, proven, unique_copy, &mut replies);
-        let change = ledger::record(summary, spec.dest_command, spec.disposition);
+        let change = ledger::record(summary, proven, spec.dest_command, spec.disposition);
+        if let Some(level) = change.proof {
+            replies.proof = Some(level.as_str().to_owned());
+        }
         self.apply(
             pair,
             spec.dest_command,

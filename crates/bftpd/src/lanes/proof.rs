@@ -14,23 +14,11 @@
 //!   after the strongest proof available.
 //! - A job requiring a proof the pair cannot give at all fails before any file moves.
 
+/// What the proof step made of a copy (the verdict `bftp_core::ledger::record` weighs).
+pub use bftp_core::proof::Proven;
 use bftp_core::proof::{self, Plan, ProofLevel};
 use bftp_core::{DestCommand, Disposition, JobSpec};
 use bftp_ftp::{HashProof, Pair, Side, SizeCheck};
-
-/// What the proof step made of a copy that both servers reported done.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Proven {
-    /// Proven to `level`; `words` follow the copy's evidence in the member's detail.
-    Ok {
-        level: ProofLevel,
-        words: Option<String>,
-    },
-    /// The digests differ. `deleted`: the bad destination file was removed.
-    Mismatch { failure: String, deleted: bool },
-    /// The copy's proof is weaker than the job needs.
-    Short { failure: String },
-}
 
 /// The proof this job needs of each copy: what it requires, and for a `move` the strongest
 /// the pair can give.
