@@ -1,0 +1,342 @@
+//! The daemon's wiring: what it is made of ([`Daemon`], built once at start and handed to
+//! every part), the order in which its parts start, and the order in which they stop
+//! ([`Running::stop`]). Nothing here decides anything about jobs.
+
+use std::future::Future;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, identity, server};
+use crate::attempt::{self, live::Live};
+use crate::clock::{self, Clock};
+use crate::config::Config;
+use crate::hosts::{policy::HostPolicy, pool, HostLimits, PolicyCheck};
+use crate::mail::{self, MailSettings};
+use crate::metrics::Metrics;
+use crate::scheduler::{self, retention, Scheduler};
+use crate::secrets::Secrets;
+use crate::service;
+use crate::store::{self, Store};
+
+/// How long open API connections may take to finish after shutdown begins.
+const API_GRACE: Duration = Duration::from_secs(5);
+
+/// The API's connection bounds (`[api]`), its connection limit lowered if the open-file
+/// limit would not leave the scheduler and the store their descriptors.
+fn api_bounds(config: &Config) -> anyhow::Result<(Arc<server::Admission>, server::Timeouts)> {
+    let api = &config.api;
+    let nofile = server::raise_nofile_limit();
+    let reserve =
+        server::descriptor_reserve(config.scheduler.max_running_jobs, config.ftp.parallel_pairs);
+    let max = server::connection_budget(api.max_connections, reserve, nofile)
+        .map_err(anyhow::Error::msg)?;
+    if max < api.max_connections {
+        tracing::warn!(
+            nofile,
+            reserve,
+            max_connections = max,
+            "the open-file limit leaves room for only {max} of [api] max_connections = {}; \
+             raise LimitNOFILE= to serve more",
+            api.max_connections
+        );
+    }
+    Ok((
+        server::Admission::new(max, api.max_connections_per_user.min(max)),
+        server::Timeouts::from(api),
+    ))
+}
+
+/// What the daemon is made of: the handles its parts share. Built once at start.
+pub struct Daemon {
+    pub store: Store,
+    pub secrets: Arc<Secrets>,
+    pub clock: Clock,
+    pub metrics: Arc<Metrics>,
+    /// The files in flight, written by attempts and read by the API's views.
+    pub live: Arc<Live>,
+    /// Per-host connection slots, kept pairs and STOU locks, shared by every transfer.
+    pub hosts: Arc<HostLimits>,
+    pub policy: HostPolicy,
+    /// The engine's timeouts and reply overrides (`[ftp]`).
+    pub limits: bftp_ftp::Limits,
+    pub mail: MailSettings,
+}
+
+impl Daemon {
+    /// The shared handles, from the config and the opened store: the key that opens the
+    /// store's passwords, the host policy, the connection slots (the store's count of all
+    /// nodes when shared).
+    async fn assemble(config: &Config, store: Store) -> anyhow::Result<Daemon> {
+        let secrets = {
+            let (shared, path) = (store.shared().clone(), key_file(config));
+            Arc::new(
+                store::off_runtime("load the key", move || {
+                    Secrets::open_for_store(&path, &*shared)
+                })
+                .await
+                .context("key loading task failed")??,
+            )
+        };
+        let hosts = HostLimits::with_pool(
+            config.ftp.parallel_pairs,
+            config.ftp.max_connections_per_host,
+            pool::PoolSettings {
+                max_idle: config.ftp.pool_max_idle,
+                idle_timeout: config.ftp.pool_idle_timeout,
+            },
+            store.host_slots(),
+        );
+        hosts.spawn_give_way();
+        Ok(Daemon {
+            store,
+            secrets,
+            clock: Clock::system(),
+            metrics: Arc::new(Metrics::new()),
+            live: Arc::new(Live::default()),
+            hosts,
+            policy: HostPolicy::new(&config.policy),
+            limits: config.ftp.limits()?,
+            mail: MailSettings::new(&config.mail),
+        })
+    }
+
+    /// The scheduler, with the executor that runs each attempt over FTP.
+    fn scheduler(&self, config: &Config) -> Arc<Scheduler> {
+        let executor = Arc::new(attempt::FtpExecutor {
+            store: self.store.clone(),
+            secrets: self.secrets.clone(),
+            limits: self.limits.clone(),
+            check: Arc::new(PolicyCheck(self.policy.clone())),
+            hosts: self.hosts.clone(),
+            metrics: self.metrics.clone(),
+            live: self.live.clone(),
+            watch_progress: config.ftp.watch_progress,
+            clock: self.clock.clone(),
+        });
+        Scheduler::new(
+            self.store.clone(),
+            executor,
+            self.metrics.clone(),
+            scheduler::SchedulerLimits {
+                max_running_jobs: config.scheduler.max_running_jobs,
+                grace: config.scheduler.grace,
+            },
+            self.clock.clone(),
+            clock::random_jitter(),
+        )
+    }
+
+    /// The postman, if `[mail]` is enabled; a bad `[mail]` section is an error here, before
+    /// anything is served.
+    fn postman(
+        &self,
+        config: &Config,
+        scheduler: &Arc<Scheduler>,
+    ) -> anyhow::Result<Option<mail::Postman>> {
+        if !config.mail.enabled {
+            tracing::warn!("[mail] enabled = false: reports stay in the outbox, undelivered");
+            return Ok(None);
+        }
+        let mailer = bftp_mail::Mailer::new(&config.mail).context("[mail]")?;
+        Ok(Some(mail::Postman {
+            store: self.store.clone(),
+            secrets: self.secrets.clone(),
+            settings: self.mail.clone(),
+            config: config.mail.clone(),
+            mailer,
+            scheduler: scheduler.clone(),
+            wake: scheduler.finals(),
+            metrics: self.metrics.clone(),
+            clock: self.clock.clone(),
+            jitter: clock::random_jitter(),
+        }))
+    }
+
+    /// What the API's handlers share.
+    fn api_state(
+        &self,
+        config: &Config,
+        scheduler: &Arc<Scheduler>,
+    ) -> anyhow::Result<Arc<api::AppState>> {
+        Ok(Arc::new(api::AppState {
+            tls_defaults: config.ftp.tls.defaults()?,
+            store: self.store.clone(),
+            mail: self.mail.clone(),
+            secrets: self.secrets.clone(),
+            scheduler: scheduler.clone(),
+            policy: self.policy.clone(),
+            limits: self.limits.clone(),
+            hosts: self.hosts.clone(),
+            retry_defaults: config.retry.policy(),
+            retry_bounds: config.retry_bounds.bounds(),
+            metrics: self.metrics.clone(),
+            live: self.live.clone(),
+            clock: self.clock.clone(),
+            key_file: key_file(config),
+        }))
+    }
+
+    /// The removal of finished jobs past `[store] keep_finished`.
+    fn retention(&self, config: &Config) -> retention::Retention {
+        retention::Retention {
+            store: self.store.clone(),
+            keep: config.store.keep_finished,
+            clock: self.clock.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+fn key_file(config: &Config) -> PathBuf {
+    config.state_dir.join("secret.key")
+}
+
+/// Runs the daemon until `shutdown` completes.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    tokio::pin!(shutdown);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&config.state_dir)
+        .with_context(|| {
+            format!(
+                "cannot create state directory {}",
+                config.state_dir.display()
+            )
+        })?;
+    let Some(store) = store::open(&config, shutdown.as_mut()).await? else {
+        tracing::info!("stopped while waiting for the job store");
+        return Ok(());
+    };
+    let daemon = Daemon::assemble(&config, Store::new(store)).await?;
+    let scheduler = daemon.scheduler(&config);
+    let recovered = scheduler
+        .recover()
+        .await
+        .context("recovering interrupted attempts")?;
+    if recovered > 0 {
+        tracing::info!(
+            jobs = recovered,
+            "requeued attempts interrupted by the last stop"
+        );
+    }
+    let running = Running::start(&config, &daemon, scheduler).await?;
+    service::notify_ready();
+    shutdown.await;
+    service::notify_stopping();
+    running.stop(&config.socket).await?;
+    // Every write was durable when acknowledged: nothing is left to flush.
+    drop(daemon);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The daemon's running parts, each with the token that stops it.
+struct Running {
+    api: CancellationToken,
+    serving: JoinHandle<()>,
+    metrics_serving: Option<JoinHandle<()>>,
+    scheduling: (CancellationToken, JoinHandle<()>),
+    retaining: (CancellationToken, JoinHandle<()>),
+    mailing: Option<(CancellationToken, JoinHandle<()>)>,
+}
+
+impl Running {
+    /// Starts the parts: the postman is built first (a bad `[mail]` stops the start), the
+    /// sockets are bound, then the API, the metrics listener, the scheduler, retention and
+    /// the postman run.
+    async fn start(
+        config: &Config,
+        daemon: &Daemon,
+        scheduler: Arc<Scheduler>,
+    ) -> anyhow::Result<Running> {
+        let postman = daemon.postman(config, &scheduler)?;
+        let state = daemon.api_state(config, &scheduler)?;
+        let admins = identity::AdminPolicy::new(config.admin_group.as_deref())?;
+        let (admission, timeouts) = api_bounds(config)?;
+        let metrics_listener = match config.metrics.listen {
+            Some(addr) => Some(server::bind_metrics(addr).await?),
+            None => None,
+        };
+        let listener = server::bind(
+            &config.socket,
+            config.socket_mode()?,
+            config.socket_group.as_deref(),
+        )
+        .await?;
+        tracing::info!(socket = %config.socket.display(), state_dir = %config.state_dir.display(), "bftpd ready");
+        let api = CancellationToken::new();
+        let metrics_serving = metrics_listener.map(|l| {
+            if let Some(w) = config.metrics.exposure_warning() {
+                tracing::warn!("{w}");
+            }
+            tracing::info!(listen = %config.metrics.listen.expect("bound"), "serving /metrics over TCP");
+            tokio::spawn(server::serve_metrics(
+                l,
+                api::metrics_router(state.clone()),
+                admission.clone(),
+                timeouts,
+                api.clone(),
+                API_GRACE,
+            ))
+        });
+        let serving = tokio::spawn(server::serve(
+            listener,
+            api::router(state),
+            admins,
+            admission,
+            timeouts,
+            api.clone(),
+            API_GRACE,
+        ));
+        let stop = CancellationToken::new();
+        let scheduling = (stop.clone(), tokio::spawn(scheduler.run(stop)));
+        let stop = CancellationToken::new();
+        let retaining = (
+            stop.clone(),
+            tokio::spawn(daemon.retention(config).run(stop)),
+        );
+        let mailing = postman.map(|p| {
+            let stop = CancellationToken::new();
+            (stop.clone(), tokio::spawn(Arc::new(p).run(stop)))
+        });
+        Ok(Running {
+            api,
+            serving,
+            metrics_serving,
+            scheduling,
+            retaining,
+            mailing,
+        })
+    }
+
+    /// Stops the parts in order: no new requests and no new work first (running attempts
+    /// get their grace period), then retention, then the postman, so that reports of
+    /// attempts that ended in the grace period still get a try (a delivery in flight is
+    /// cut; the report stays pending for the next start). The socket file goes last.
+    async fn stop(self, socket: &std::path::Path) -> anyhow::Result<()> {
+        tracing::info!("shutting down: no new work; running attempts get their grace period");
+        self.api.cancel();
+        self.scheduling.0.cancel();
+        let (served, scheduled) = tokio::join!(self.serving, self.scheduling.1);
+        served.context("API server task failed")?;
+        if let Some(m) = self.metrics_serving {
+            m.await.context("metrics listener task failed")?;
+        }
+        scheduled.context("scheduler task failed")?;
+        self.retaining.0.cancel();
+        self.retaining.1.await.context("retention task failed")?;
+        if let Some((stop, mailing)) = self.mailing {
+            stop.cancel();
+            mailing.await.context("postman task failed")?;
+        }
+        let _ = std::fs::remove_file(socket);
+        Ok(())
+    }
+}
