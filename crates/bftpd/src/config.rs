@@ -473,6 +473,25 @@ impl RetryBoundsConfig {
     }
 }
 
+/// The PostgreSQL store's options from `[store]`, the password read from its file.
+pub fn pg_options(config: &Config) -> anyhow::Result<bftp_store::PgOptions> {
+    let s = &config.store;
+    let url = s
+        .url
+        .clone()
+        .context("[store]: kind = \"postgres\" needs url")?;
+    let mut o = bftp_store::PgOptions::new(url, s.node_name());
+    o.pool_size = s.pool_size;
+    o.lease = s.lease;
+    o.poll = s.poll;
+    if let Some(path) = &s.password_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("[store]: cannot read password_file {}", path.display()))?;
+        o.password = Some(text.lines().next().unwrap_or_default().to_string());
+    }
+    Ok(o)
+}
+
 impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path)

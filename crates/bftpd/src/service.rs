@@ -69,7 +69,7 @@ pub fn check(config: &Config) -> anyhow::Result<()> {
 /// A shared store: the database must answer, and its schema must be one this program can
 /// use (older ones are migrated at start; a newer one is refused).
 fn check_postgres(config: &Config) -> anyhow::Result<()> {
-    let opts = crate::store::pg_options(config)?;
+    let opts = crate::config::pg_options(config)?;
     let found = bftp_store::PgStore::schema_version_at(&opts)
         .with_context(|| format!("[store]: cannot read the schema of {}", opts.url))?;
     let supported = bftp_store::PG_SCHEMA_VERSION;
