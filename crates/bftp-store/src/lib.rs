@@ -23,6 +23,7 @@ mod keys;
 mod lease;
 #[cfg(feature = "postgres")]
 mod pg_store;
+mod plan;
 pub mod probe;
 mod record;
 mod sled_store;
@@ -32,9 +33,8 @@ pub use error::{BackendError, StoreError};
 pub use lease::LeaseCell;
 #[cfg(feature = "postgres")]
 pub use pg_store::{PgHostSlots, PgOptions, PgStore, PG_DUMP_FILE, PG_SCHEMA_VERSION};
-pub use sled_store::{
-    BackupReport, SledStore, StoreOptions, VerifyReport, MAX_MEMBERS, SCHEMA_VERSION,
-};
+pub use plan::MAX_MEMBERS;
+pub use sled_store::{BackupReport, SledStore, StoreOptions, VerifyReport, SCHEMA_VERSION};
 pub use types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, KeyHash, LastReply,
     Member, MemberUpdate, NewJob, NewMember, OutboxEntry, OutboxState, RequestKey, Sealed,

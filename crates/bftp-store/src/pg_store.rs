@@ -32,19 +32,20 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Timeouts,
 use tokio_postgres::{NoTls, Row};
 
 use bftp_core::refusal::{observe, RefusalKey, RefusalMemory, Sighting};
-use bftp_core::{transition, JobEvent, JobOutcome, JobState, MemberState, Timestamp};
+use bftp_core::{JobEvent, JobState, MemberState, Timestamp};
 
 use crate::error::{BackendError, StoreError};
 use crate::keys;
+use crate::plan::{self, Listing, Plan};
 use crate::record::{
-    decode, encode, job_to_api, HistoryV1, JobV1, MemberStateV1, MemberV1, OutboxStateV1, OutboxV1,
-    RefusalV1, StateV1, TranscriptV1, WalkV1, RECORD_VERSION,
+    decode, encode, job_to_api, HistoryV1, JobV1, MemberV1, OutboxStateV1, OutboxV1, RefusalV1,
+    TranscriptV1, RECORD_VERSION,
 };
 use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
     NewJob, NewMember, OutboxEntry, StateCounts, StateFilter, Submitted, Walk,
 };
-use crate::{HostSlots, JobStore, LeaseCell, MAX_MEMBERS};
+use crate::{HostSlots, JobStore, LeaseCell};
 
 mod backup;
 mod reach;
@@ -341,16 +342,6 @@ fn outbox_code(s: OutboxStateV1) -> i16 {
         OutboxStateV1::Delivered => 1,
         OutboxStateV1::GaveUp => 2,
     }
-}
-
-fn check_member_count(n: usize) -> Result<u32, StoreError> {
-    if n > MAX_MEMBERS {
-        return Err(StoreError::TooManyMembers {
-            count: n,
-            max: MAX_MEMBERS,
-        });
-    }
-    Ok(n as u32)
 }
 
 fn lease_interval(d: Duration) -> f64 {
@@ -934,28 +925,36 @@ async fn tx_put_job(
     Ok(())
 }
 
-async fn tx_history(
+/// Writes `plan` for job `id` (`plan.rs`), all but the job's row: the pending members
+/// settled, the new members (`members`) inserted, the report put in the outbox, the history
+/// entries. The caller writes the row last ([`tx_put_job`]), after its own lease changes.
+async fn tx_write(
     tx: &Transaction<'_>,
     op: &'static str,
     id: JobId,
-    rec: &mut JobV1,
-    at: Timestamp,
-    kind: &str,
-    detail: Option<&str>,
+    plan: &Plan,
+    members: &[NewMember],
+    now: Timestamp,
 ) -> Result<(), StoreError> {
-    tx.execute(
-        &tx.prepare_cached("INSERT INTO history (job, seq, rec) VALUES ($1, $2, $3)")
-            .await
-            .map_err(pg("prepare"))?,
-        &[
-            &id_of(id),
-            &(rec.hist as i32),
-            &encode(&HistoryV1::new(at, kind, detail)),
-        ],
-    )
-    .await
-    .map_err(pg(op))?;
-    rec.hist += 1;
+    if let Some(to) = plan.settle {
+        tx_settle_pending(tx, op, id, plan.rec.members, to, None, now).await?;
+    }
+    if let Some(start) = plan.append_at {
+        tx_insert_members(tx, op, id, start, members, now).await?;
+    }
+    if let Some(report) = &plan.report {
+        tx_outbox_new(tx, op, id, report).await?;
+    }
+    for (seq, h) in &plan.history {
+        tx.execute(
+            &tx.prepare_cached("INSERT INTO history (job, seq, rec) VALUES ($1, $2, $3)")
+                .await
+                .map_err(pg("prepare"))?,
+            &[&id_of(id), &(*seq as i32), &encode(h)],
+        )
+        .await
+        .map_err(pg(op))?;
+    }
     Ok(())
 }
 
@@ -1051,12 +1050,7 @@ async fn tx_settle_pending(
     for r in rows {
         let index = r.get::<_, i32>(0) as u32;
         let mut m: MemberV1 = decode("member", &keys::member(id, index), r.get::<_, &[u8]>(1))?;
-        if m.state == MemberStateV1::Pending && to != MemberState::Pending {
-            m.state = MemberStateV1::from_api(to);
-            m.updated = now.0;
-            if let Some(d) = detail {
-                m.detail = Some(d.to_string());
-            }
+        if plan::settle(&mut m, to, detail, now) {
             tx_put_member(tx, op, id, index, &m).await?;
         }
         all.push(m.state.to_api());
@@ -1068,9 +1062,8 @@ async fn tx_outbox_new(
     tx: &Transaction<'_>,
     op: &'static str,
     id: JobId,
-    now: Timestamp,
+    rec: &OutboxV1,
 ) -> Result<(), StoreError> {
-    let rec = OutboxV1::new(now);
     tx.execute(
         &tx.prepare_cached(
             "INSERT INTO outbox (job, state, next_at, rec) VALUES ($1, $2, $3, $4)
@@ -1083,7 +1076,7 @@ async fn tx_outbox_new(
             &id_of(id),
             &outbox_code(rec.state),
             &rec.next.map(|n| n as i64),
-            &encode(&rec),
+            &encode(rec),
         ],
     )
     .await
@@ -1104,7 +1097,7 @@ fn decode_outbox_row(row: &Row) -> Result<OutboxEntry, StoreError> {
 impl Inner {
     async fn submit(&self, job: NewJob) -> Result<Submitted, StoreError> {
         const OP: &str = "submit";
-        let count = check_member_count(job.members.len())?;
+        let count = plan::member_count(job.members.len())?;
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, None).await?;
         if let Some(rk) = &job.request {
@@ -1155,17 +1148,8 @@ impl Inner {
                 return Ok(Submitted::Existing(job_to_api(existing, &rec)?));
             }
         }
-        let state = JobState::Queued {
-            next_attempt_at: job.spec.start_at,
-        };
-        let mut rec = JobV1::new(
-            job.owner_uid,
-            &job.spec,
-            job.keyword_hash.as_ref(),
-            &state,
-            job.created_at,
-            count,
-        );
+        let plan = plan::submit(&job, count);
+        let state = plan.state();
         let id = tx
             .query_one(&tx.prepare_cached("INSERT INTO jobs (owner, keyword, state, due_at, rec) VALUES ($1, $2, $3, $4, $5)
                  RETURNING id").await.map_err(pg("prepare"))?,
@@ -1174,13 +1158,12 @@ impl Inner {
                     &job.keyword_hash.as_ref().map(|h| h.0.to_vec()),
                     &state_code(&state),
                     &due_at(&state),
-                    &encode(&rec),
+                    &encode(&plan.rec),
                 ],
             )
             .await
             .map_err(pg(OP))?;
         let id = job_id(&id, 0);
-        tx_insert_members(&tx, OP, id, 0, &job.members, job.created_at).await?;
         if let Some(rk) = &job.request {
             tx.execute(
                 &tx.prepare_cached("UPDATE requests SET job = $2 WHERE key_hash = $1")
@@ -1191,10 +1174,10 @@ impl Inner {
             .await
             .map_err(pg(OP))?;
         }
-        tx_history(&tx, OP, id, &mut rec, job.created_at, "submitted", None).await?;
-        tx_put_job(&tx, OP, id, &rec, false).await?;
+        tx_write(&tx, OP, id, &plan, &job.members, job.created_at).await?;
+        tx_put_job(&tx, OP, id, &plan.rec, false).await?;
         tx.commit().await.map_err(reach::commit_failed(OP))?;
-        Ok(Submitted::Created(job_to_api(id, &rec)?))
+        Ok(Submitted::Created(job_to_api(id, &plan.rec)?))
     }
 
     async fn get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
@@ -1359,10 +1342,8 @@ impl Inner {
         let sent = Instant::now();
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, Some(id)).await?;
-        let mut rec = tx_job(&tx, OP, id).await?;
-        let old = rec.state.to_api();
-        let new = transition(old, event, now)
-            .map_err(|source| StoreError::InvalidTransition { job: id, source })?;
+        let rec = tx_job(&tx, OP, id).await?;
+        let plan = plan::event(id, rec, event, now, detail.as_deref())?;
         if matches!(event, JobEvent::Requeue { .. }) && self.epoch_of(id).is_none() {
             // Requeued by a node that does not hold it (a restart recovering its previous
             // life's jobs): only while no other node's lease is running.
@@ -1386,8 +1367,7 @@ impl Inner {
                 });
             }
         }
-        if let JobEvent::Start { attempt } = event {
-            rec.attempts = attempt;
+        if let JobEvent::Start { .. } = event {
             if self.epoch_of(id).is_none() {
                 // Started without a claim (a single node that never called `due`): claim now.
                 let epoch: i64 = tx
@@ -1424,12 +1404,7 @@ impl Inner {
                 .map_err(pg(OP))?;
             }
         }
-        if event == JobEvent::Cancel {
-            tx_settle_pending(&tx, OP, id, rec.members, MemberState::Cancelled, None, now).await?;
-        }
-        if new.is_final() {
-            tx_outbox_new(&tx, OP, id, now).await?;
-        }
+        tx_write(&tx, OP, id, &plan, &[], now).await?;
         if event == JobEvent::Cancel {
             // Cancelled while another node runs it: the report is that node's to mail, once
             // its attempt has stopped and written its clean-up and transcript (its postman
@@ -1450,11 +1425,8 @@ impl Inner {
             .await
             .map_err(pg(OP))?;
         }
-        rec.state = StateV1::from_api(&new);
-        rec.updated = now.0;
-        tx_history(&tx, OP, id, &mut rec, now, event.name(), detail.as_deref()).await?;
-        let release = !matches!(new, JobState::Running { .. });
-        tx_put_job(&tx, OP, id, &rec, release).await?;
+        let release = !matches!(plan.state(), JobState::Running { .. });
+        tx_put_job(&tx, OP, id, &plan.rec, release).await?;
         if release {
             self.commit_release(tx, OP, id).await?;
         } else {
@@ -1466,7 +1438,7 @@ impl Inner {
                 );
             }
         }
-        job_to_api(id, &rec)
+        job_to_api(id, &plan.rec)
     }
 
     async fn settle_and_finish(
@@ -1479,30 +1451,15 @@ impl Inner {
         const OP: &str = "settle_and_finish";
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, Some(id)).await?;
-        let mut rec = tx_job(&tx, OP, id).await?;
-        let old = rec.state.to_api();
-        let states = tx_settle_pending(
-            &tx,
-            OP,
-            id,
-            rec.members,
-            pending_become,
-            detail.as_deref(),
-            now,
-        )
-        .await?;
-        let event = JobEvent::Finish {
-            outcome: JobOutcome::from_members(&states),
-        };
-        let new = transition(old, event, now)
-            .map_err(|source| StoreError::InvalidTransition { job: id, source })?;
-        rec.state = StateV1::from_api(&new);
-        rec.updated = now.0;
-        tx_history(&tx, OP, id, &mut rec, now, event.name(), detail.as_deref()).await?;
-        tx_outbox_new(&tx, OP, id, now).await?;
-        tx_put_job(&tx, OP, id, &rec, true).await?;
+        let rec = tx_job(&tx, OP, id).await?;
+        let detail = detail.as_deref();
+        let states =
+            tx_settle_pending(&tx, OP, id, rec.members, pending_become, detail, now).await?;
+        let plan = plan::finish(id, rec, &states, now, detail)?;
+        tx_write(&tx, OP, id, &plan, &[], now).await?;
+        tx_put_job(&tx, OP, id, &plan.rec, true).await?;
         self.commit_release(tx, OP, id).await?;
-        job_to_api(id, &rec)
+        job_to_api(id, &plan.rec)
     }
 
     async fn freeze_members(
@@ -1512,26 +1469,12 @@ impl Inner {
         now: Timestamp,
     ) -> Result<(), StoreError> {
         const OP: &str = "freeze_members";
-        let count = check_member_count(members.len())?;
+        let count = plan::member_count(members.len())?;
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, Some(id)).await?;
-        let mut rec = tx_job(&tx, OP, id).await?;
-        if rec.frozen {
-            return Err(StoreError::MembersAlreadyFrozen { job: id });
-        }
-        let state = rec.state.to_api();
-        if state.is_final() {
-            return Err(StoreError::JobIsFinal {
-                job: id,
-                state: state.name(),
-            });
-        }
-        tx_insert_members(&tx, OP, id, 0, &members, now).await?;
-        rec.members = count;
-        rec.frozen = true;
-        let detail = format!("{count} member{} frozen", if count == 1 { "" } else { "s" });
-        tx_history(&tx, OP, id, &mut rec, now, "members", Some(&detail)).await?;
-        tx_put_job(&tx, OP, id, &rec, false).await?;
+        let plan = plan::freeze(id, tx_job(&tx, OP, id).await?, count, now)?;
+        tx_write(&tx, OP, id, &plan, &members, now).await?;
+        tx_put_job(&tx, OP, id, &plan.rec, false).await?;
         tx.commit().await.map_err(reach::commit_failed(OP))
     }
 
@@ -1545,12 +1488,7 @@ impl Inner {
             return Err(StoreError::NotFound(id));
         };
         let rec: JobV1 = decode("job", &keys::job(id), row.get::<_, &[u8]>(0))?;
-        Ok(match (&rec.walk, rec.frozen) {
-            (Some(w), _) => w.to_api(),
-            // Frozen without a walk: not a recursive job, nothing to walk.
-            (None, true) => Walk::default(),
-            (None, false) => WalkV1::start().to_api(),
-        })
+        Ok(plan::walk_of(&rec))
     }
 
     async fn record_directory(
@@ -1565,48 +1503,23 @@ impl Inner {
         const OP: &str = "record_directory";
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, Some(id)).await?;
-        let mut rec = tx_job(&tx, OP, id).await?;
-        let state = rec.state.to_api();
-        if state.is_final() {
-            return Err(StoreError::JobIsFinal {
-                job: id,
-                state: state.name(),
-            });
-        }
-        let mut walk = match (&rec.walk, rec.frozen) {
-            (Some(w), _) => w.clone(),
-            (None, true) => return Err(StoreError::MembersAlreadyFrozen { job: id }),
-            (None, false) => WalkV1::start(),
-        };
-        if !walk.record(&dir, &subdirs, &unique) {
-            return Ok(walk.to_api());
-        }
-        let count = check_member_count(rec.members as usize + files.len())?;
-        tx_insert_members(&tx, OP, id, rec.members, &files, now).await?;
-        rec.members = count;
-        let detail = WalkV1::listed_detail(&dir, files.len(), subdirs.len());
-        tx_history(&tx, OP, id, &mut rec, now, "listed", Some(&detail)).await?;
-        if walk.todo.is_empty() {
-            rec.frozen = true;
-            let detail = walk.frozen_detail(count);
-            tx_history(&tx, OP, id, &mut rec, now, "members", Some(&detail)).await?;
-        }
-        let out = walk.to_api();
-        rec.walk = Some(walk);
-        tx_put_job(&tx, OP, id, &rec, false).await?;
+        let rec = tx_job(&tx, OP, id).await?;
+        let (plan, walk) =
+            match plan::directory(id, rec, &dir, files.len(), &subdirs, &unique, now)? {
+                Listing::Known(walk) => return Ok(walk),
+                Listing::Record(plan, walk) => (plan, walk),
+            };
+        tx_write(&tx, OP, id, &plan, &files, now).await?;
+        tx_put_job(&tx, OP, id, &plan.rec, false).await?;
         tx.commit().await.map_err(reach::commit_failed(OP))?;
-        Ok(out)
+        Ok(walk)
     }
 
     async fn record_made_dirs(&self, id: JobId, dirs: Vec<String>) -> Result<(), StoreError> {
         const OP: &str = "record_made_dirs";
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, Some(id)).await?;
-        let mut rec = tx_job(&tx, OP, id).await?;
-        let Some(walk) = rec.walk.as_mut() else {
-            return Ok(());
-        };
-        if walk.record_made(&dirs) {
+        if let Some(rec) = plan::made_dirs(tx_job(&tx, OP, id).await?, &dirs) {
             tx_put_job(&tx, OP, id, &rec, false).await?;
             tx.commit().await.map_err(reach::commit_failed(OP))?;
         }
@@ -1649,18 +1562,9 @@ impl Inner {
         const OP: &str = "append_history";
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, Some(id)).await?;
-        let mut rec = tx_job(&tx, OP, id).await?;
-        tx_history(
-            &tx,
-            OP,
-            id,
-            &mut rec,
-            event.at,
-            &event.kind,
-            event.detail.as_deref(),
-        )
-        .await?;
-        tx_put_job(&tx, OP, id, &rec, false).await?;
+        let plan = plan::history(tx_job(&tx, OP, id).await?, &event);
+        tx_write(&tx, OP, id, &plan, &[], event.at).await?;
+        tx_put_job(&tx, OP, id, &plan.rec, false).await?;
         tx.commit().await.map_err(reach::commit_failed(OP))
     }
 
@@ -1685,25 +1589,11 @@ impl Inner {
             .map_err(pg(OP))?;
         for row in &rows {
             let id = job_id(row, 0);
-            let mut rec: JobV1 = decode("job", &keys::job(id), row.get::<_, &[u8]>(1))?;
+            let rec: JobV1 = decode("job", &keys::job(id), row.get::<_, &[u8]>(1))?;
             let node: Option<String> = row.get(2);
-            let old = rec.state.to_api();
-            let event = JobEvent::Requeue {
-                next_attempt_at: now,
-            };
-            let new = transition(old, event, now)
-                .map_err(|source| StoreError::InvalidTransition { job: id, source })?;
-            rec.state = StateV1::from_api(&new);
-            rec.updated = now.0;
-            let detail = format!(
-                "taken over by node {}: the lease of node {} ran out during attempt {}; \
-                 unfinished members will be done again",
-                self.node,
-                node.as_deref().unwrap_or("(none)"),
-                rec.attempts
-            );
-            tx_history(&tx, OP, id, &mut rec, now, "taken-over", Some(&detail)).await?;
-            tx_put_job(&tx, OP, id, &rec, true).await?;
+            let plan = plan::take_over(id, rec, &self.node, node.as_deref(), now)?;
+            tx_write(&tx, OP, id, &plan, &[], now).await?;
+            tx_put_job(&tx, OP, id, &plan.rec, true).await?;
             tracing::info!(
                 job = id.0,
                 from = node.as_deref().unwrap_or(""),

@@ -12,16 +12,17 @@ use sled::transaction::{
 use sled::IVec;
 
 use bftp_core::refusal::{observe, RefusalKey, RefusalMemory, Sighting};
-use bftp_core::{transition, JobEvent, JobOutcome, JobState, MemberState, Timestamp};
+use bftp_core::{JobEvent, JobState, MemberState, Timestamp};
 
 use crate::digest::Digest;
 use crate::durable::GroupCommit;
 use crate::error::{backend, StoreError};
 use crate::files::{self, SledFlush, Watermark};
 use crate::keys;
+use crate::plan::{self, Listing, Plan};
 use crate::record::{
-    decode, encode, job_to_api, HistoryV1, JobV1, MemberStateV1, MemberV1, OutboxStateV1, OutboxV1,
-    RefusalV1, RequestV1, StateV1, TranscriptV1, WalkV1, RECORD_VERSION,
+    decode, encode, job_to_api, HistoryV1, JobV1, MemberV1, OutboxStateV1, OutboxV1, RefusalV1,
+    RequestV1, TranscriptV1, RECORD_VERSION,
 };
 use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
@@ -39,9 +40,6 @@ pub use backup::BackupReport;
 /// The schema version this code reads and writes (kept in the `meta` tree): 2, members in
 /// pages (`pages.rs`). A store of schema 1 (one entry per member) is upgraded at open.
 pub const SCHEMA_VERSION: u32 = 2;
-
-/// Most members one job may have (one wildcard listing).
-pub const MAX_MEMBERS: usize = 1_000_000;
 
 /// Never reorder: a tree's position is hashed into the content digest of its entries.
 const TREES: [&str; 13] = [
@@ -810,22 +808,6 @@ fn tx_put_job(tx: &Tx<'_>, id: JobId, rec: &JobV1) -> TxResult<()> {
     Ok(())
 }
 
-fn tx_history(
-    tx: &Tx<'_>,
-    id: JobId,
-    rec: &mut JobV1,
-    at: Timestamp,
-    kind: &str,
-    detail: Option<&str>,
-) -> TxResult<()> {
-    tx.history.insert(
-        &keys::history(id, rec.hist)[..],
-        encode(&HistoryV1::new(at, kind, detail)),
-    )?;
-    rec.hist += 1;
-    Ok(())
-}
-
 /// The raw member records of page `page` of job `id` (empty when there is no such page).
 fn tx_page(tx: &Tx<'_>, id: JobId, page: u32) -> TxResult<Vec<Vec<u8>>> {
     let k = keys::member(id, page);
@@ -940,12 +922,7 @@ fn tx_settle_pending(
         let mut changed = false;
         for record in &mut records {
             let mut m: MemberV1 = decode("member", &key, record).or_abort()?;
-            if m.state == MemberStateV1::Pending && to != MemberState::Pending {
-                m.state = MemberStateV1::from_api(to);
-                m.updated = now.0;
-                if let Some(d) = detail {
-                    m.detail = Some(d.to_string());
-                }
+            if plan::settle(&mut m, to, detail, now) {
                 *record = encode(&m);
                 changed = true;
             }
@@ -972,19 +949,37 @@ fn tx_outbox_put(tx: &Tx<'_>, id: JobId, rec: &OutboxV1, old_next: Option<u64>) 
     Ok(())
 }
 
-fn check_member_count(n: usize) -> Result<u32, StoreError> {
-    if n > MAX_MEMBERS {
-        return Err(StoreError::TooManyMembers {
-            count: n,
-            max: MAX_MEMBERS,
-        });
+/// Writes `plan` for job `id` (`plan.rs`): the pending members settled, the new members
+/// (`members`) appended, the indexes moved, the report put in the outbox, the history
+/// entries, and the job's record.
+fn tx_write(
+    tx: &Tx<'_>,
+    id: JobId,
+    plan: &Plan,
+    members: &[NewMember],
+    now: Timestamp,
+) -> TxResult<()> {
+    if let Some(to) = plan.settle {
+        tx_settle_pending(tx, id, plan.rec.members, to, None, now)?;
     }
-    Ok(n as u32)
+    if let Some(start) = plan.append_at {
+        tx_append_members(tx, id, start, members, now)?;
+    }
+    if let Some((old, new)) = &plan.moved {
+        tx_reindex(tx, id, Some(old), new)?;
+    }
+    if let Some(report) = &plan.report {
+        tx_outbox_put(tx, id, report, None)?;
+    }
+    for (seq, h) in &plan.history {
+        tx.history.insert(&keys::history(id, *seq)[..], encode(h))?;
+    }
+    tx_put_job(tx, id, &plan.rec)
 }
 
 impl JobStore for SledStore {
     fn submit(&self, job: NewJob) -> Result<Submitted, StoreError> {
-        let count = check_member_count(job.members.len())?;
+        let count = plan::member_count(job.members.len())?;
         self.write("submit", |tx| {
             if let Some(rk) = &job.request {
                 if let Some(v) = tx.requests.get(rk.key_hash.0)? {
@@ -1012,38 +1007,25 @@ impl JobStore for SledStore {
             tx.meta
                 .insert(keys::META_NEXT_ID, &(id.0 + 1).to_be_bytes()[..])?;
 
-            let state = JobState::Queued {
-                next_attempt_at: job.spec.start_at,
-            };
-            let mut rec = JobV1::new(
-                job.owner_uid,
-                &job.spec,
-                job.keyword_hash.as_ref(),
-                &state,
-                job.created_at,
-                count,
-            );
-            tx_append_members(tx, id, 0, &job.members, job.created_at)?;
+            let mut plan = plan::submit(&job, count);
             tx.owners
                 .insert(&keys::owner(job.owner_uid, id)[..], EMPTY)?;
             if let Some(h) = &job.keyword_hash {
                 tx.keywords.insert(&keys::keyword(h, id)[..], EMPTY)?;
             }
-            tx_reindex(tx, id, None, &state)?;
+            tx_reindex(tx, id, None, &plan.state())?;
             if let Some(rk) = &job.request {
                 tx.requests.insert(
                     &rk.key_hash.0[..],
                     encode(&RequestV1::new(&rk.fingerprint, id)),
                 )?;
             }
-            rec.rk = job
+            plan.rec.rk = job
                 .request
                 .as_ref()
                 .map(|rk| crate::record::hex(&rk.key_hash.0));
-            let submitted = HistoryEvent::submitted(job.created_at);
-            tx_history(tx, id, &mut rec, submitted.at, &submitted.kind, None)?;
-            tx_put_job(tx, id, &rec)?;
-            Ok(Submitted::Created(job_to_api(id, &rec).or_abort()?))
+            tx_write(tx, id, &plan, &job.members, job.created_at)?;
+            Ok(Submitted::Created(job_to_api(id, &plan.rec).or_abort()?))
         })
     }
 
@@ -1183,27 +1165,10 @@ impl JobStore for SledStore {
         detail: Option<String>,
     ) -> Result<Job, StoreError> {
         self.write("apply", |tx| {
-            let mut rec = tx_job(tx, id)?;
-            let old = rec.state.to_api();
-            let new = match transition(old, event, now) {
-                Ok(s) => s,
-                Err(source) => return abort(StoreError::InvalidTransition { job: id, source }),
-            };
-            if let JobEvent::Start { attempt } = event {
-                rec.attempts = attempt;
-            }
-            if event == JobEvent::Cancel {
-                tx_settle_pending(tx, id, rec.members, MemberState::Cancelled, None, now)?;
-            }
-            if new.is_final() {
-                tx_outbox_put(tx, id, &OutboxV1::new(now), None)?;
-            }
-            rec.state = StateV1::from_api(&new);
-            rec.updated = now.0;
-            tx_reindex(tx, id, Some(&old), &new)?;
-            tx_history(tx, id, &mut rec, now, event.name(), detail.as_deref())?;
-            tx_put_job(tx, id, &rec)?;
-            job_to_api(id, &rec).or_abort()
+            let rec = tx_job(tx, id)?;
+            let plan = plan::event(id, rec, event, now, detail.as_deref()).or_abort()?;
+            tx_write(tx, id, &plan, &[], now)?;
+            job_to_api(id, &plan.rec).or_abort()
         })
     }
 
@@ -1215,24 +1180,12 @@ impl JobStore for SledStore {
         detail: Option<String>,
     ) -> Result<Job, StoreError> {
         self.write("settle_and_finish", |tx| {
-            let mut rec = tx_job(tx, id)?;
-            let old = rec.state.to_api();
-            let states =
-                tx_settle_pending(tx, id, rec.members, pending_become, detail.as_deref(), now)?;
-            let event = JobEvent::Finish {
-                outcome: JobOutcome::from_members(&states),
-            };
-            let new = match transition(old, event, now) {
-                Ok(s) => s,
-                Err(source) => return abort(StoreError::InvalidTransition { job: id, source }),
-            };
-            rec.state = StateV1::from_api(&new);
-            rec.updated = now.0;
-            tx_reindex(tx, id, Some(&old), &new)?;
-            tx_history(tx, id, &mut rec, now, event.name(), detail.as_deref())?;
-            tx_put_job(tx, id, &rec)?;
-            tx_outbox_put(tx, id, &OutboxV1::new(now), None)?;
-            job_to_api(id, &rec).or_abort()
+            let rec = tx_job(tx, id)?;
+            let detail = detail.as_deref();
+            let states = tx_settle_pending(tx, id, rec.members, pending_become, detail, now)?;
+            let plan = plan::finish(id, rec, &states, now, detail).or_abort()?;
+            tx_write(tx, id, &plan, &[], now)?;
+            job_to_api(id, &plan.rec).or_abort()
         })
     }
 
@@ -1242,25 +1195,10 @@ impl JobStore for SledStore {
         members: Vec<NewMember>,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let count = check_member_count(members.len())?;
+        let count = plan::member_count(members.len())?;
         self.write("freeze_members", |tx| {
-            let mut rec = tx_job(tx, id)?;
-            if rec.frozen {
-                return abort(StoreError::MembersAlreadyFrozen { job: id });
-            }
-            let state = rec.state.to_api();
-            if state.is_final() {
-                return abort(StoreError::JobIsFinal {
-                    job: id,
-                    state: state.name(),
-                });
-            }
-            tx_append_members(tx, id, 0, &members, now)?;
-            rec.members = count;
-            rec.frozen = true;
-            let detail = format!("{count} member{} frozen", if count == 1 { "" } else { "s" });
-            tx_history(tx, id, &mut rec, now, "members", Some(&detail))?;
-            tx_put_job(tx, id, &rec)
+            let plan = plan::freeze(id, tx_job(tx, id)?, count, now).or_abort()?;
+            tx_write(tx, id, &plan, &members, now)
         })
     }
 
@@ -1291,16 +1229,8 @@ impl JobStore for SledStore {
 
     fn append_history(&self, id: JobId, event: HistoryEvent) -> Result<(), StoreError> {
         self.write("append_history", |tx| {
-            let mut rec = tx_job(tx, id)?;
-            tx_history(
-                tx,
-                id,
-                &mut rec,
-                event.at,
-                &event.kind,
-                event.detail.as_deref(),
-            )?;
-            tx_put_job(tx, id, &rec)
+            let plan = plan::history(tx_job(tx, id)?, &event);
+            tx_write(tx, id, &plan, &[], event.at)
         })
     }
 
@@ -1558,12 +1488,7 @@ impl JobStore for SledStore {
                 None => Err(StoreError::NotFound(id)),
             }
         })?;
-        Ok(match (&rec.walk, rec.frozen) {
-            (Some(w), _) => w.to_api(),
-            // Frozen without a walk: not a recursive job, nothing to walk.
-            (None, true) => Walk::default(),
-            (None, false) => WalkV1::start().to_api(),
-        })
+        Ok(plan::walk_of(&rec))
     }
 
     fn record_directory(
@@ -1576,53 +1501,23 @@ impl JobStore for SledStore {
         now: Timestamp,
     ) -> Result<Walk, StoreError> {
         self.write("record_directory", |tx| {
-            let mut rec = tx_job(tx, id)?;
-            let state = rec.state.to_api();
-            if state.is_final() {
-                return abort(StoreError::JobIsFinal {
-                    job: id,
-                    state: state.name(),
-                });
+            let rec = tx_job(tx, id)?;
+            match plan::directory(id, rec, dir, files.len(), &subdirs, &unique, now).or_abort()? {
+                Listing::Known(walk) => Ok(walk),
+                Listing::Record(plan, walk) => {
+                    tx_write(tx, id, &plan, &files, now)?;
+                    Ok(walk)
+                }
             }
-            let mut walk = match (&rec.walk, rec.frozen) {
-                (Some(w), _) => w.clone(),
-                (None, true) => return abort(StoreError::MembersAlreadyFrozen { job: id }),
-                (None, false) => WalkV1::start(),
-            };
-            if !walk.record(dir, &subdirs, &unique) {
-                return Ok(walk.to_api());
-            }
-            let start = rec.members as usize;
-            let count = match check_member_count(start + files.len()) {
-                Ok(c) => c,
-                Err(e) => return abort(e),
-            };
-            tx_append_members(tx, id, rec.members, &files, now)?;
-            rec.members = count;
-            let detail = WalkV1::listed_detail(dir, files.len(), subdirs.len());
-            tx_history(tx, id, &mut rec, now, "listed", Some(&detail))?;
-            if walk.todo.is_empty() {
-                rec.frozen = true;
-                let detail = walk.frozen_detail(count);
-                tx_history(tx, id, &mut rec, now, "members", Some(&detail))?;
-            }
-            let out = walk.to_api();
-            rec.walk = Some(walk);
-            tx_put_job(tx, id, &rec)?;
-            Ok(out)
         })
     }
 
     fn record_made_dirs(&self, id: JobId, dirs: Vec<String>) -> Result<(), StoreError> {
         self.write("record_made_dirs", |tx| {
-            let mut rec = tx_job(tx, id)?;
-            let Some(walk) = rec.walk.as_mut() else {
-                return Ok(());
-            };
-            if walk.record_made(&dirs) {
-                tx_put_job(tx, id, &rec)?;
+            match plan::made_dirs(tx_job(tx, id)?, &dirs) {
+                Some(rec) => tx_put_job(tx, id, &rec),
+                None => Ok(()),
             }
-            Ok(())
         })
     }
 }
