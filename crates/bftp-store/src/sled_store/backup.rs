@@ -10,7 +10,8 @@
 
 use std::path::Path;
 
-use super::{open_db, SledStore, TREES};
+use super::open::open_db;
+use super::{SledStore, TREES};
 use crate::error::{backend, StoreError};
 use crate::files::{self, Watermark};
 use crate::keys;
