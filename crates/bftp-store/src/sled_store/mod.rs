@@ -1,4 +1,4 @@
-//! [`SledStore`]: the [`JobStore`] of a single daemon, on sled 0.34.
+//! [`SledStore`]: the [`JobStore`](crate::JobStore) of a single daemon, on sled 0.34.
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
