@@ -2,8 +2,9 @@
 //! and the takeover of jobs whose lease ran out.
 
 use super::reach;
+use super::sql::Sql;
 use super::write::{decode_job_row, tx_job, tx_put_job, tx_settle_pending, tx_write};
-use super::{due_at, id_of, job_id, lease_interval, ms, pg, state_code, Held, Inner};
+use super::{due_at, id_of, job_id, lease_interval, ms, state_code, Held, Inner};
 use crate::error::StoreError;
 use crate::keys;
 use crate::plan::{self};
@@ -22,30 +23,22 @@ impl Inner {
             // The key's row first: a second submit of the key, on any node, waits here for
             // the first one's transaction and then finds its job.
             let inserted = tx
-                .execute(
-                    &tx.prepare_cached(
-                        "INSERT INTO requests (key_hash, job, fingerprint) VALUES ($1, NULL, $2)
+                .exec(
+                    OP,
+                    "INSERT INTO requests (key_hash, job, fingerprint) VALUES ($1, NULL, $2)
                      ON CONFLICT (key_hash) DO NOTHING",
-                    )
-                    .await
-                    .map_err(pg("prepare"))?,
                     &[&&rk.key_hash.0[..], &&rk.fingerprint.0[..]],
                 )
-                .await
-                .map_err(pg(OP))?;
+                .await?;
             if inserted == 0 {
                 let row = tx
-                    .query_one(
-                        &tx.prepare_cached(
-                            "SELECT r.job, r.fingerprint, j.rec FROM requests r
+                    .row(
+                        OP,
+                        "SELECT r.job, r.fingerprint, j.rec FROM requests r
                          LEFT JOIN jobs j ON j.id = r.job WHERE r.key_hash = $1",
-                        )
-                        .await
-                        .map_err(pg("prepare"))?,
                         &[&&rk.key_hash.0[..]],
                     )
-                    .await
-                    .map_err(pg(OP))?;
+                    .await?;
                 let existing = row.get::<_, Option<i64>>(0).map(|j| JobId(j.max(0) as u64));
                 let fp: &[u8] = row.get(1);
                 let Some(existing) = existing else {
@@ -69,8 +62,10 @@ impl Inner {
         let plan = plan::submit(&job, count);
         let state = plan.state();
         let id = tx
-            .query_one(&tx.prepare_cached("INSERT INTO jobs (owner, keyword, state, due_at, rec) VALUES ($1, $2, $3, $4, $5)
-                 RETURNING id").await.map_err(pg("prepare"))?,
+            .row(
+                OP,
+                "INSERT INTO jobs (owner, keyword, state, due_at, rec) VALUES ($1, $2, $3, $4, $5)
+                 RETURNING id",
                 &[
                     &i64::from(job.owner_uid),
                     &job.keyword_hash.as_ref().map(|h| h.0.to_vec()),
@@ -79,18 +74,15 @@ impl Inner {
                     &encode(&plan.rec),
                 ],
             )
-            .await
-            .map_err(pg(OP))?;
+            .await?;
         let id = job_id(&id, 0);
         if let Some(rk) = &job.request {
-            tx.execute(
-                &tx.prepare_cached("UPDATE requests SET job = $2 WHERE key_hash = $1")
-                    .await
-                    .map_err(pg("prepare"))?,
+            tx.exec(
+                OP,
+                "UPDATE requests SET job = $2 WHERE key_hash = $1",
                 &[&&rk.key_hash.0[..], &id_of(id)],
             )
-            .await
-            .map_err(pg(OP))?;
+            .await?;
         }
         tx_write(&tx, OP, id, &plan, &job.members, job.created_at).await?;
         tx_put_job(&tx, OP, id, &plan.rec, false).await?;
@@ -101,14 +93,12 @@ impl Inner {
     pub(super) async fn get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
         let c = self.client("get").await?;
         let row = c
-            .query_opt(
-                &c.prepare_cached("SELECT id, rec FROM jobs WHERE id = $1")
-                    .await
-                    .map_err(pg("prepare"))?,
+            .maybe_row(
+                "get",
+                "SELECT id, rec FROM jobs WHERE id = $1",
                 &[&id_of(id)],
             )
-            .await
-            .map_err(pg("get"))?;
+            .await?;
         row.as_ref().map(decode_job_row).transpose()
     }
 
@@ -124,17 +114,14 @@ impl Inner {
         let c = self.client("list").await?;
         let state = filter.state.map(|s| i16::from(keys::state_code(s)));
         let rows = c
-            .query(
-                &c.prepare_cached(
-                    "SELECT id, rec FROM jobs
+            .rows(
+                "list",
+                "SELECT id, rec FROM jobs
                  WHERE id > $1
                    AND ($2::bigint IS NULL OR owner = $2)
                    AND ($3::bytea IS NULL OR keyword = $3)
                    AND ($4::smallint IS NULL OR state = $4)
                  ORDER BY id LIMIT $5",
-                )
-                .await
-                .map_err(pg("prepare"))?,
                 &[
                     &after.map_or(0, id_of),
                     &filter.owner.map(i64::from),
@@ -143,8 +130,7 @@ impl Inner {
                     &limit,
                 ],
             )
-            .await
-            .map_err(pg("list"))?;
+            .await?;
         rows.iter().map(decode_job_row).collect()
     }
 
@@ -155,14 +141,8 @@ impl Inner {
         id: JobId,
     ) -> Result<(), StoreError> {
         let row = c
-            .query_opt(
-                &c.prepare_cached("SELECT 1 FROM jobs WHERE id = $1")
-                    .await
-                    .map_err(pg("prepare"))?,
-                &[&id_of(id)],
-            )
-            .await
-            .map_err(pg(op))?;
+            .maybe_row(op, "SELECT 1 FROM jobs WHERE id = $1", &[&id_of(id)])
+            .await?;
         if row.is_none() {
             return Err(StoreError::NotFound(id));
         }
@@ -173,14 +153,12 @@ impl Inner {
         let c = self.client("history").await?;
         self.require_job(&c, "history", id).await?;
         let rows = c
-            .query(
-                &c.prepare_cached("SELECT seq, rec FROM history WHERE job = $1 ORDER BY seq")
-                    .await
-                    .map_err(pg("prepare"))?,
+            .rows(
+                "history",
+                "SELECT seq, rec FROM history WHERE job = $1 ORDER BY seq",
                 &[&id_of(id)],
             )
-            .await
-            .map_err(pg("history"))?;
+            .await?;
         rows.iter()
             .map(|r| {
                 let seq = r.get::<_, i32>(0) as u32;
@@ -210,17 +188,13 @@ impl Inner {
             // Requeued by a node that does not hold it (a restart recovering its previous
             // life's jobs): only while no other node's lease is running.
             let free: bool = tx
-                .query_one(
-                    &tx.prepare_cached(
-                        "SELECT lease_node IS NULL OR lease_node = $2 OR lease_until < now()
+                .row(
+                    OP,
+                    "SELECT lease_node IS NULL OR lease_node = $2 OR lease_until < now()
                      FROM jobs WHERE id = $1",
-                    )
-                    .await
-                    .map_err(pg("prepare"))?,
                     &[&id_of(id), &self.node],
                 )
-                .await
-                .map_err(pg(OP))?
+                .await?
                 .get(0);
             if !free {
                 return Err(StoreError::LeaseLost {
@@ -233,37 +207,32 @@ impl Inner {
             if self.epoch_of(id).is_none() {
                 // Started without a claim (a single node that never called `due`): claim now.
                 let epoch: i64 = tx
-                    .query_one(
-                        &tx.prepare_cached(
-                            "UPDATE jobs SET epoch = epoch + 1, lease_node = $2,
+                    .row(
+                        OP,
+                        "UPDATE jobs SET epoch = epoch + 1, lease_node = $2,
                              lease_until = now() + make_interval(secs => $3)
                          WHERE id = $1 RETURNING epoch",
-                        )
-                        .await
-                        .map_err(pg("prepare"))?,
                         &[&id_of(id), &self.node, &lease_interval(self.lease)],
                     )
-                    .await
-                    .map_err(pg(OP))?
+                    .await?
                     .get(0);
-                tx.execute(
-                    &tx.prepare_cached("SELECT set_config('bftp.epoch', $1, true)")
-                        .await
-                        .map_err(pg("prepare"))?,
+                tx.exec(
+                    OP,
+                    "SELECT set_config('bftp.epoch', $1, true)",
                     &[&epoch.to_string()],
                 )
-                .await
-                .map_err(pg(OP))?;
+                .await?;
                 self.held
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(id, Held::new(epoch, sent, self.lease));
             } else {
-                tx.execute(&tx.prepare_cached("UPDATE jobs SET lease_until = now() + make_interval(secs => $2) WHERE id = $1").await.map_err(pg("prepare"))?,
+                tx.exec(
+                    OP,
+                    "UPDATE jobs SET lease_until = now() + make_interval(secs => $2) WHERE id = $1",
                     &[&id_of(id), &lease_interval(self.lease)],
                 )
-                .await
-                .map_err(pg(OP))?;
+                .await?;
             }
         }
         tx_write(&tx, OP, id, &plan, &[], now).await?;
@@ -272,20 +241,16 @@ impl Inner {
             // its attempt has stopped and written its clean-up and transcript (its postman
             // postpones it until then); if that node is gone, the claim runs out after a
             // lease and any node mails it.
-            tx.execute(
-                &tx.prepare_cached(
-                    "UPDATE outbox o SET claim_node = j.lease_node,
+            tx.exec(
+                OP,
+                "UPDATE outbox o SET claim_node = j.lease_node,
                      claim_until = now() + make_interval(secs => $3)
                  FROM jobs j
                  WHERE o.job = $1 AND j.id = $1 AND j.state = 2
                    AND j.lease_node <> $2 AND j.lease_until > now()",
-                )
-                .await
-                .map_err(pg("prepare"))?,
                 &[&id_of(id), &self.node, &lease_interval(self.lease)],
             )
-            .await
-            .map_err(pg(OP))?;
+            .await?;
         }
         let release = !matches!(plan.state(), JobState::Running { .. });
         tx_put_job(&tx, OP, id, &plan.rec, release).await?;
@@ -345,18 +310,14 @@ impl Inner {
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, None).await?;
         let rows = tx
-            .query(
-                &tx.prepare_cached(
-                    "SELECT id, rec, lease_node FROM jobs
+            .rows(
+                OP,
+                "SELECT id, rec, lease_node FROM jobs
                  WHERE state = 2 AND (lease_until IS NULL OR lease_until < now())
                  ORDER BY id LIMIT 64 FOR UPDATE SKIP LOCKED",
-                )
-                .await
-                .map_err(pg("prepare"))?,
                 &[],
             )
-            .await
-            .map_err(pg(OP))?;
+            .await?;
         for row in &rows {
             let id = job_id(row, 0);
             let rec: JobV1 = decode("job", &keys::job(id), row.get::<_, &[u8]>(1))?;
@@ -384,9 +345,9 @@ impl Inner {
         // Each claim's lease runs from the statement's `now()`, later than this.
         let sent = Instant::now();
         let rows = c
-            .query(
-                &c.prepare_cached(
-                    "UPDATE jobs j SET epoch = j.epoch + 1, lease_node = $3,
+            .rows(
+                OP,
+                "UPDATE jobs j SET epoch = j.epoch + 1, lease_node = $3,
                      lease_until = now() + make_interval(secs => $4)
                  FROM (SELECT id FROM jobs
                        WHERE state = 1 AND due_at <= $1
@@ -394,9 +355,6 @@ impl Inner {
                        ORDER BY due_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) c
                  WHERE j.id = c.id
                  RETURNING j.id, j.due_at, j.epoch",
-                )
-                .await
-                .map_err(pg("prepare"))?,
                 &[
                     &ms(until),
                     &(limit as i64),
@@ -404,8 +362,7 @@ impl Inner {
                     &lease_interval(self.lease),
                 ],
             )
-            .await
-            .map_err(pg(OP))?;
+            .await?;
         let mut out: Vec<(Timestamp, JobId)> = Vec::with_capacity(rows.len());
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         for r in rows {
@@ -421,17 +378,13 @@ impl Inner {
     pub(super) async fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
         let c = self.client("next_due").await?;
         let row = c
-            .query_one(
-                &c.prepare_cached(
-                    "SELECT min(due_at) FROM jobs WHERE state = 1
+            .row(
+                "next_due",
+                "SELECT min(due_at) FROM jobs WHERE state = 1
                    AND (lease_node IS NULL OR lease_until < now() OR lease_node = $1)",
-                )
-                .await
-                .map_err(pg("prepare"))?,
                 &[&self.node],
             )
-            .await
-            .map_err(pg("next_due"))?;
+            .await?;
         Ok(row
             .get::<_, Option<i64>>(0)
             .map(|t| Timestamp(t.max(0) as u64)))
@@ -440,14 +393,12 @@ impl Inner {
     pub(super) async fn count_by_state(&self) -> Result<StateCounts, StoreError> {
         let c = self.client("count_by_state").await?;
         let rows = c
-            .query(
-                &c.prepare_cached("SELECT state, count(*) FROM jobs GROUP BY state")
-                    .await
-                    .map_err(pg("prepare"))?,
+            .rows(
+                "count_by_state",
+                "SELECT state, count(*) FROM jobs GROUP BY state",
                 &[],
             )
-            .await
-            .map_err(pg("count_by_state"))?;
+            .await?;
         let mut counts = StateCounts::default();
         for r in rows {
             let n = r.get::<_, i64>(1).max(0) as u64;
@@ -465,16 +416,12 @@ impl Inner {
     pub(super) async fn running_jobs(&self) -> Result<Vec<JobId>, StoreError> {
         let c = self.client("running_jobs").await?;
         let rows = c
-            .query(
-                &c.prepare_cached(
-                    "SELECT id FROM jobs WHERE state = 2 AND lease_node = $1 ORDER BY id",
-                )
-                .await
-                .map_err(pg("prepare"))?,
+            .rows(
+                "running_jobs",
+                "SELECT id FROM jobs WHERE state = 2 AND lease_node = $1 ORDER BY id",
                 &[&self.node],
             )
-            .await
-            .map_err(pg("running_jobs"))?;
+            .await?;
         Ok(rows.iter().map(|r| job_id(r, 0)).collect())
     }
 }

@@ -1,6 +1,7 @@
 //! Members and a recursive job's walk.
 
 use super::reach;
+use super::sql::Sql;
 use super::write::{tx_job, tx_member, tx_put_job, tx_put_member, tx_write};
 use super::{id_of, pg, Inner};
 use crate::error::StoreError;
@@ -15,14 +16,12 @@ impl Inner {
         let c = self.client("members").await?;
         self.require_job(&c, "members", id).await?;
         let rows = c
-            .query(
-                &c.prepare_cached("SELECT idx, rec FROM members WHERE job = $1 ORDER BY idx")
-                    .await
-                    .map_err(pg("prepare"))?,
+            .rows(
+                "members",
+                "SELECT idx, rec FROM members WHERE job = $1 ORDER BY idx",
                 &[&id_of(id)],
             )
-            .await
-            .map_err(pg("members"))?;
+            .await?;
         rows.iter()
             .map(|r| {
                 let index = r.get::<_, i32>(0) as u32;
@@ -45,17 +44,13 @@ impl Inner {
         let from = i32::try_from(from).unwrap_or(i32::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = c
-            .query(
-                &c.prepare_cached(
-                    "SELECT idx, rec FROM members WHERE job = $1 AND idx >= $2 \
+            .rows(
+                "members",
+                "SELECT idx, rec FROM members WHERE job = $1 AND idx >= $2 \
                      ORDER BY idx LIMIT $3",
-                )
-                .await
-                .map_err(pg("prepare"))?,
                 &[&id_of(id), &from, &limit],
             )
-            .await
-            .map_err(pg("members"))?;
+            .await?;
         rows.iter()
             .map(|r| {
                 let index = r.get::<_, i32>(0) as u32;
@@ -147,14 +142,12 @@ impl Inner {
         let tx = self.begin(&mut c, OP, Some(id)).await?;
         // The job row first, locked: the same order as every other write of the job.
         let job = tx
-            .query_opt(
-                &tx.prepare_cached("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE")
-                    .await
-                    .map_err(pg("prepare"))?,
+            .maybe_row(
+                OP,
+                "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE",
                 &[&id_of(id)],
             )
-            .await
-            .map_err(pg(OP))?;
+            .await?;
         if job.is_none() {
             return Err(StoreError::NotFound(id));
         }

@@ -1,6 +1,7 @@
 //! The key fingerprint and the refusal memory.
 
 use super::reach;
+use super::sql::Sql;
 use super::{pg, Inner};
 use crate::error::StoreError;
 use crate::keys;
@@ -12,14 +13,8 @@ impl Inner {
     pub(super) async fn is_empty(&self) -> Result<bool, StoreError> {
         let c = self.client("is_empty").await?;
         let any: bool = c
-            .query_one(
-                &c.prepare_cached("SELECT EXISTS (SELECT 1 FROM jobs)")
-                    .await
-                    .map_err(pg("prepare"))?,
-                &[],
-            )
-            .await
-            .map_err(pg("is_empty"))?
+            .row("is_empty", "SELECT EXISTS (SELECT 1 FROM jobs)", &[])
+            .await?
             .get(0);
         Ok(!any)
     }
@@ -27,14 +22,12 @@ impl Inner {
     pub(super) async fn key_fingerprint(&self) -> Result<Option<[u8; 32]>, StoreError> {
         let c = self.client("key_fingerprint").await?;
         let row = c
-            .query_opt(
-                &c.prepare_cached("SELECT value FROM bftp_meta WHERE key = 'key_fingerprint'")
-                    .await
-                    .map_err(pg("prepare"))?,
+            .maybe_row(
+                "key_fingerprint",
+                "SELECT value FROM bftp_meta WHERE key = 'key_fingerprint'",
                 &[],
             )
-            .await
-            .map_err(pg("key_fingerprint"))?;
+            .await?;
         match row {
             Some(r) => {
                 let v: &[u8] = r.get(0);
@@ -52,17 +45,13 @@ impl Inner {
 
     pub(super) async fn set_key_fingerprint(&self, fp: [u8; 32]) -> Result<(), StoreError> {
         let c = self.client("set_key_fingerprint").await?;
-        c.execute(
-            &c.prepare_cached(
-                "INSERT INTO bftp_meta (key, value) VALUES ('key_fingerprint', $1)
+        c.exec(
+            "set_key_fingerprint",
+            "INSERT INTO bftp_meta (key, value) VALUES ('key_fingerprint', $1)
              ON CONFLICT (key) DO UPDATE SET value = $1",
-            )
-            .await
-            .map_err(pg("prepare"))?,
             &[&&fp[..]],
         )
-        .await
-        .map_err(pg("set_key_fingerprint"))?;
+        .await?;
         Ok(())
     }
 
@@ -111,14 +100,8 @@ impl Inner {
         let k = keys::refusal(&key);
         let c = self.client("refusal").await?;
         let row = c
-            .query_opt(
-                &c.prepare_cached("SELECT rec FROM refusals WHERE key = $1")
-                    .await
-                    .map_err(pg("prepare"))?,
-                &[&k],
-            )
-            .await
-            .map_err(pg("refusal"))?;
+            .maybe_row("refusal", "SELECT rec FROM refusals WHERE key = $1", &[&k])
+            .await?;
         match row {
             Some(r) => Ok(Some(
                 decode::<RefusalV1>("refusal", &k, r.get::<_, &[u8]>(0))?.to_core(&k)?,
@@ -138,25 +121,19 @@ impl Inner {
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, None).await?;
         // A row to lock, so two nodes' sightings of one refusal are merged one after the other.
-        tx.execute(
-            &tx.prepare_cached(
-                "INSERT INTO refusals (key, rec) VALUES ($1, '') ON CONFLICT (key) DO NOTHING",
-            )
-            .await
-            .map_err(pg("prepare"))?,
+        tx.exec(
+            OP,
+            "INSERT INTO refusals (key, rec) VALUES ($1, '') ON CONFLICT (key) DO NOTHING",
             &[&k],
         )
-        .await
-        .map_err(pg(OP))?;
+        .await?;
         let row = tx
-            .query_one(
-                &tx.prepare_cached("SELECT rec FROM refusals WHERE key = $1 FOR UPDATE")
-                    .await
-                    .map_err(pg("prepare"))?,
+            .row(
+                OP,
+                "SELECT rec FROM refusals WHERE key = $1 FOR UPDATE",
                 &[&k],
             )
-            .await
-            .map_err(pg(OP))?;
+            .await?;
         let bytes: &[u8] = row.get(0);
         let previous = if bytes.is_empty() {
             None
@@ -164,14 +141,12 @@ impl Inner {
             Some(decode::<RefusalV1>("refusal", &k, bytes)?.to_core(&k)?)
         };
         let memory = observe(previous.as_ref(), &seen, now);
-        tx.execute(
-            &tx.prepare_cached("UPDATE refusals SET rec = $2 WHERE key = $1")
-                .await
-                .map_err(pg("prepare"))?,
+        tx.exec(
+            OP,
+            "UPDATE refusals SET rec = $2 WHERE key = $1",
             &[&k, &encode(&RefusalV1::from_core(&memory))],
         )
-        .await
-        .map_err(pg(OP))?;
+        .await?;
         tx.commit().await.map_err(reach::commit_failed(OP))?;
         Ok(memory)
     }

@@ -49,6 +49,7 @@ mod reach;
 mod retention;
 mod schema;
 mod slots;
+mod sql;
 mod store;
 mod write;
 
@@ -56,6 +57,7 @@ pub use backup::DUMP_FILE as PG_DUMP_FILE;
 use lease::{heartbeat, PRESENCE_WAIT};
 pub use schema::PG_SCHEMA_VERSION;
 pub use slots::PgHostSlots;
+use sql::Sql;
 
 /// The SQLSTATE the fence trigger raises for a write with a stale epoch.
 const STALE_EPOCH: &str = "BF001";
@@ -402,14 +404,12 @@ impl Inner {
     ) -> Result<Transaction<'a>, StoreError> {
         let tx = c.transaction().await.map_err(pg(op))?;
         if let Some(epoch) = id.and_then(|id| self.epoch_of(id)) {
-            tx.execute(
-                &tx.prepare_cached("SELECT set_config('bftp.epoch', $1, true)")
-                    .await
-                    .map_err(pg("prepare"))?,
+            tx.exec(
+                op,
+                "SELECT set_config('bftp.epoch', $1, true)",
                 &[&epoch.to_string()],
             )
-            .await
-            .map_err(pg(op))?;
+            .await?;
         }
         Ok(tx)
     }

@@ -1,8 +1,9 @@
 //! The outbox of job reports (claimed per node for a lease) and attempt transcripts.
 
 use super::reach;
+use super::sql::Sql;
 use super::write::decode_outbox_row;
-use super::{id_of, lease_interval, ms, outbox_code, pg, Inner};
+use super::{id_of, lease_interval, ms, outbox_code, Inner};
 use crate::error::StoreError;
 use crate::keys;
 use crate::record::{decode, encode, OutboxV1, TranscriptV1, RECORD_VERSION};
@@ -13,14 +14,12 @@ impl Inner {
     pub(super) async fn outbox_entry(&self, id: JobId) -> Result<Option<OutboxEntry>, StoreError> {
         let c = self.client("outbox_entry").await?;
         let row = c
-            .query_opt(
-                &c.prepare_cached("SELECT job, rec FROM outbox WHERE job = $1")
-                    .await
-                    .map_err(pg("prepare"))?,
+            .maybe_row(
+                "outbox_entry",
+                "SELECT job, rec FROM outbox WHERE job = $1",
                 &[&id_of(id)],
             )
-            .await
-            .map_err(pg("outbox_entry"))?;
+            .await?;
         row.as_ref().map(decode_outbox_row).transpose()
     }
 
@@ -33,9 +32,9 @@ impl Inner {
     ) -> Result<Vec<OutboxEntry>, StoreError> {
         let c = self.client("outbox_due").await?;
         let rows = c
-            .query(
-                &c.prepare_cached(
-                    "UPDATE outbox o SET claim_node = $3,
+            .rows(
+                "outbox_due",
+                "UPDATE outbox o SET claim_node = $3,
                      claim_until = now() + make_interval(secs => $4)
                  FROM (SELECT job FROM outbox
                        WHERE state = 0 AND next_at <= $1
@@ -43,9 +42,6 @@ impl Inner {
                        ORDER BY next_at, job LIMIT $2 FOR UPDATE SKIP LOCKED) c
                  WHERE o.job = c.job
                  RETURNING o.job, o.rec, o.next_at",
-                )
-                .await
-                .map_err(pg("prepare"))?,
                 &[
                     &ms(until),
                     &(limit as i64),
@@ -53,8 +49,7 @@ impl Inner {
                     &lease_interval(self.lease),
                 ],
             )
-            .await
-            .map_err(pg("outbox_due"))?;
+            .await?;
         let mut out = rows
             .iter()
             .map(|r| Ok((r.get::<_, Option<i64>>(2), decode_outbox_row(r)?)))
@@ -66,17 +61,13 @@ impl Inner {
     pub(super) async fn outbox_next_due(&self) -> Result<Option<Timestamp>, StoreError> {
         let c = self.client("outbox_next_due").await?;
         let row = c
-            .query_one(
-                &c.prepare_cached(
-                    "SELECT min(next_at) FROM outbox WHERE state = 0
+            .row(
+                "outbox_next_due",
+                "SELECT min(next_at) FROM outbox WHERE state = 0
                    AND (claim_node IS NULL OR claim_until < now() OR claim_node = $1)",
-                )
-                .await
-                .map_err(pg("prepare"))?,
                 &[&self.node],
             )
-            .await
-            .map_err(pg("outbox_next_due"))?;
+            .await?;
         Ok(row
             .get::<_, Option<i64>>(0)
             .map(|t| Timestamp(t.max(0) as u64)))
@@ -85,14 +76,12 @@ impl Inner {
     pub(super) async fn outbox_pending(&self) -> Result<u64, StoreError> {
         let c = self.client("outbox_pending").await?;
         let n: i64 = c
-            .query_one(
-                &c.prepare_cached("SELECT count(*) FROM outbox WHERE state = 0")
-                    .await
-                    .map_err(pg("prepare"))?,
+            .row(
+                "outbox_pending",
+                "SELECT count(*) FROM outbox WHERE state = 0",
                 &[],
             )
-            .await
-            .map_err(pg("outbox_pending"))?
+            .await?
             .get(0);
         Ok(n.max(0) as u64)
     }
@@ -107,14 +96,12 @@ impl Inner {
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, None).await?;
         let row = tx
-            .query_opt(
-                &tx.prepare_cached("SELECT rec FROM outbox WHERE job = $1 FOR UPDATE")
-                    .await
-                    .map_err(pg("prepare"))?,
+            .maybe_row(
+                OP,
+                "SELECT rec FROM outbox WHERE job = $1 FOR UPDATE",
                 &[&id_of(id)],
             )
-            .await
-            .map_err(pg(OP))?;
+            .await?;
         let Some(row) = row else {
             return Err(StoreError::NoReport(id));
         };
@@ -125,15 +112,12 @@ impl Inner {
         // A report postponed while this node's attempt of the job stops stays this node's
         // for a lease more (the attempt's last writes go into it); any other result lets go.
         let keep_claim = matches!(result, DeliveryTry::Postponed { .. });
-        tx.execute(
-            &tx.prepare_cached(
-                "UPDATE outbox SET rec = $2, state = $3, next_at = $4,
+        tx.exec(
+            OP,
+            "UPDATE outbox SET rec = $2, state = $3, next_at = $4,
                  claim_node = CASE WHEN $5 THEN $6 END,
                  claim_until = CASE WHEN $5 THEN now() + make_interval(secs => $7) END
                  WHERE job = $1",
-            )
-            .await
-            .map_err(pg("prepare"))?,
             &[
                 &id_of(id),
                 &encode(&rec),
@@ -144,8 +128,7 @@ impl Inner {
                 &lease_interval(self.lease),
             ],
         )
-        .await
-        .map_err(pg(OP))?;
+        .await?;
         tx.commit().await.map_err(reach::commit_failed(OP))?;
         rec.to_api(id)
     }
@@ -164,28 +147,22 @@ impl Inner {
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, Some(id)).await?;
         let job = tx
-            .query_opt(
-                &tx.prepare_cached("SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE")
-                    .await
-                    .map_err(pg("prepare"))?,
+            .maybe_row(
+                OP,
+                "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE",
                 &[&id_of(id)],
             )
-            .await
-            .map_err(pg(OP))?;
+            .await?;
         if job.is_none() {
             return Err(StoreError::NotFound(id));
         }
-        tx.execute(
-            &tx.prepare_cached(
-                "INSERT INTO transcripts (job, rec) VALUES ($1, $2)
+        tx.exec(
+            OP,
+            "INSERT INTO transcripts (job, rec) VALUES ($1, $2)
              ON CONFLICT (job) DO UPDATE SET rec = $2",
-            )
-            .await
-            .map_err(pg("prepare"))?,
             &[&id_of(id), &value],
         )
-        .await
-        .map_err(pg(OP))?;
+        .await?;
         tx.commit().await.map_err(reach::commit_failed(OP))
     }
 
@@ -195,14 +172,12 @@ impl Inner {
     ) -> Result<Option<AttemptTranscript>, StoreError> {
         let c = self.client("transcript").await?;
         let row = c
-            .query_opt(
-                &c.prepare_cached("SELECT rec FROM transcripts WHERE job = $1")
-                    .await
-                    .map_err(pg("prepare"))?,
+            .maybe_row(
+                "transcript",
+                "SELECT rec FROM transcripts WHERE job = $1",
                 &[&id_of(id)],
             )
-            .await
-            .map_err(pg("transcript"))?;
+            .await?;
         match row {
             Some(r) => Ok(Some(
                 decode::<TranscriptV1>("transcript", &keys::job(id), r.get::<_, &[u8]>(0))?

@@ -1,6 +1,7 @@
 //! The PostgreSQL schema: its migrations, applied in order under an advisory lock, and the
 //! version a database has.
 
+use super::sql::Sql;
 use super::{pg, Inner, PgOptions, PgStore};
 use super::{retention, slots};
 use crate::error::{BackendError, StoreError};
@@ -152,14 +153,8 @@ impl Inner {
         let mut c = self.client("migrate").await?;
         let tx = c.transaction().await.map_err(pg("migrate"))?;
         // One node migrates at a time; the others wait here and find the work done.
-        tx.execute(
-            &tx.prepare_cached("SELECT pg_advisory_xact_lock(4242020215)")
-                .await
-                .map_err(pg("prepare"))?,
-            &[],
-        )
-        .await
-        .map_err(pg("migrate"))?;
+        tx.exec("migrate", "SELECT pg_advisory_xact_lock(4242020215)", &[])
+            .await?;
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS bftp_schema (
                 version integer PRIMARY KEY,
@@ -168,14 +163,12 @@ impl Inner {
         .await
         .map_err(pg("migrate"))?;
         let have: i32 = tx
-            .query_one(
-                &tx.prepare_cached("SELECT coalesce(max(version), 0) FROM bftp_schema")
-                    .await
-                    .map_err(pg("prepare"))?,
+            .row(
+                "migrate",
+                "SELECT coalesce(max(version), 0) FROM bftp_schema",
                 &[],
             )
-            .await
-            .map_err(pg("migrate"))?
+            .await?
             .get(0);
         if have > PG_SCHEMA_VERSION {
             return Err(StoreError::SchemaTooNew {
@@ -185,14 +178,12 @@ impl Inner {
         }
         for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > have) {
             tx.batch_execute(sql).await.map_err(pg("migrate"))?;
-            tx.execute(
-                &tx.prepare_cached("INSERT INTO bftp_schema (version) VALUES ($1)")
-                    .await
-                    .map_err(pg("prepare"))?,
+            tx.exec(
+                "migrate",
+                "INSERT INTO bftp_schema (version) VALUES ($1)",
                 &[version],
             )
-            .await
-            .map_err(pg("migrate"))?;
+            .await?;
             tracing::info!(
                 version,
                 "applied a schema migration of the PostgreSQL store"

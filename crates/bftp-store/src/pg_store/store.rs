@@ -1,5 +1,6 @@
 //! [`JobStore`] for [`PgStore`]: each call runs on the store's runtime (`PgStore::with`).
 
+use super::sql::Sql;
 use super::{id_of, pg, PgHostSlots, PgStore};
 use crate::error::StoreError;
 use crate::types::{
@@ -275,14 +276,12 @@ impl JobStore for PgStore {
         self.with(|i| async move {
             let c = i.client("job_node").await?;
             let row = c
-                .query_opt(
-                    &c.prepare_cached("SELECT lease_node FROM jobs WHERE id = $1 AND state = 2")
-                        .await
-                        .map_err(pg("prepare"))?,
+                .maybe_row(
+                    "job_node",
+                    "SELECT lease_node FROM jobs WHERE id = $1 AND state = 2",
                     &[&id_of(id)],
                 )
-                .await
-                .map_err(pg("job_node"))?;
+                .await?;
             Ok(row.and_then(|r| r.get::<_, Option<String>>(0)))
         })
     }

@@ -1,6 +1,7 @@
 //! The pieces of a PostgreSQL write transaction, among them the writing of a [`Plan`]
 //! (`plan.rs`).
 
+use super::sql::Sql;
 use super::{due_at, id_of, job_id, outbox_code, pg, state_code};
 use crate::error::StoreError;
 use crate::keys;
@@ -17,14 +18,12 @@ pub(super) async fn tx_job(
     id: JobId,
 ) -> Result<JobV1, StoreError> {
     let row = tx
-        .query_opt(
-            &tx.prepare_cached("SELECT rec FROM jobs WHERE id = $1 FOR UPDATE")
-                .await
-                .map_err(pg("prepare"))?,
+        .maybe_row(
+            op,
+            "SELECT rec FROM jobs WHERE id = $1 FOR UPDATE",
             &[&id_of(id)],
         )
-        .await
-        .map_err(pg(op))?;
+        .await?;
     match row {
         Some(r) => decode("job", &keys::job(id), r.get::<_, &[u8]>(0)),
         None => Err(StoreError::NotFound(id)),
@@ -83,14 +82,12 @@ pub(super) async fn tx_write(
         tx_outbox_new(tx, op, id, report).await?;
     }
     for (seq, h) in &plan.history {
-        tx.execute(
-            &tx.prepare_cached("INSERT INTO history (job, seq, rec) VALUES ($1, $2, $3)")
-                .await
-                .map_err(pg("prepare"))?,
+        tx.exec(
+            op,
+            "INSERT INTO history (job, seq, rec) VALUES ($1, $2, $3)",
             &[&id_of(id), &(*seq as i32), &encode(h)],
         )
-        .await
-        .map_err(pg(op))?;
+        .await?;
     }
     Ok(())
 }
@@ -102,14 +99,12 @@ pub(super) async fn tx_member(
     index: u32,
 ) -> Result<Option<MemberV1>, StoreError> {
     let row = tx
-        .query_opt(
-            &tx.prepare_cached("SELECT rec FROM members WHERE job = $1 AND idx = $2")
-                .await
-                .map_err(pg("prepare"))?,
+        .maybe_row(
+            op,
+            "SELECT rec FROM members WHERE job = $1 AND idx = $2",
             &[&id_of(id), &(index as i32)],
         )
-        .await
-        .map_err(pg(op))?;
+        .await?;
     match row {
         Some(r) => decode("member", &keys::member(id, index), r.get::<_, &[u8]>(0)).map(Some),
         None => Ok(None),
@@ -123,14 +118,12 @@ pub(super) async fn tx_put_member(
     index: u32,
     m: &MemberV1,
 ) -> Result<(), StoreError> {
-    tx.execute(
-        &tx.prepare_cached("UPDATE members SET rec = $3 WHERE job = $1 AND idx = $2")
-            .await
-            .map_err(pg("prepare"))?,
+    tx.exec(
+        op,
+        "UPDATE members SET rec = $3 WHERE job = $1 AND idx = $2",
         &[&id_of(id), &(index as i32), &encode(m)],
     )
-    .await
-    .map_err(pg(op))?;
+    .await?;
     Ok(())
 }
 
@@ -148,11 +141,8 @@ pub(super) async fn tx_insert_members(
             .iter()
             .map(|i| encode(&MemberV1::new(&members[*i], now)))
             .collect();
-        tx.execute(&tx.prepare_cached("INSERT INTO members (job, idx, rec) SELECT $1, i, r FROM unnest($2::int4[], $3::bytea[]) AS u(i, r)").await.map_err(pg("prepare"))?,
-            &[&id_of(id), &idx, &recs],
-        )
-        .await
-        .map_err(pg(op))?;
+        tx.exec(op, "INSERT INTO members (job, idx, rec) SELECT $1, i, r FROM unnest($2::int4[], $3::bytea[]) AS u(i, r)", &[&id_of(id), &idx, &recs])
+.await?;
     }
     Ok(())
 }
@@ -168,14 +158,12 @@ pub(super) async fn tx_settle_pending(
     now: Timestamp,
 ) -> Result<Vec<MemberState>, StoreError> {
     let rows = tx
-        .query(
-            &tx.prepare_cached("SELECT idx, rec FROM members WHERE job = $1 ORDER BY idx")
-                .await
-                .map_err(pg("prepare"))?,
+        .rows(
+            op,
+            "SELECT idx, rec FROM members WHERE job = $1 ORDER BY idx",
             &[&id_of(id)],
         )
-        .await
-        .map_err(pg(op))?;
+        .await?;
     if rows.len() != count as usize {
         return Err(keys::corrupt_key(
             "member",
@@ -201,14 +189,11 @@ pub(super) async fn tx_outbox_new(
     id: JobId,
     rec: &OutboxV1,
 ) -> Result<(), StoreError> {
-    tx.execute(
-        &tx.prepare_cached(
-            "INSERT INTO outbox (job, state, next_at, rec) VALUES ($1, $2, $3, $4)
+    tx.exec(
+        op,
+        "INSERT INTO outbox (job, state, next_at, rec) VALUES ($1, $2, $3, $4)
          ON CONFLICT (job) DO UPDATE SET state = $2, next_at = $3, rec = $4,
              claim_node = NULL, claim_until = NULL",
-        )
-        .await
-        .map_err(pg("prepare"))?,
         &[
             &id_of(id),
             &outbox_code(rec.state),
@@ -216,8 +201,7 @@ pub(super) async fn tx_outbox_new(
             &encode(rec),
         ],
     )
-    .await
-    .map_err(pg(op))?;
+    .await?;
     Ok(())
 }
 
