@@ -2,12 +2,14 @@
 
 use super::reach;
 use super::sql::Sql;
-use super::write::{tx_job, tx_member, tx_put_job, tx_put_member, tx_write};
+use super::write::{
+    decode_member_row, tx_job, tx_lock_job, tx_member, tx_put_job, tx_put_member, tx_write,
+};
 use super::{id_of, pg, Inner};
 use crate::error::StoreError;
 use crate::keys;
 use crate::plan::{self, Listing};
-use crate::record::{decode, JobV1, MemberV1};
+use crate::record::{decode, JobV1};
 use crate::types::{JobId, Member, MemberUpdate, NewMember, Walk};
 use bftp_core::Timestamp;
 
@@ -22,15 +24,7 @@ impl Inner {
                 &[&id_of(id)],
             )
             .await?;
-        rows.iter()
-            .map(|r| {
-                let index = r.get::<_, i32>(0) as u32;
-                Ok(
-                    decode::<MemberV1>("member", &keys::member(id, index), r.get::<_, &[u8]>(1))?
-                        .to_api(index),
-                )
-            })
-            .collect()
+        rows.iter().map(|r| decode_member_row(id, r)).collect()
     }
 
     pub(super) async fn members_page(
@@ -51,15 +45,7 @@ impl Inner {
                 &[&id_of(id), &from, &limit],
             )
             .await?;
-        rows.iter()
-            .map(|r| {
-                let index = r.get::<_, i32>(0) as u32;
-                Ok(
-                    decode::<MemberV1>("member", &keys::member(id, index), r.get::<_, &[u8]>(1))?
-                        .to_api(index),
-                )
-            })
-            .collect()
+        rows.iter().map(|r| decode_member_row(id, r)).collect()
     }
 
     pub(super) async fn freeze_members(
@@ -141,16 +127,7 @@ impl Inner {
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, Some(id)).await?;
         // The job row first, locked: the same order as every other write of the job.
-        let job = tx
-            .maybe_row(
-                OP,
-                "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE",
-                &[&id_of(id)],
-            )
-            .await?;
-        if job.is_none() {
-            return Err(StoreError::NotFound(id));
-        }
+        tx_lock_job(&tx, OP, id).await?;
         let Some(mut m) = tx_member(&tx, OP, id, index).await? else {
             return Err(StoreError::MemberNotFound { job: id, index });
         };

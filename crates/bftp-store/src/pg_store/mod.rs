@@ -221,6 +221,15 @@ fn pool_err(op: &'static str) -> impl Fn(deadpool_postgres::PoolError) -> StoreE
     }
 }
 
+/// The store's runtime could not start.
+fn runtime_failed(source: std::io::Error) -> StoreError {
+    StoreError::Io {
+        op: "start the runtime of",
+        path: "the PostgreSQL store".into(),
+        source,
+    }
+}
+
 fn ms(t: Timestamp) -> i64 {
     i64::try_from(t.0).unwrap_or(i64::MAX)
 }
@@ -266,11 +275,7 @@ impl PgStore {
             .thread_name("bftp-pg")
             .enable_all()
             .build()
-            .map_err(|source| StoreError::Io {
-                op: "start the runtime of",
-                path: "the PostgreSQL store".into(),
-                source,
-            })?;
+            .map_err(runtime_failed)?;
         let config = opts.config()?;
         let dump_target = backup::DumpTarget {
             url: opts.url.clone(),

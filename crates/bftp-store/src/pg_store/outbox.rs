@@ -2,7 +2,7 @@
 
 use super::reach;
 use super::sql::Sql;
-use super::write::decode_outbox_row;
+use super::write::{decode_outbox_row, tx_lock_job};
 use super::{id_of, lease_interval, ms, outbox_code, Inner};
 use crate::error::StoreError;
 use crate::keys;
@@ -146,16 +146,7 @@ impl Inner {
         });
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, Some(id)).await?;
-        let job = tx
-            .maybe_row(
-                OP,
-                "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE",
-                &[&id_of(id)],
-            )
-            .await?;
-        if job.is_none() {
-            return Err(StoreError::NotFound(id));
-        }
+        tx_lock_job(&tx, OP, id).await?;
         tx.exec(
             OP,
             "INSERT INTO transcripts (job, rec) VALUES ($1, $2)

@@ -2,7 +2,7 @@
 //! version a database has.
 
 use super::sql::Sql;
-use super::{pg, Inner, PgOptions, PgStore};
+use super::{pg, runtime_failed, Inner, PgOptions, PgStore};
 use super::{retention, slots};
 use crate::error::{BackendError, StoreError};
 use std::time::Duration;
@@ -112,11 +112,7 @@ impl PgStore {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|source| StoreError::Io {
-                op: "start the runtime of",
-                path: "the PostgreSQL store".into(),
-                source,
-            })?;
+            .map_err(runtime_failed)?;
         rt.block_on(async {
             let (client, conn) =
                 tokio::time::timeout(Duration::from_secs(10), config.connect(NoTls))

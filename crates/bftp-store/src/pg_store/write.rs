@@ -7,10 +7,23 @@ use crate::error::StoreError;
 use crate::keys;
 use crate::plan::{self, Plan};
 use crate::record::{decode, encode, job_to_api, JobV1, MemberV1, OutboxV1};
-use crate::types::{Job, JobId, NewMember, OutboxEntry};
+use crate::types::{Job, JobId, Member, NewMember, OutboxEntry};
 use bftp_core::{MemberState, Timestamp};
 use deadpool_postgres::Transaction;
 use tokio_postgres::Row;
+
+/// Locks the job's row for this transaction; `NotFound` when there is no such job.
+pub(super) async fn tx_lock_job(
+    tx: &Transaction<'_>,
+    op: &'static str,
+    id: JobId,
+) -> Result<(), StoreError> {
+    let sql = "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE";
+    match tx.maybe_row(op, sql, &[&id_of(id)]).await? {
+        Some(_) => Ok(()),
+        None => Err(StoreError::NotFound(id)),
+    }
+}
 
 pub(super) async fn tx_job(
     tx: &Transaction<'_>,
@@ -208,6 +221,13 @@ pub(super) async fn tx_outbox_new(
 pub(super) fn decode_job_row(row: &Row) -> Result<Job, StoreError> {
     let id = job_id(row, 0);
     job_to_api(id, &decode("job", &keys::job(id), row.get::<_, &[u8]>(1))?)
+}
+
+/// A member from a row of `idx, rec`.
+pub(super) fn decode_member_row(id: JobId, r: &Row) -> Result<Member, StoreError> {
+    let index = r.get::<_, i32>(0) as u32;
+    let m: MemberV1 = decode("member", &keys::member(id, index), r.get::<_, &[u8]>(1))?;
+    Ok(m.to_api(index))
 }
 
 pub(super) fn decode_outbox_row(row: &Row) -> Result<OutboxEntry, StoreError> {

@@ -319,7 +319,6 @@ impl Drop for SledStore {
     }
 }
 
-/// One member's change inside a write transaction (see `JobStore::update_member`).
 /// How long a look at the store's disk that found `free` bytes (with `reserve` to keep)
 /// stands for the next files an attempt starts: with more than twice the reserve free, a
 /// quarter second; nearer the reserve, none (every file start looks). A disk filling from
