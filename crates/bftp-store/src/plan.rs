@@ -404,8 +404,9 @@ mod tests {
         };
         let cancelled = JobState::Cancelled { at: T };
         // (from, event, allowed, settles, reports, attempts after)
+        type Row = (JobState, JobEvent, bool, Option<MemberState>, bool, u32);
         #[rustfmt::skip]
-        let table: &[(JobState, JobEvent, bool, Option<MemberState>, bool, u32)] = &[
+        let table: &[Row] = &[
             (queued(),  start,            true,  None,                         false, 1),
             (queued(),  JobEvent::Cancel, true,  Some(MemberState::Cancelled), true,  0),
             (running(), finish,           true,  None,                         true,  0),
