@@ -192,7 +192,8 @@ impl Executor for FtpExecutor {
             batch: crate::ledger_batch::Batch::new(self.store.clone(), self.clock.clone(), job.id),
             gate: self
                 .store
-                .lease(job.id)
+                .cluster()
+                .and_then(|c| c.lease(job.id))
                 .map(|cell| Arc::new(crate::fence::LeaseGate::new(cell))),
         };
         let abort = signals.abort;

@@ -225,7 +225,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             max_idle: config.ftp.pool_max_idle,
             idle_timeout: config.ftp.pool_idle_timeout,
         },
-        store.host_slots(),
+        store.cluster().and_then(|c| c.host_slots()),
     );
     hosts.spawn_give_way();
     let metrics = Arc::new(metrics::Metrics::new());

@@ -82,13 +82,23 @@ impl Retention {
     async fn window(&self, after: Option<JobId>) -> Result<Option<JobId>, bftp_store::StoreError> {
         let (now, keep) = (self.clock.now(), self.keep);
         let (ids, next) = on_store(&self.store, move |s| {
-            s.removable_jobs(now, keep, after, SCAN)
+            let op = "removable_jobs";
+            let upkeep = s
+                .upkeep()
+                .ok_or(bftp_store::StoreError::Unsupported { op })?;
+            upkeep.removable_jobs(now, keep, after, SCAN)
         })
         .await?;
         if !ids.is_empty() {
             let n = ids.len();
-            let removed =
-                on_store(&self.store, move |s| s.remove_jobs(&ids, now, keep, BATCH)).await?;
+            let removed = on_store(&self.store, move |s| {
+                let op = "remove_jobs";
+                let upkeep = s
+                    .upkeep()
+                    .ok_or(bftp_store::StoreError::Unsupported { op })?;
+                upkeep.remove_jobs(&ids, now, keep, BATCH)
+            })
+            .await?;
             if removed > 0 {
                 self.metrics.jobs_removed(removed);
                 tracing::info!(removed, looked_at = n, "retention removed old final jobs");

@@ -14,7 +14,7 @@
 //! - the epoch changes whenever the holder changes: a claim, a release (the job leaves
 //!   `running`), a takeover, a cancel;
 //! - a heartbeat renews the leases of the node's running jobs every third of the lease; a
-//!   renewal that finds another epoch marks the job lost ([`crate::JobStore::lost_leases`]);
+//!   renewal that finds another epoch marks the job lost ([`crate::Cluster::lost_leases`]);
 //! - `due` first takes over `running` jobs whose lease expired: they go back to the queue,
 //!   due now, and the attempt that runs them resolves their intents from evidence, as after a
 //!   crash.

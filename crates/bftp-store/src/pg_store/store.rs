@@ -7,7 +7,7 @@ use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
     NewJob, NewMember, OutboxEntry, StateCounts, Submitted, Walk,
 };
-use crate::{HostSlots, JobStore, LeaseCell};
+use crate::{Cluster, HostSlots, JobStore, LeaseCell, Upkeep};
 use bftp_core::refusal::{RefusalKey, RefusalMemory, Sighting};
 use bftp_core::{JobEvent, MemberState, Timestamp};
 use std::sync::Arc;
@@ -171,6 +171,31 @@ impl JobStore for PgStore {
         self.with(|i| async move { i.adopt_key_fingerprint(fingerprint).await })
     }
 
+    fn refusal(&self, key: &RefusalKey) -> Result<Option<RefusalMemory>, StoreError> {
+        let key = key.clone();
+        self.with(|i| async move { i.refusal(key).await })
+    }
+
+    fn record_refusal(
+        &self,
+        key: &RefusalKey,
+        seen: &Sighting,
+        now: Timestamp,
+    ) -> Result<RefusalMemory, StoreError> {
+        let (key, seen) = (key.clone(), seen.clone());
+        self.with(|i| async move { i.record_refusal(key, seen, now).await })
+    }
+
+    fn upkeep(&self) -> Option<&dyn Upkeep> {
+        Some(self)
+    }
+
+    fn cluster(&self) -> Option<&dyn Cluster> {
+        Some(self)
+    }
+}
+
+impl Upkeep for PgStore {
     fn removable_jobs(
         &self,
         now: Timestamp,
@@ -197,6 +222,11 @@ impl JobStore for PgStore {
         self.dump_into(dir)
     }
 
+    /// The database's disk is the database server's to watch: always room here.
+    fn space_for_new_work(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// The database's size (`pg_database_size`): the whole database, bftp's tables and all.
     fn disk_size(&self) -> Result<Option<u64>, StoreError> {
         self.with(|i| async move {
@@ -209,22 +239,9 @@ impl JobStore for PgStore {
             Ok(Some(size.max(0) as u64))
         })
     }
+}
 
-    fn refusal(&self, key: &RefusalKey) -> Result<Option<RefusalMemory>, StoreError> {
-        let key = key.clone();
-        self.with(|i| async move { i.refusal(key).await })
-    }
-
-    fn record_refusal(
-        &self,
-        key: &RefusalKey,
-        seen: &Sighting,
-        now: Timestamp,
-    ) -> Result<RefusalMemory, StoreError> {
-        let (key, seen) = (key.clone(), seen.clone());
-        self.with(|i| async move { i.record_refusal(key, seen, now).await })
-    }
-
+impl Cluster for PgStore {
     fn lost_leases(&self) -> Vec<JobId> {
         std::mem::take(&mut *self.inner.lost.lock().unwrap_or_else(|p| p.into_inner()))
     }
@@ -248,8 +265,8 @@ impl JobStore for PgStore {
             .map(|h| h.cell.clone())
     }
 
-    fn node(&self) -> Option<String> {
-        Some(self.inner.node.clone())
+    fn node(&self) -> String {
+        self.inner.node.clone()
     }
 
     fn abandon(&self, id: JobId) {
@@ -260,8 +277,8 @@ impl JobStore for PgStore {
         }
     }
 
-    fn poll_interval(&self) -> Option<Duration> {
-        Some(self.inner.poll)
+    fn poll_interval(&self) -> Duration {
+        self.inner.poll
     }
 
     fn host_slots(&self) -> Option<Arc<dyn HostSlots>> {

@@ -18,7 +18,7 @@ use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
     NewJob, NewMember, OutboxEntry, StateCounts, StateFilter, Submitted, Walk,
 };
-use crate::JobStore;
+use crate::{JobStore, Upkeep};
 use bftp_core::refusal::{observe, RefusalKey, RefusalMemory, Sighting};
 use bftp_core::retention::Keep;
 use bftp_core::{JobEvent, MemberState, Timestamp};
@@ -486,6 +486,53 @@ impl JobStore for SledStore {
         })
     }
 
+    fn walk(&self, id: JobId) -> Result<Walk, StoreError> {
+        let k = keys::job(id);
+        let rec: JobV1 = self.guarded("walk", || {
+            match self.t.jobs.get(k).map_err(backend("get"))? {
+                Some(v) => decode("job", &k, &v),
+                None => Err(StoreError::NotFound(id)),
+            }
+        })?;
+        Ok(plan::walk_of(&rec))
+    }
+
+    fn record_directory(
+        &self,
+        id: JobId,
+        dir: &str,
+        files: Vec<NewMember>,
+        subdirs: Vec<String>,
+        unique: Vec<(String, String)>,
+        now: Timestamp,
+    ) -> Result<Walk, StoreError> {
+        self.write("record_directory", |tx| {
+            let rec = tx_job(tx, id)?;
+            match plan::directory(id, rec, dir, files.len(), &subdirs, &unique, now).or_abort()? {
+                Listing::Known(walk) => Ok(walk),
+                Listing::Record(plan, walk) => {
+                    tx_write(tx, id, &plan, &files, now)?;
+                    Ok(walk)
+                }
+            }
+        })
+    }
+
+    fn record_made_dirs(&self, id: JobId, dirs: Vec<String>) -> Result<(), StoreError> {
+        self.write("record_made_dirs", |tx| {
+            match plan::made_dirs(tx_job(tx, id)?, &dirs) {
+                Some(rec) => tx_put_job(tx, id, &rec),
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn upkeep(&self) -> Option<&dyn Upkeep> {
+        Some(self)
+    }
+}
+
+impl Upkeep for SledStore {
     fn removable_jobs(
         &self,
         now: Timestamp,
@@ -526,46 +573,5 @@ impl JobStore for SledStore {
 
     fn backup(&self, dir: &Path) -> Result<BackupReport, StoreError> {
         self.backup_into(dir)
-    }
-
-    fn walk(&self, id: JobId) -> Result<Walk, StoreError> {
-        let k = keys::job(id);
-        let rec: JobV1 = self.guarded("walk", || {
-            match self.t.jobs.get(k).map_err(backend("get"))? {
-                Some(v) => decode("job", &k, &v),
-                None => Err(StoreError::NotFound(id)),
-            }
-        })?;
-        Ok(plan::walk_of(&rec))
-    }
-
-    fn record_directory(
-        &self,
-        id: JobId,
-        dir: &str,
-        files: Vec<NewMember>,
-        subdirs: Vec<String>,
-        unique: Vec<(String, String)>,
-        now: Timestamp,
-    ) -> Result<Walk, StoreError> {
-        self.write("record_directory", |tx| {
-            let rec = tx_job(tx, id)?;
-            match plan::directory(id, rec, dir, files.len(), &subdirs, &unique, now).or_abort()? {
-                Listing::Known(walk) => Ok(walk),
-                Listing::Record(plan, walk) => {
-                    tx_write(tx, id, &plan, &files, now)?;
-                    Ok(walk)
-                }
-            }
-        })
-    }
-
-    fn record_made_dirs(&self, id: JobId, dirs: Vec<String>) -> Result<(), StoreError> {
-        self.write("record_made_dirs", |tx| {
-            match plan::made_dirs(tx_job(tx, id)?, &dirs) {
-                Some(rec) => tx_put_job(tx, id, &rec),
-                None => Ok(()),
-            }
-        })
     }
 }
