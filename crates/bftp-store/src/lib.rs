@@ -1,7 +1,10 @@
 //! The durable job queue of bftpd (RULES.md §4), behind the narrow [`JobStore`] trait.
 //!
-//! This is the only crate that touches the storage engine (sled 0.34, in [`SledStore`]); a
-//! shared store for several daemons (PostgreSQL) can implement the same trait later.
+//! This is the only crate that touches a storage engine: sled 0.34 in [`SledStore`] (one
+//! daemon), PostgreSQL in `PgStore` (several daemons sharing one database). What a write of
+//! the queue changes is decided once, by the pure functions of `plan.rs`; each store reads,
+//! asks the plan, and writes it in its own transaction. Optional capabilities are
+//! [`Upkeep`] and [`Cluster`], reached through [`JobStore::upkeep`] and [`JobStore::cluster`].
 //!
 //! Rules every implementation keeps:
 //! - a write is acknowledged only once durable (RULES.md §4.1);
