@@ -1,7 +1,10 @@
 //! The durable job queue of bftpd (RULES.md §4), behind the narrow [`JobStore`] trait.
 //!
-//! This is the only crate that touches the storage engine (sled 0.34, in [`SledStore`]); a
-//! shared store for several daemons (PostgreSQL) can implement the same trait later.
+//! This is the only crate that touches a storage engine: sled 0.34 in [`SledStore`] (one
+//! daemon), PostgreSQL in `PgStore` (several daemons sharing one database). What a write of
+//! the queue changes is decided once, by the pure functions of `plan.rs`; each store reads,
+//! asks the plan, and writes it in its own transaction. Optional capabilities are
+//! [`Upkeep`] and [`Cluster`], reached through [`JobStore::upkeep`] and [`JobStore::cluster`].
 //!
 //! Rules every implementation keeps:
 //! - a write is acknowledged only once durable (RULES.md §4.1);
@@ -23,6 +26,7 @@ mod keys;
 mod lease;
 #[cfg(feature = "postgres")]
 mod pg_store;
+mod plan;
 pub mod probe;
 mod record;
 mod sled_store;
@@ -32,9 +36,8 @@ pub use error::{BackendError, StoreError};
 pub use lease::LeaseCell;
 #[cfg(feature = "postgres")]
 pub use pg_store::{PgHostSlots, PgOptions, PgStore, PG_DUMP_FILE, PG_SCHEMA_VERSION};
-pub use sled_store::{
-    BackupReport, SledStore, StoreOptions, VerifyReport, MAX_MEMBERS, SCHEMA_VERSION,
-};
+pub use plan::MAX_MEMBERS;
+pub use sled_store::{BackupReport, SledStore, StoreOptions, VerifyReport, SCHEMA_VERSION};
 pub use types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, KeyHash, LastReply,
     Member, MemberUpdate, NewJob, NewMember, OutboxEntry, OutboxState, RequestKey, Sealed,
@@ -259,117 +262,19 @@ pub trait JobStore: Send + Sync {
         now: Timestamp,
     ) -> Result<RefusalMemory, StoreError>;
 
-    // ---- retention: forgetting old final jobs ----
+    // ---- optional capabilities: each store says which it has ----
 
-    /// Looks at up to `scan` jobs with an id after `after`, in id order, and returns those
-    /// `bftp_core::retention::removable` lets go at `now`, and the last id looked at (`None`
-    /// once the end was reached: the next pass starts over). Reads only.
-    fn removable_jobs(
-        &self,
-        _now: Timestamp,
-        _keep: Keep,
-        _after: Option<JobId>,
-        _scan: usize,
-    ) -> Result<(Vec<JobId>, Option<JobId>), StoreError> {
-        Err(StoreError::Unsupported {
-            op: "removable_jobs",
-        })
-    }
-
-    /// Removes each job that `bftp_core::retention::removable` still lets go (checked again
-    /// inside each transaction), with everything kept for it: members, history, transcript,
-    /// outbox entry and every index entry (request key, owner, keyword, state). A job with
-    /// many members goes in several transactions of at most `batch` members and history
-    /// entries (a page of members counts as the members it holds), its members and
-    /// history first and its record last, so an interrupted removal is finished by the next.
-    /// Returns how many jobs were removed. Durable before it returns.
-    fn remove_jobs(
-        &self,
-        _ids: &[JobId],
-        _now: Timestamp,
-        _keep: Keep,
-        _batch: usize,
-    ) -> Result<u64, StoreError> {
-        Err(StoreError::Unsupported { op: "remove_jobs" })
-    }
-
-    /// The store's size on disk in bytes, where the store can tell.
-    fn disk_size(&self) -> Result<Option<u64>, StoreError> {
-        Ok(None)
-    }
-
-    /// Whether there is room for new work (a submit, an attempt, a file not yet begun): `Err`
-    /// is `DiskFull` when the store's disk is below its reserve. Writes that record work
-    /// already under way (a member's result, a requeue, a report's delivery) are refused
-    /// only below half the reserve, so an attempt that stops taking files loses no result.
-    fn space_for_new_work(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    /// Writes a consistent copy of the store (as of one moment between two transactions)
-    /// into `dir`, a new or empty directory, as a store directory that opens like this one
-    /// (the key file is the caller's to copy). Durable before it returns. On PostgreSQL the
-    /// copy is a `pg_dump` of the database (`PG_DUMP_FILE` in `dir`), restored with
-    /// `pg_restore` into a database the nodes then name.
-    fn backup(&self, _dir: &std::path::Path) -> Result<BackupReport, StoreError> {
-        Err(StoreError::Unsupported { op: "backup" })
-    }
-
-    // ---- several nodes on one store (PgStore) ----
-
-    /// Jobs whose lease this node held and lost since the last call (another node took them
-    /// over, or they were cancelled on another node): their attempts must stop, since none
-    /// of their writes will be accepted. Never blocks. A store of one node loses none.
-    fn lost_leases(&self) -> Vec<JobId> {
-        Vec::new()
-    }
-
-    /// Jobs this node held that were cancelled on another node straight from its hold (no
-    /// other node ran them since), found since the last call: the node lets them go (its
-    /// writes for them carry no epoch any more) and its attempt must stop as a local cancel
-    /// does, cleaning up after itself (RULES.md §6). Never blocks. A store of one node has
-    /// none: every cancel is its own.
-    fn cancelled_elsewhere(&self) -> Vec<JobId> {
-        Vec::new()
-    }
-
-    /// This node's lease on a job it holds (`bftp_core::lease`), for its attempt to ask
-    /// before each command it sends for the job (RULES.md §4.8); `None` for a store of one
-    /// node, which has no lease and fences nothing, and for a job this node does not hold.
-    fn lease(&self, _id: JobId) -> Option<std::sync::Arc<LeaseCell>> {
+    /// Retention, backup and disk space ([`Upkeep`]), where the store has them.
+    fn upkeep(&self) -> Option<&dyn Upkeep> {
         None
     }
 
-    /// This node's name in a store shared by several nodes; `None` for a store of one.
-    fn node(&self) -> Option<String> {
+    /// Several nodes on one store ([`Cluster`]): `None` for a store of one node, which has no
+    /// leases, fences nothing, polls nothing and counts its host slots alone, in memory.
+    fn cluster(&self) -> Option<&dyn Cluster> {
         None
     }
 
-    /// How often the scheduler and the postman look at the queue again even when nothing is
-    /// due: other nodes submit and finish jobs, and leases run out, without telling this one.
-    /// `None` for a store of one node, whose every change this process makes itself.
-    fn poll_interval(&self) -> Option<std::time::Duration> {
-        None
-    }
-
-    /// Gives up this node's hold on a job whose attempt could not record its end (the
-    /// database was unreachable): the lease is no longer renewed, so that the job is taken
-    /// over (by any node, this one too) once it runs out, instead of staying `running` under
-    /// a live node. The node's writes for it stay fenced. A store of one node does nothing:
-    /// its restart recovers such a job.
-    fn abandon(&self, _id: JobId) {}
-
-    /// The node whose lease a running job is under, in a shared store.
-    fn job_node(&self, _id: JobId) -> Result<Option<String>, StoreError> {
-        Ok(None)
-    }
-
-    /// The FTP connection slots every node of a shared store counts against
-    /// (`max_connections_per_host` over all nodes); `None` for a store of one node, whose
-    /// daemon counts alone, in memory.
-    fn host_slots(&self) -> Option<std::sync::Arc<dyn HostSlots>> {
-        None
-    }
     /// A recursive job's walk so far: a job not yet walked has the root (`""`) alone in its
     /// frontier.
     fn walk(&self, id: JobId) -> Result<Walk, StoreError>;
@@ -414,6 +319,92 @@ pub trait JobStore: Send + Sync {
         }
         Ok(())
     }
+}
+
+/// Upkeep of a store: forgetting old final jobs, backups, disk space (`JobStore::upkeep`).
+pub trait Upkeep: Send + Sync {
+    /// Looks at up to `scan` jobs with an id after `after`, in id order, and returns those
+    /// `bftp_core::retention::removable` lets go at `now`, and the last id looked at (`None`
+    /// once the end was reached: the next pass starts over). Reads only.
+    fn removable_jobs(
+        &self,
+        now: Timestamp,
+        keep: Keep,
+        after: Option<JobId>,
+        scan: usize,
+    ) -> Result<(Vec<JobId>, Option<JobId>), StoreError>;
+
+    /// Removes each job that `bftp_core::retention::removable` still lets go (checked again
+    /// inside each transaction), with everything kept for it: members, history, transcript,
+    /// outbox entry and every index entry (request key, owner, keyword, state). A job with
+    /// many members goes in several transactions of at most `batch` members and history
+    /// entries (a page of members counts as the members it holds), its members and
+    /// history first and its record last, so an interrupted removal is finished by the next.
+    /// Returns how many jobs were removed. Durable before it returns.
+    fn remove_jobs(
+        &self,
+        ids: &[JobId],
+        now: Timestamp,
+        keep: Keep,
+        batch: usize,
+    ) -> Result<u64, StoreError>;
+
+    /// The store's size on disk in bytes, where the store can tell.
+    fn disk_size(&self) -> Result<Option<u64>, StoreError>;
+
+    /// Whether there is room for new work (a submit, an attempt, a file not yet begun): `Err`
+    /// is `DiskFull` when the store's disk is below its reserve. Writes that record work
+    /// already under way (a member's result, a requeue, a report's delivery) are refused
+    /// only below half the reserve, so an attempt that stops taking files loses no result.
+    /// A store without a disk of its own to watch (PostgreSQL) always has room.
+    fn space_for_new_work(&self) -> Result<(), StoreError>;
+
+    /// Writes a consistent copy of the store (as of one moment between two transactions)
+    /// into `dir`, a new or empty directory, as a store directory that opens like this one
+    /// (the key file is the caller's to copy). Durable before it returns. On PostgreSQL the
+    /// copy is a `pg_dump` of the database (`PG_DUMP_FILE` in `dir`), restored with
+    /// `pg_restore` into a database the nodes then name.
+    fn backup(&self, dir: &std::path::Path) -> Result<BackupReport, StoreError>;
+}
+
+/// Several nodes sharing one store (`JobStore::cluster`): the node's name, its leases on the
+/// jobs it runs, and the host slots all nodes count against.
+pub trait Cluster: Send + Sync {
+    /// Jobs whose lease this node held and lost since the last call (another node took them
+    /// over, or they were cancelled on another node): their attempts must stop, since none
+    /// of their writes will be accepted. Never blocks.
+    fn lost_leases(&self) -> Vec<JobId>;
+
+    /// Jobs this node held that were cancelled on another node straight from its hold (no
+    /// other node ran them since), found since the last call: the node lets them go (its
+    /// writes for them carry no epoch any more) and its attempt must stop as a local cancel
+    /// does, cleaning up after itself (RULES.md §6). Never blocks.
+    fn cancelled_elsewhere(&self) -> Vec<JobId>;
+
+    /// This node's lease on a job it holds (`bftp_core::lease`), for its attempt to ask
+    /// before each command it sends for the job (RULES.md §4.8); `None` for a job this node
+    /// does not hold.
+    fn lease(&self, id: JobId) -> Option<std::sync::Arc<LeaseCell>>;
+
+    /// This node's name in the store it shares with other nodes.
+    fn node(&self) -> String;
+
+    /// How often the scheduler and the postman look at the queue again even when nothing is
+    /// due: other nodes submit and finish jobs, and leases run out, without telling this one.
+    fn poll_interval(&self) -> std::time::Duration;
+
+    /// Gives up this node's hold on a job whose attempt could not record its end (the
+    /// database was unreachable): the lease is no longer renewed, so that the job is taken
+    /// over (by any node, this one too) once it runs out, instead of staying `running` under
+    /// a live node. The node's writes for it stay fenced.
+    fn abandon(&self, id: JobId);
+
+    /// The node whose lease a running job is under.
+    fn job_node(&self, id: JobId) -> Result<Option<String>, StoreError>;
+
+    /// The FTP connection slots every node of a shared store counts against
+    /// (`max_connections_per_host` over all nodes); `None` once the store is closed.
+    fn host_slots(&self) -> Option<std::sync::Arc<dyn HostSlots>>;
 }
 
 /// The text of a panic payload.

@@ -1,11 +1,11 @@
-//! `JobStore::backup`: a consistent copy of a store in use opens as a store of its own.
+//! `Upkeep::backup`: a consistent copy of a store in use opens as a store of its own.
 
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bftp_store::{JobStore, SledStore};
+use bftp_store::{JobStore, SledStore, Upkeep};
 use common::*;
 
 #[test]

@@ -9,8 +9,8 @@ use bftp_core::lease::{Fenced, Lease};
 
 use bftp_core::{JobEvent, JobOutcome, MemberState};
 use bftp_store::{
-    AttemptTranscript, DeliveryTry, JobId, JobStore, MemberUpdate, PgOptions, PgStore, StoreError,
-    Submitted,
+    AttemptTranscript, Cluster, DeliveryTry, JobId, JobStore, MemberUpdate, PgOptions, PgStore,
+    StoreError, Submitted,
 };
 use common::*;
 

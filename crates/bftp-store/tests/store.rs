@@ -1276,6 +1276,8 @@ fn members_read_in_pages_are_the_members_in_order(fx: &Fixture) {
 
 both_stores!(
     members_read_in_pages_are_the_members_in_order,
+    required_and_recorded_proofs_survive_a_reopen,
+    a_walk_freezes_each_directory_once_and_the_membership_at_its_end,
     made_destination_directories_are_remembered_with_the_walk,
     submit_then_get_preserves_every_field,
     ids_count_up_and_are_not_reused_after_reopen,
@@ -1303,12 +1305,10 @@ both_stores!(
 );
 /// Issue 16: a job's required proof and each member's proof are stored and read back, across
 /// a reopen of the store.
-#[test]
-fn required_and_recorded_proofs_survive_a_reopen() {
+fn required_and_recorded_proofs_survive_a_reopen(fx: &Fixture) {
     use bftp_core::proof::ProofLevel;
-    let dir = tempfile::tempdir().unwrap();
     let id = {
-        let store = open(dir.path());
+        let store = fx.open();
         let mut j = with_members(job(1), &["a", "b"]);
         j.spec.proof = Some(ProofLevel::Hash);
         let id = store.submit(j).unwrap().job().id;
@@ -1320,7 +1320,7 @@ fn required_and_recorded_proofs_survive_a_reopen() {
         store.update_member(id, 0, u, at(70)).unwrap();
         id
     };
-    let store = open(dir.path());
+    let store = fx.open();
     assert_eq!(
         store.get(id).unwrap().unwrap().spec.proof,
         Some(ProofLevel::Hash)
@@ -1334,9 +1334,7 @@ fn required_and_recorded_proofs_survive_a_reopen() {
 /// subdirectories queued, in one transaction; a directory frozen once is never frozen again
 /// (recording it a second time, as a resumed walk might, changes nothing); the membership is
 /// frozen when the frontier is empty, and all of it survives a reopen.
-#[test]
-fn a_walk_freezes_each_directory_once_and_the_membership_at_its_end() {
-    let dir = tempfile::tempdir().unwrap();
+fn a_walk_freezes_each_directory_once_and_the_membership_at_its_end(fx: &Fixture) {
     let nm = |name: &str| NewMember {
         name: name.into(),
         size: Some(1),
@@ -1344,7 +1342,7 @@ fn a_walk_freezes_each_directory_once_and_the_membership_at_its_end() {
         refused: None,
     };
     let id = {
-        let store = open(dir.path());
+        let store = fx.open();
         let id = store.submit(job(1)).unwrap().job().id;
         let w = store.walk(id).unwrap();
         assert_eq!((w.frontier, w.listed), (vec![String::new()], vec![]));
@@ -1386,7 +1384,7 @@ fn a_walk_freezes_each_directory_once_and_the_membership_at_its_end() {
         assert!(!store.get(id).unwrap().unwrap().members_frozen);
         id
     };
-    let store = open(dir.path());
+    let store = fx.open();
     let w = store.walk(id).unwrap();
     assert_eq!(w.listed, ["", "d1"]);
     store

@@ -176,7 +176,7 @@ impl Daemon {
                 max_idle: config.ftp.pool_max_idle,
                 idle_timeout: config.ftp.pool_idle_timeout,
             },
-            store.host_slots(),
+            store.cluster().and_then(|c| c.host_slots()),
         );
         hosts.spawn_give_way();
         Ok(Daemon {

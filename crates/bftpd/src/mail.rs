@@ -70,7 +70,7 @@ impl Postman {
             });
             let next = next.unwrap_or_else(|| self.clock.now().saturating_add(IDLE_LOOK));
             // A shared store: reports finished on other nodes are seen by looking again.
-            let next = match self.store.poll_interval() {
+            let next = match self.store.cluster().map(|c| c.poll_interval()) {
                 Some(p) => next.min(self.clock.now().saturating_add(p)),
                 None => next,
             };

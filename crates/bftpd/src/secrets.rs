@@ -106,7 +106,7 @@ impl Secrets {
             .key_fingerprint()
             .context("cannot read the key fingerprint of the job store")?;
         let sealed = !store.is_empty().context("cannot read the job store")?;
-        let shared = store.node().is_some();
+        let shared = store.cluster().is_some();
         let present = path
             .try_exists()
             .with_context(|| format!("cannot look for key file {}", path.display()))?;

@@ -1,4 +1,4 @@
-//! `JobStore::backup` on PostgreSQL: `pg_dump` of the database, in its custom format, into
+//! `Upkeep::backup` on PostgreSQL: `pg_dump` of the database, in its custom format, into
 //! the backup's store directory. `pg_dump` reads the whole database in one snapshot, so the
 //! copy is the store as of one moment; nobody waits for it (it takes no lock a write needs).
 //! The newest `pg_dump` installed is used (`/usr/lib/postgresql/N/bin`, then `PATH`): it

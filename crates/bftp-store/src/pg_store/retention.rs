@@ -17,6 +17,7 @@ use bftp_core::retention::{removable, Keep, Report};
 use bftp_core::Timestamp;
 use tokio_postgres::Client;
 
+use super::sql::Sql;
 use super::{id_of, job_id, pg, reach, Inner};
 use crate::error::StoreError;
 use crate::keys;
@@ -78,18 +79,14 @@ impl Inner {
         let scan = scan.max(1);
         let c = self.client(OP).await?;
         let rows = c
-            .query(
-                &c.prepare_cached(
-                    "SELECT j.id, j.state, j.rec, o.state FROM jobs j
+            .rows(
+                OP,
+                "SELECT j.id, j.state, j.rec, o.state FROM jobs j
                      LEFT JOIN outbox o ON o.job = j.id
                      WHERE j.id > $1 ORDER BY j.id LIMIT $2",
-                )
-                .await
-                .map_err(pg("prepare"))?,
                 &[&after.map_or(0, id_of), &(scan as i64)],
             )
-            .await
-            .map_err(pg(OP))?;
+            .await?;
         let mut out = Vec::new();
         for r in &rows {
             let id = job_id(r, 0);

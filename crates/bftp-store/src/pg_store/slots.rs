@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use tokio_postgres::{AsyncMessage, NoTls};
 
+use super::sql::Sql;
 use super::{lease_interval, pg, Inner};
 use crate::error::StoreError;
 use crate::{HostSlots, SlotHold};
@@ -352,14 +353,12 @@ impl HostSlots for PgHostSlots {
         self.run("take connection slots in", |inner| async move {
             let c = inner.client("take connection slots in").await?;
             let row = c
-                .query_one(
-                    &c.prepare_cached("SELECT bftp_take_slots($1, $2, $3, $4)")
-                        .await
-                        .map_err(pg("prepare"))?,
+                .row(
+                    "take connection slots in",
+                    "SELECT bftp_take_slots($1, $2, $3, $4)",
                     &[&inner.node, &hosts, &per_host, &lease_interval(inner.lease)],
                 )
-                .await
-                .map_err(pg("take connection slots in"))?;
+                .await?;
             Ok(row
                 .get::<_, Option<Vec<i64>>>(0)
                 .map(|ids| SlotHold { ids }))
@@ -377,14 +376,12 @@ impl HostSlots for PgHostSlots {
         self.run("claim a STOU name in", |inner| async move {
             let c = inner.client("claim a STOU name in").await?;
             let row = c
-                .query_one(
-                    &c.prepare_cached("SELECT bftp_claim_name($1, $2, $3, $4)")
-                        .await
-                        .map_err(pg("prepare"))?,
+                .row(
+                    "claim a STOU name in",
+                    "SELECT bftp_claim_name($1, $2, $3, $4)",
                     &[&dir, &name, &owner, &keep.as_secs_f64()],
                 )
-                .await
-                .map_err(pg("claim a STOU name in"))?;
+                .await?;
             Ok(row.get::<_, Option<String>>(0))
         })
     }
@@ -393,16 +390,12 @@ impl HostSlots for PgHostSlots {
         let (dir, name, owner) = (dir.to_owned(), name.to_owned(), owner.to_owned());
         self.run("release a STOU name in", |inner| async move {
             let c = inner.client("release a STOU name in").await?;
-            c.execute(
-                &c.prepare_cached(
-                    "DELETE FROM stou_names WHERE dir = $1 AND name = $2 AND owner = $3",
-                )
-                .await
-                .map_err(pg("prepare"))?,
+            c.exec(
+                "release a STOU name in",
+                "DELETE FROM stou_names WHERE dir = $1 AND name = $2 AND owner = $3",
                 &[&dir, &name, &owner],
             )
-            .await
-            .map_err(pg("release a STOU name in"))?;
+            .await?;
             Ok(())
         })
     }
@@ -418,17 +411,13 @@ impl HostSlots for PgHostSlots {
         self.run("look up a STOU name in", |inner| async move {
             let c = inner.client("look up a STOU name in").await?;
             let row = c
-                .query_opt(
-                    &c.prepare_cached(
-                        "SELECT owner FROM stou_names WHERE dir = $1 AND name = $2 \
+                .maybe_row(
+                    "look up a STOU name in",
+                    "SELECT owner FROM stou_names WHERE dir = $1 AND name = $2 \
                          AND owner <> $3 AND at >= now() - make_interval(secs => $4)",
-                    )
-                    .await
-                    .map_err(pg("prepare"))?,
                     &[&dir, &name, &owner, &keep.as_secs_f64()],
                 )
-                .await
-                .map_err(pg("look up a STOU name in"))?;
+                .await?;
             Ok(row.map(|r| r.get::<_, String>(0)))
         })
     }

@@ -1,4 +1,4 @@
-//! A consistent copy of a running store (`JobStore::backup`).
+//! A consistent copy of a running store (`Upkeep::backup`).
 //!
 //! Every write of the store is one transaction taken under the read side of `backup_lock`;
 //! the copy takes the write side, so it sees the store between two transactions: every
@@ -10,7 +10,8 @@
 
 use std::path::Path;
 
-use super::{open_db, SledStore, TREES};
+use super::open::open_db;
+use super::{SledStore, TREES};
 use crate::error::{backend, StoreError};
 use crate::files::{self, Watermark};
 use crate::keys;

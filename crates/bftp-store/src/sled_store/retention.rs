@@ -11,7 +11,8 @@ use std::collections::HashMap;
 use bftp_core::retention::{removable, Keep, Report};
 
 use super::pages::PAGE;
-use super::{first_after, SledStore, Tx, TxResult};
+use super::reads::first_after;
+use super::{SledStore, Tx, TxResult};
 use crate::error::{backend, StoreError};
 use crate::keys;
 use crate::record::{decode, unhex, JobV1, OutboxStateV1, OutboxV1, RequestV1};

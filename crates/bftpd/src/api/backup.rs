@@ -1,6 +1,6 @@
 //! Backup of a running daemon: `bftpd backup --config FILE DIR` asks the daemon (over its
 //! socket, as root or the admin group) to write into DIR, a new or empty directory:
-//! `DIR/store`, a consistent copy of the store (`JobStore::backup`: every job as of one
+//! `DIR/store`, a consistent copy of the store (`Upkeep::backup`: every job as of one
 //! moment between two transactions, with its watermark; on PostgreSQL a `pg_dump` of the
 //! database, `DIR/store/bftp.pgdump`), `DIR/secret.key`, the key that the store's passwords
 //! are sealed with (mode 0600), and `DIR/bftpd.toml`, the config the client was given (it
@@ -68,7 +68,7 @@ pub async fn handle(
     }
     let (store, key, dir) = (app.store.clone(), app.key_file.clone(), req.dir.clone());
     let database_dump = store
-        .node()
+        .cluster()
         .map(|_| req.dir.join("store").join(bftp_store::PG_DUMP_FILE));
     let config = req.config.clone();
     let report = crate::store::off_runtime("backup", move || {
@@ -105,7 +105,9 @@ fn write_backup(
         ));
     }
     let report = store
-        .backup(&dir.join("store"))
+        .upkeep()
+        .ok_or(bftp_store::StoreError::Unsupported { op: "backup" })
+        .and_then(|u| u.backup(&dir.join("store")))
         .map_err(|e| e.to_string())?;
     let bytes =
         std::fs::read(key).map_err(|e| format!("reading the key file {}: {e}", key.display()))?;

@@ -184,14 +184,14 @@ async fn metrics(State(app): State<Shared>) -> Result<Response, ApiError> {
     let (jobs, outbox, disk, node) = store
         .call(move |store| {
             // A shared store: which node this is, and the jobs under its lease.
-            let node = match store.node() {
+            let node = match store.cluster().map(|c| c.node()) {
                 Some(n) => Some((n, store.running_jobs()?.len())),
                 None => None,
             };
             Ok((
                 store.count_by_state()?,
                 store.outbox_pending()?,
-                store.disk_size()?,
+                store.upkeep().map_or(Ok(None), |u| u.disk_size())?,
                 node,
             ))
         })

@@ -200,7 +200,8 @@ impl Executor for FtpExecutor {
             ),
             gate: self
                 .store
-                .lease(job.id)
+                .cluster()
+                .and_then(|c| c.lease(job.id))
                 .map(|cell| Arc::new(crate::attempt::fence::LeaseGate::new(cell))),
         };
         let abort = signals.abort;

@@ -73,7 +73,7 @@ impl HostLimits {
         HostLimits::with_pool(parallel_pairs, per_host, none, None)
     }
 
-    /// `cluster`: the store's count of all nodes (`JobStore::host_slots`), if shared.
+    /// `cluster`: the store's count of all nodes (`Cluster::host_slots`), if shared.
     pub fn with_pool(
         parallel_pairs: usize,
         per_host: usize,

@@ -101,7 +101,7 @@ struct Shared {
 }
 
 impl UniqueDirs {
-    /// `cluster`: the store's count of all nodes (`JobStore::host_slots`), if shared.
+    /// `cluster`: the store's count of all nodes (`Cluster::host_slots`), if shared.
     pub fn new(cluster: Option<Arc<dyn HostSlots>>) -> UniqueDirs {
         UniqueDirs {
             dirs: Default::default(),

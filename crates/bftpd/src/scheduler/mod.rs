@@ -197,7 +197,7 @@ impl Scheduler {
     /// Runs until `shutdown` fires, then gives running attempts `grace` before aborting them.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let attempts_token = CancellationToken::new();
-        if self.store.node().is_some() {
+        if self.store.cluster().is_some() {
             tokio::spawn(Arc::clone(&self).stop_lost_attempts(shutdown.clone()));
         }
         loop {
@@ -214,7 +214,7 @@ impl Scheduler {
             let next = next.unwrap_or_else(|| self.clock.now().saturating_add(IDLE_LOOK));
             // A shared store: other nodes' submits and leases that ran out are seen by looking
             // again.
-            let next = match self.store.poll_interval() {
+            let next = match self.store.cluster().map(|c| c.poll_interval()) {
                 Some(p) => next.min(self.clock.now().saturating_add(p)),
                 None => next,
             };
@@ -251,7 +251,12 @@ impl Scheduler {
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            for id in self.store.lost_leases() {
+            for id in self
+                .store
+                .cluster()
+                .map(|c| c.lost_leases())
+                .unwrap_or_default()
+            {
                 tracing::warn!(job = id.0, "lease lost: stopping this node's attempt");
                 if let Some(d) = self
                     .drains
@@ -263,7 +268,8 @@ impl Scheduler {
                 }
                 self.cancel(id);
             }
-            for id in self.store.cancelled_elsewhere() {
+            let cancelled = self.store.cluster().map(|c| c.cancelled_elsewhere());
+            for id in cancelled.unwrap_or_default() {
                 tracing::info!(
                     job = id.0,
                     "cancelled on another node: stopping this node's attempt as a cancel"
@@ -381,7 +387,9 @@ impl Scheduler {
                 }
                 Err(e) => {
                     tracing::error!(job = id.0, error = %e, "cannot record the end of an attempt; the job stays running until restart recovery (or, on a shared store, until its lease runs out)");
-                    me.store.abandon(id);
+                    if let Some(cluster) = me.store.cluster() {
+                        cluster.abandon(id);
+                    }
                 }
             }
             tracing::info!(job = id.0, attempt, "attempt over");

@@ -83,13 +83,25 @@ impl Retention {
         let (now, keep) = (self.clock.now(), self.keep);
         let (ids, next) = self
             .store
-            .call(move |s| s.removable_jobs(now, keep, after, SCAN))
+            .call(move |s| {
+                let op = "removable_jobs";
+                let upkeep = s
+                    .upkeep()
+                    .ok_or(bftp_store::StoreError::Unsupported { op })?;
+                upkeep.removable_jobs(now, keep, after, SCAN)
+            })
             .await?;
         if !ids.is_empty() {
             let n = ids.len();
             let removed = self
                 .store
-                .call(move |s| s.remove_jobs(&ids, now, keep, BATCH))
+                .call(move |s| {
+                    let op = "remove_jobs";
+                    let upkeep = s
+                        .upkeep()
+                        .ok_or(bftp_store::StoreError::Unsupported { op })?;
+                    upkeep.remove_jobs(&ids, now, keep, BATCH)
+                })
                 .await?;
             if removed > 0 {
                 self.metrics.jobs_removed(removed);

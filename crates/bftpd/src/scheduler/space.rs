@@ -14,7 +14,7 @@ use crate::scheduler::AttemptEnd;
 
 /// The end of an attempt that must take no new file because the disk is nearly full.
 pub(crate) fn no_room_for_files(store: &dyn JobStore) -> Option<AttemptEnd> {
-    match store.space_for_new_work() {
+    match store.upkeep().map_or(Ok(()), |u| u.space_for_new_work()) {
         Err(e @ StoreError::DiskFull { .. }) => Some(AttemptEnd::Transient {
             reason: format!("no new file started: {e}"),
         }),
@@ -24,7 +24,7 @@ pub(crate) fn no_room_for_files(store: &dyn JobStore) -> Option<AttemptEnd> {
 
 /// Whether the scheduler may start attempts (it looks again a few seconds later if not).
 pub(crate) fn room_for_attempts(store: &dyn JobStore) -> bool {
-    match store.space_for_new_work() {
+    match store.upkeep().map_or(Ok(()), |u| u.space_for_new_work()) {
         Err(e @ StoreError::DiskFull { .. }) => {
             tracing::warn!(error = %e, "no attempt started: the store's disk is nearly full");
             false

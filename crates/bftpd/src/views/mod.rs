@@ -17,7 +17,9 @@ pub fn load_view(
 ) -> Result<JobView, StoreError> {
     let mut view = job_view(job, &store.members(job.id)?, &store.history(job.id)?);
     if matches!(job.state, JobState::Running { .. }) {
-        view.node = store.job_node(job.id)?;
+        if let Some(cluster) = store.cluster() {
+            view.node = cluster.job_node(job.id)?;
+        }
     }
     if job.state.is_final() {
         view.report = store
