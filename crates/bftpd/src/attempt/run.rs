@@ -1,0 +1,279 @@
+//! `Run::run`: one attempt, from the pool to its end.
+
+use super::*;
+
+impl Run {
+    pub(super) async fn run(self, job: Job, attempt: u32) -> AttemptEnd {
+        let spec = match self.secrets.unseal_spec(&job.spec) {
+            Ok(s) => s,
+            Err(e) => {
+                return AttemptEnd::JobPermanent {
+                    reason: format!("the job's passwords cannot be read: {e}"),
+                }
+            }
+        };
+        let id = self.id;
+        // An attempt interrupted after its last member (a crash before the job's finish was
+        // recorded) has nothing left to do: no connection is needed to say so.
+        if job.members_frozen {
+            match self.store.call(move |s| s.members(id)).await {
+                Ok(members) if !members.iter().any(needs_work) => return AttemptEnd::Complete,
+                Ok(_) => {}
+                Err(e) => return store_failed(e),
+            }
+        }
+        let dst_host = spec
+            .destination
+            .as_ref()
+            .map_or(spec.source.host.as_str(), |d| d.host.as_str());
+        // A kept pair of this owner, servers and logins, or slots held while this attempt
+        // has connections open (see `crate::hosts::pool`).
+        let src_login = ServerLogin::from_endpoint(&spec.source);
+        let dst_login = spec
+            .destination
+            .as_ref()
+            .map(ServerLogin::from_endpoint)
+            .unwrap_or_else(|| src_login.clone());
+        let key =
+            crate::hosts::pool::PoolKey::new(job.owner_uid, &src_login, &dst_login, spec.params);
+        if let Some(end) = self.fenced() {
+            return end;
+        }
+        let acquired =
+            crate::hosts::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await;
+        let mut pair = match acquired {
+            crate::hosts::pool::Acquired::Kept(mut pair, slots, origin) => {
+                pair.set_label("p1");
+                pair.set_gate(self.send_gate());
+                *self.first.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((key, slots, origin.used_by(id)));
+                *pair
+            }
+            crate::hosts::pool::Acquired::Slots(slots) => {
+                let opened = self.open(&spec, "p1").await;
+                let origin = crate::hosts::pool::Origin::new(self.clock.now(), id);
+                *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots, origin));
+                match opened {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.keep(e.transcript.clone());
+                        return pair_failed(&e);
+                    }
+                }
+            }
+        };
+        // A proof the pair cannot give fails the job before any file moves.
+        if spec.proof.is_some() && spec.disposition != Disposition::Delete {
+            if let Err(reason) = crate::lanes::proof::check_required(&mut pair, &spec).await {
+                self.keep(pair.take_transcript());
+                self.close(pair).await;
+                return AttemptEnd::JobPermanent { reason };
+            }
+        }
+        let mut made = crate::lanes::walk::MadeDirs::default();
+        if spec.recursive {
+            // The whole tree is frozen before any file moves; then its directories are made.
+            let clock = self.clock.clone();
+            let walked = crate::lanes::walk::walk(
+                &self.store,
+                id,
+                &mut pair,
+                &spec,
+                move || clock.now(),
+                |t| self.keep(t.clone()),
+            )
+            .await;
+            let dirs = match walked {
+                Ok(walk) => {
+                    crate::lanes::walk::make_dirs(&mut pair, &spec, &walk, Some((&self.store, id)))
+                        .await
+                }
+                Err(end) => Err(end),
+            };
+            self.keep(pair.take_transcript());
+            match dirs {
+                Ok(dirs) => made = dirs,
+                Err(end) => {
+                    self.close(pair).await;
+                    return end;
+                }
+            }
+        }
+        // A job frozen just now has its members as this attempt wrote them: no read back.
+        let frozen_now = if spec.recursive || job.members_frozen {
+            None
+        } else {
+            match self.freeze(&mut pair, &spec).await {
+                Ok(members) => Some(members),
+                Err(end) => {
+                    pair.mark_errored();
+                    self.close(pair).await;
+                    return end;
+                }
+            }
+        };
+        let members = match frozen_now {
+            Some(m) => m,
+            None => match self.store.call(move |s| s.members(id)).await {
+                Ok(m) => m,
+                Err(e) => return store_failed(e),
+            },
+        };
+        self.load_claims(&members);
+        let members = match self.blocked(members, &made).await {
+            Ok(m) => m,
+            Err(e) => return store_failed(e),
+        };
+        let work: VecDeque<Member> = members.into_iter().filter(needs_work).collect();
+        // More pairs for a multi-file job, up to `parallel_pairs`, on the slots free now
+        // (see `crate::lanes`); each logs in while the first one already works.
+        let lanes = self.hosts.parallel_pairs.min(work.len()).max(1);
+        let mut openings = vec![crate::lanes::ready(pair, crate::hosts::Slots::default())];
+        let extra = self
+            .hosts
+            .extra_slots(&spec.source.host, dst_host, lanes - 1)
+            .await;
+        for (n, slots) in extra.into_iter().enumerate() {
+            let (run, spec, label) = (&self, &spec, format!("p{}", n + 2));
+            openings.push(crate::lanes::opening(async move {
+                if run.fenced().is_some() {
+                    return None;
+                }
+                match run.open(spec, &label).await {
+                    Ok(p) => Some((p, slots)),
+                    // One pair fewer; the first pair still does the work.
+                    Err(e) => {
+                        run.keep(e.transcript.clone());
+                        None
+                    }
+                }
+            }));
+        }
+        let members = Members {
+            run: &self,
+            spec: &spec,
+            attempt,
+        };
+        let ran = crate::lanes::run(&members, openings, WorkQueue::new(work)).await;
+        // Every grouped record durable before the attempt's outcome is.
+        if let Err(e) = self.batch.finish().await {
+            tracing::error!(error = %e, "store write failed during an attempt");
+            return AttemptEnd::Transient {
+                reason: format!("the daemon could not record progress: {e}"),
+            };
+        }
+        // A job-level permanent failure decides the attempt, whatever else happened.
+        let mut ends = ran.ends.into_iter();
+        let first = ends.next();
+        let end = match first {
+            Some(e @ AttemptEnd::JobPermanent { .. }) => Some(e),
+            first => ends
+                .find(|e| matches!(e, AttemptEnd::JobPermanent { .. }))
+                .or(first),
+        };
+        match (end, ran.failed) {
+            (Some(end), _) => end,
+            (None, None) => {
+                if spec.recursive && spec.disposition == Disposition::Move {
+                    self.remove_emptied_dirs(&spec, job.owner_uid, dst_host)
+                        .await;
+                }
+                AttemptEnd::Complete
+            }
+            (None, Some(reason)) => AttemptEnd::Transient { reason },
+        }
+    }
+}
+
+impl Run {
+    /// The pending members under a destination directory that could not be made fail for
+    /// good, with its reply (RULES.md §10); the others are returned, to be copied.
+    pub(super) async fn blocked(
+        &self,
+        members: Vec<Member>,
+        made: &crate::lanes::walk::MadeDirs,
+    ) -> Result<Vec<Member>, StoreError> {
+        if made.failed.is_empty() {
+            return Ok(members);
+        }
+        let (blocked, rest): (Vec<_>, Vec<_>) = members.into_iter().partition(|m| {
+            m.state == MemberState::Pending && m.intent.is_none() && made.blocked(&m.name).is_some()
+        });
+        let updates: Vec<(u32, MemberUpdate)> = blocked
+            .iter()
+            .map(|m| {
+                let u = MemberUpdate {
+                    state: Some(MemberState::FailedPermanent),
+                    detail: made.blocked(&m.name),
+                    ..Default::default()
+                };
+                (m.index, u)
+            })
+            .collect();
+        let (id, now) = (self.id, self.clock.now());
+        self.store
+            .call(move |s| s.update_members(id, updates, now))
+            .await?;
+        Ok(rest)
+    }
+}
+
+impl Run {
+    /// A moved tree's emptied source directories (`bftp_core::tree::emptied_dirs`: listed by
+    /// the walk, below the root, every member under them moved), deepest first, with RMD on
+    /// the first pair, or a kept one. A refused RMD (a file put there since) leaves the
+    /// directory: noted in the transcript, not an error. Best effort: an attempt that ends
+    /// before (a crash) leaves them, as a job whose files are all final has nothing to redo.
+    pub(super) async fn remove_emptied_dirs(&self, spec: &JobSpec, owner: u32, dst_host: &str) {
+        let id = self.id;
+        let Ok((walk, members)) = self
+            .store
+            .call(move |s| Ok((s.walk(id)?, s.members(id)?)))
+            .await
+        else {
+            return;
+        };
+        let states: Vec<(&str, MemberState)> =
+            members.iter().map(|m| (m.name.as_str(), m.state)).collect();
+        let dirs = bftp_core::tree::emptied_dirs(walk.listed.iter().map(String::as_str), &states);
+        if dirs.is_empty() {
+            return;
+        }
+        let src_login = ServerLogin::from_endpoint(&spec.source);
+        let dst_login = spec
+            .destination
+            .as_ref()
+            .map(ServerLogin::from_endpoint)
+            .unwrap_or_else(|| src_login.clone());
+        let key = crate::hosts::pool::PoolKey::new(owner, &src_login, &dst_login, spec.params);
+        let (mut pair, slots, origin) =
+            match crate::hosts::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await
+            {
+                crate::hosts::pool::Acquired::Kept(mut pair, slots, origin) => {
+                    // The RMDs are effects: under this job's fence, as every command of it.
+                    pair.set_gate(self.send_gate());
+                    (*pair, slots, origin)
+                }
+                crate::hosts::pool::Acquired::Slots(slots) => match self.open(spec, "p1").await {
+                    Ok(pair) => (
+                        pair,
+                        slots,
+                        crate::hosts::pool::Origin::new(self.clock.now(), id),
+                    ),
+                    Err(e) => {
+                        self.keep(e.transcript.clone());
+                        return;
+                    }
+                },
+            };
+        pair.set_label("p1");
+        for dir in &dirs {
+            let path = crate::lanes::paths::source_path(spec, dir);
+            if let Err(e) = pair.remove_dir(Side::Source, &path).await {
+                pair.note(Side::Source, &format!("{path} stays: {e}"));
+            }
+        }
+        *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots, origin));
+        self.close(pair).await;
+    }
+}
