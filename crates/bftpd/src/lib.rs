@@ -211,7 +211,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let metrics = Arc::new(metrics::Metrics::new());
     let live = Arc::new(live::Live::default());
     let clock = clock::Clock::system();
-    let executor = Arc::new(attempt::FtpExecutor {
+    let executor = Arc::new(attempt::FtpExecutor::new(attempt::AttemptCtx {
         store: store.clone(),
         secrets: secrets.clone(),
         limits: limits.clone(),
@@ -221,7 +221,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         live: live.clone(),
         watch_progress: config.ftp.watch_progress,
         clock: clock.clone(),
-    });
+    }));
     let scheduler = scheduler::Scheduler::new(
         store.clone(),
         executor,

@@ -67,6 +67,28 @@ impl std::fmt::Display for Dele {
 }
 
 impl Run {
+    /// A `delete` job's file: its `Dele` intent, durable before the DELE.
+    pub(super) async fn delete_member(
+        &self,
+        pair: &mut Pair,
+        mc: &MemberCtx<'_>,
+    ) -> Result<Option<Pending>, AttemptEnd> {
+        let m = mc.m;
+        self.update(
+            m.index,
+            MemberUpdate {
+                attempts: Some(m.attempts + 1),
+                intent: Some(Some(Intent::Delete {
+                    path: Some(mc.src_path.clone()),
+                })),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(store_failed)?;
+        self.delete_only(pair, m, &mc.src_path, false).await
+    }
+
     /// `move`: the copy is proven and recorded (with the `Dele` intent); now the source goes.
     /// `evidence` is the member's detail so far (the copy's evidence), kept in front of what
     /// happened to the source. After a restart the intent is resolved again: a DELE that

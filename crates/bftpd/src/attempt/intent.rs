@@ -20,10 +20,9 @@ impl Run {
     pub(super) async fn fence(
         &self,
         pair: &mut Pair,
-        spec: &JobSpec,
-        m: &Member,
-        req: &mut CopyRequest,
+        mc: &mut MemberCtx<'_>,
     ) -> Result<Result<Option<u64>, Option<Pending>>, AttemptEnd> {
+        let (spec, m, req) = (mc.spec, mc.m, &mut mc.req);
         let index = m.index;
         match spec.dest_command {
             DestCommand::Append => {

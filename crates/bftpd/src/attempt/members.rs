@@ -61,13 +61,14 @@ impl Run {
             .collect();
         members.sort_by(|a, b| a.name.cmp(&b.name));
         let id = self.id;
-        let now = self.clock.now();
+        let now = self.ctx.clock.now();
         let written: Vec<Member> = members
             .iter()
             .enumerate()
             .map(|(i, m)| m.as_written(i as u32, now))
             .collect();
-        self.store
+        self.ctx
+            .store
             .call(move |s| s.freeze_members(id, members, now))
             .await
             .map_err(store_failed)?;
@@ -104,7 +105,7 @@ impl crate::lanes::Work for Members<'_> {
             return Some(AttemptEnd::Interrupted);
         }
         // A nearly full disk: no new file; what is in flight finishes and is recorded.
-        crate::scheduler::space::no_room_for_files(&*self.run.store)
+        crate::scheduler::space::no_room_for_files(&*self.run.ctx.store)
     }
 
     async fn interruption(&self) {
@@ -141,7 +142,7 @@ impl crate::lanes::Work for Members<'_> {
         // A copy's progress, in memory for the views, while it is worked on.
         let result = if spec.destination.is_some() {
             let follow = crate::attempt::live::follow(
-                run.live.clone(),
+                run.ctx.live.clone(),
                 run.id,
                 m.index,
                 pair.progress(),
@@ -152,7 +153,7 @@ impl crate::lanes::Work for Members<'_> {
                 result = run.member(pair, spec, &m, self.attempt) => result,
                 never = follow => match never {},
             };
-            run.live.end(run.id, m.index);
+            run.ctx.live.end(run.id, m.index);
             result
         } else {
             run.member(pair, spec, &m, self.attempt).await

@@ -62,34 +62,42 @@ use crate::scheduler::{AttemptEnd, AttemptFuture, AttemptSignals, Executor};
 use crate::secrets::Secrets;
 use crate::store::Store;
 
-use self::{log::*, members::*, record::*, stou::*};
+use self::{log::*, member::*, members::*, record::*, stou::*};
 
-pub struct FtpExecutor {
+/// What every attempt of the executor shares: built once, handed to each attempt as one
+/// `Arc` (an attempt's own state is in its [`Run`], a file's in its [`MemberCtx`]).
+pub struct AttemptCtx {
     pub store: Store,
     pub secrets: Arc<Secrets>,
     pub limits: Limits,
     pub check: Arc<dyn AddressCheck>,
+    /// Connection slots per host, shared with every other job and `bftp transfer`.
     pub hosts: Arc<crate::hosts::HostLimits>,
     pub metrics: Arc<Metrics>,
     /// The files in flight, for the API's views.
     pub live: Arc<crate::attempt::live::Live>,
     /// `[ftp] watch_progress`: look at a running copy's bytes.
     pub watch_progress: bool,
+    /// The time every ledger change is stamped with.
     pub clock: crate::clock::Clock,
+}
+
+/// The [`Executor`] the scheduler runs: one attempt of one job at a time per job.
+pub struct FtpExecutor {
+    ctx: Arc<AttemptCtx>,
+}
+
+impl FtpExecutor {
+    pub fn new(ctx: AttemptCtx) -> FtpExecutor {
+        FtpExecutor { ctx: Arc::new(ctx) }
+    }
 }
 
 impl Executor for FtpExecutor {
     fn attempt(&self, job: Job, attempt: u32, signals: AttemptSignals) -> AttemptFuture {
+        let ctx = &self.ctx;
         let run = Run {
-            store: self.store.clone(),
-            secrets: self.secrets.clone(),
-            limits: self.limits.clone(),
-            check: self.check.clone(),
-            hosts: self.hosts.clone(),
-            metrics: self.metrics.clone(),
-            live: self.live.clone(),
-            watch_progress: self.watch_progress,
-            clock: self.clock.clone(),
+            ctx: ctx.clone(),
             drain: signals.drain,
             abort: signals.abort.clone(),
             id: job.id,
@@ -97,18 +105,18 @@ impl Executor for FtpExecutor {
             claims: Mutex::default(),
             first: Mutex::default(),
             batch: crate::attempt::ledger_batch::Batch::new(
-                self.store.clone(),
-                self.clock.clone(),
+                ctx.store.clone(),
+                ctx.clock.clone(),
                 job.id,
             ),
-            gate: self
+            gate: ctx
                 .store
                 .lease(job.id)
                 .map(|cell| Arc::new(crate::attempt::fence::LeaseGate::new(cell))),
         };
         let abort = signals.abort;
         let log = run.log.clone();
-        let store = self.store.clone();
+        let store = ctx.store.clone();
         let gate = run.gate.clone();
         Box::pin(async move {
             let id = job.id;
@@ -156,18 +164,9 @@ fn last(r: Option<&bftp_ftp::LastReply>) -> Option<LastReply> {
     })
 }
 
+/// One attempt of one job: the executor's shared handles, and the attempt's own state.
 struct Run {
-    store: Store,
-    secrets: Arc<Secrets>,
-    limits: Limits,
-    check: Arc<dyn AddressCheck>,
-    /// Connection slots per host, shared with every other job and `bftp transfer`.
-    hosts: Arc<crate::hosts::HostLimits>,
-    metrics: Arc<Metrics>,
-    live: Arc<crate::attempt::live::Live>,
-    watch_progress: bool,
-    /// The time every ledger change is stamped with.
-    clock: crate::clock::Clock,
+    ctx: Arc<AttemptCtx>,
     /// Shutdown began: finish the file in flight, start no other.
     drain: CancellationToken,
     /// Cancel or the end of the shutdown grace: ABOR the copy in flight.
@@ -238,8 +237,9 @@ fn pair_failed(e: &PairError) -> AttemptEnd {
 impl Run {
     async fn update(&self, index: u32, u: MemberUpdate) -> Result<Member, StoreError> {
         let id = self.id;
-        let now = self.clock.now();
-        self.store
+        let now = self.ctx.clock.now();
+        self.ctx
+            .store
             .call(move |s| s.update_member(id, index, u, now))
             .await
     }
@@ -289,7 +289,7 @@ impl Run {
         // A kept pair serves the next job under that job's own fence.
         pair.set_gate(None);
         match first {
-            Some((key, slots, origin)) => self.hosts.pool.put(key, pair, slots, origin).await,
+            Some((key, slots, origin)) => self.ctx.hosts.pool.put(key, pair, slots, origin).await,
             None => pair.close().await,
         }
     }
@@ -298,7 +298,7 @@ impl Run {
     /// destination file (see [`crate::attempt::live`]).
     fn look(&self, spec: &JobSpec, m: &Member) -> Option<crate::attempt::live::Look> {
         let dst = spec.destination.as_ref()?;
-        if !self.watch_progress
+        if !self.ctx.watch_progress
             || spec.disposition == Disposition::Delete
             || spec.dest_command != DestCommand::Replace
         {
@@ -307,9 +307,9 @@ impl Run {
         Some(crate::attempt::live::Look {
             login: ServerLogin::from_endpoint(dst),
             path: copy_request(spec, &m.name).dest_path,
-            limits: self.limits.clone(),
-            check: self.check.clone(),
-            hosts: self.hosts.clone(),
+            limits: self.ctx.limits.clone(),
+            check: self.ctx.check.clone(),
+            hosts: self.ctx.hosts.clone(),
             gate: self.send_gate(),
         })
     }
@@ -328,8 +328,8 @@ impl Run {
             &src,
             &dst,
             spec.params,
-            &self.limits,
-            self.check.clone(),
+            &self.ctx.limits,
+            self.ctx.check.clone(),
             self.send_gate(),
         )
         .await;

@@ -8,12 +8,10 @@ impl Run {
     pub(super) async fn prove(
         &self,
         pair: &mut Pair,
-        spec: &JobSpec,
-        m: &Member,
-        req: &CopyRequest,
-        src_path: &str,
+        mc: &MemberCtx<'_>,
         outcome: &CopyOutcome,
     ) -> Option<crate::lanes::proof::Proven> {
+        let (spec, m, req) = (mc.spec, mc.m, &mc.req);
         let CopyOutcome::Succeeded {
             size_check,
             stou_name,
@@ -36,7 +34,7 @@ impl Run {
         let proven = crate::lanes::proof::after_copy(
             pair,
             spec,
-            src_path,
+            &mc.src_path,
             dest.as_deref(),
             size_check,
             size,

@@ -91,18 +91,15 @@ impl Run {
     /// another's, which files a failed unique copy left and kept (those provably ours are
     /// deleted here), and whether a transient refusal came back unchanged (recorded in the
     /// capability memory; a refusal it settles left nothing on the destination to look at).
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn summarize(
         &self,
         pair: &mut Pair,
-        spec: &JobSpec,
-        m: &Member,
-        req: &CopyRequest,
+        mc: &MemberCtx<'_>,
         outcome: CopyOutcome,
         report: &bftp_ftp::AttemptReport,
-        unique: UniqueCopy<'_>,
-        attempt: u32,
+        unique: UniqueCopy,
     ) -> Result<ledger::Outcome, AttemptEnd> {
+        let m = mc.m;
         let data_connection = data_connection_failed(&outcome);
         Ok(match outcome {
             CopyOutcome::Succeeded {
@@ -115,7 +112,7 @@ impl Run {
                     Some(name) => {
                         let mut also_given_to = unique.collided;
                         if !unique.announced.contains(&name) {
-                            if let Some(other) = self.claim(unique.dir, m, &name).await {
+                            if let Some(other) = self.claim(mc.dir(), m, &name).await {
                                 also_given_to.get_or_insert(other);
                             }
                         }
@@ -136,7 +133,7 @@ impl Run {
                 }
             }
             CopyOutcome::Permanent { failure, .. } => {
-                let destination = self.left(pair, spec, m, report, &unique, false).await;
+                let destination = self.left(pair, mc, report, &unique, false).await;
                 ledger::Outcome::Permanent {
                     failure: failure.to_string(),
                     destination,
@@ -145,18 +142,10 @@ impl Run {
             CopyOutcome::Transient { kind, failure, .. } => {
                 // The same failure of this name again: the name is one the server never
                 // stores as asked.
-                let settled = crate::attempt::refusals::settle_name(
-                    &self.store,
-                    spec,
-                    req,
-                    kind,
-                    &failure,
-                    self.id,
-                    attempt,
-                    self.clock.now(),
-                )
-                .await
-                .map_err(store_failed)?;
+                let settled = self
+                    .settle_name(mc, kind, &failure)
+                    .await
+                    .map_err(store_failed)?;
                 if let Some(settled) = settled {
                     return Ok(ledger::Outcome::RepeatedRefusal {
                         state: settled.state,
@@ -164,20 +153,10 @@ impl Run {
                     });
                 }
                 // The same refusal again from this server: its configuration, not a moment.
-                let settled = crate::attempt::refusals::settle_repeated(
-                    &self.store,
-                    pair,
-                    spec,
-                    req,
-                    kind,
-                    &failure,
-                    report,
-                    self.id,
-                    attempt,
-                    self.clock.now(),
-                )
-                .await
-                .map_err(store_failed)?;
+                let settled = self
+                    .settle_repeated(pair, mc, kind, &failure, report)
+                    .await
+                    .map_err(store_failed)?;
                 if let Some(settled) = settled {
                     return Ok(ledger::Outcome::RepeatedRefusal {
                         state: settled.state,
@@ -185,7 +164,7 @@ impl Run {
                     });
                 }
                 let mismatch = matches!(failure, bftp_ftp::Failure::SizeMismatch { .. });
-                let destination = self.left(pair, spec, m, report, &unique, mismatch).await;
+                let destination = self.left(pair, mc, report, &unique, mismatch).await;
                 let cause = if data_connection {
                     ledger::Cause::DataConnection
                 } else if matches!(kind, TransientKind::UniqueNameTaken) {
@@ -209,24 +188,13 @@ impl Run {
     pub(super) async fn left(
         &self,
         pair: &mut Pair,
-        spec: &JobSpec,
-        m: &Member,
+        mc: &MemberCtx<'_>,
         report: &bftp_ftp::AttemptReport,
-        unique: &UniqueCopy<'_>,
+        unique: &UniqueCopy,
         mismatch: bool,
     ) -> ledger::Destination {
-        let kept = if spec.dest_command == DestCommand::Unique {
-            self.unique_left(
-                pair,
-                spec,
-                m,
-                report,
-                unique.announced,
-                unique.source_size,
-                unique.dir,
-                mismatch,
-            )
-            .await
+        let kept = if mc.spec.dest_command == DestCommand::Unique {
+            self.unique_left(pair, mc, report, unique, mismatch).await
         } else {
             None
         };
@@ -241,18 +209,16 @@ impl Run {
     /// Writes a copy's ledger change and counts the file (a failure before the write, a
     /// success once it is durable); then the DELE of a `move`'s source, whose intent the
     /// success wrote. `Some`: the member stays pending, and why.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn apply(
         &self,
         pair: &mut Pair,
-        dest_command: DestCommand,
-        m: &Member,
-        src_path: &str,
+        mc: &MemberCtx<'_>,
         change: ledger::Change,
         replies: MemberUpdate,
         duration: Duration,
-        attempt: u32,
     ) -> Result<Option<Pending>, AttemptEnd> {
+        let (m, src_path, attempt) = (mc.m, mc.src_path.as_str(), mc.attempt);
+        let dest_command = mc.spec.dest_command;
         let intent = match change.intent {
             ledger::IntentChange::Clear => Some(None),
             ledger::IntentChange::Keep => None,
@@ -277,10 +243,10 @@ impl Run {
             ledger::Next::Settled(MemberState::Succeeded) => {}
             ledger::Next::Settled(state) => {
                 let counted = FileResult::FailedPermanent.unless_uncertain(Some(state));
-                self.metrics.file(counted, duration, None);
+                self.ctx.metrics.file(counted, duration, None);
             }
             ledger::Next::Pending { .. } => {
-                self.metrics.file(FileResult::Transient, duration, None)
+                self.ctx.metrics.file(FileResult::Transient, duration, None)
             }
         }
         // A replace copy's success with nothing to do after it: nothing waits for its
@@ -308,7 +274,8 @@ impl Run {
                 }))
             }
         }
-        self.metrics
+        self.ctx
+            .metrics
             .file(FileResult::Succeeded, duration, change.bytes);
         tracing::info!(job = self.id.0, member = %m.name, attempt, "file copied");
         if change.intent == ledger::IntentChange::DeleteSource {

@@ -42,11 +42,10 @@ impl Run {
     pub(super) async fn resolve(
         &self,
         pair: &mut Pair,
-        spec: &JobSpec,
-        m: &Member,
+        mc: &MemberCtx<'_>,
         intent: &Intent,
-        dir: Option<&DirGuard>,
     ) -> Result<Option<Option<Pending>>, AttemptEnd> {
+        let (spec, m, dir) = (mc.spec, mc.m, mc.dir());
         let index = m.index;
         let req = copy_request(spec, &m.name);
         let target = intent.target(&req.dest_path);
@@ -118,7 +117,8 @@ impl Run {
                 Ok(None)
             }
             Decision::Uncertain { reason } => {
-                self.metrics
+                self.ctx
+                    .metrics
                     .file(FileResult::Uncertain, Duration::ZERO, None);
                 self.update(
                     index,

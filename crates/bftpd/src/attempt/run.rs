@@ -4,7 +4,7 @@ use super::*;
 
 impl Run {
     pub(super) async fn run(self, job: Job, attempt: u32) -> AttemptEnd {
-        let spec = match self.secrets.unseal_spec(&job.spec) {
+        let spec = match self.ctx.secrets.unseal_spec(&job.spec) {
             Ok(s) => s,
             Err(e) => {
                 return AttemptEnd::JobPermanent {
@@ -16,7 +16,7 @@ impl Run {
         // An attempt interrupted after its last member (a crash before the job's finish was
         // recorded) has nothing left to do: no connection is needed to say so.
         if job.members_frozen {
-            match self.store.call(move |s| s.members(id)).await {
+            match self.ctx.store.call(move |s| s.members(id)).await {
                 Ok(members) if !members.iter().any(needs_work) => return AttemptEnd::Complete,
                 Ok(_) => {}
                 Err(e) => return store_failed(e),
@@ -40,7 +40,7 @@ impl Run {
             return end;
         }
         let acquired =
-            crate::hosts::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await;
+            crate::hosts::pool::acquire(&self.ctx.hosts, &key, &spec.source.host, dst_host).await;
         let mut pair = match acquired {
             crate::hosts::pool::Acquired::Kept(mut pair, slots, origin) => {
                 pair.set_label("p1");
@@ -51,7 +51,7 @@ impl Run {
             }
             crate::hosts::pool::Acquired::Slots(slots) => {
                 let opened = self.open(&spec, "p1").await;
-                let origin = crate::hosts::pool::Origin::new(self.clock.now(), id);
+                let origin = crate::hosts::pool::Origin::new(self.ctx.clock.now(), id);
                 *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots, origin));
                 match opened {
                     Ok(p) => p,
@@ -73,9 +73,9 @@ impl Run {
         let mut made = crate::lanes::walk::MadeDirs::default();
         if spec.recursive {
             // The whole tree is frozen before any file moves; then its directories are made.
-            let clock = self.clock.clone();
+            let clock = self.ctx.clock.clone();
             let walked = crate::lanes::walk::walk(
-                &self.store,
+                &self.ctx.store,
                 id,
                 &mut pair,
                 &spec,
@@ -85,8 +85,13 @@ impl Run {
             .await;
             let dirs = match walked {
                 Ok(walk) => {
-                    crate::lanes::walk::make_dirs(&mut pair, &spec, &walk, Some((&self.store, id)))
-                        .await
+                    crate::lanes::walk::make_dirs(
+                        &mut pair,
+                        &spec,
+                        &walk,
+                        Some((&self.ctx.store, id)),
+                    )
+                    .await
                 }
                 Err(end) => Err(end),
             };
@@ -114,7 +119,7 @@ impl Run {
         };
         let members = match frozen_now {
             Some(m) => m,
-            None => match self.store.call(move |s| s.members(id)).await {
+            None => match self.ctx.store.call(move |s| s.members(id)).await {
                 Ok(m) => m,
                 Err(e) => return store_failed(e),
             },
@@ -127,9 +132,10 @@ impl Run {
         let work: VecDeque<Member> = members.into_iter().filter(needs_work).collect();
         // More pairs for a multi-file job, up to `parallel_pairs`, on the slots free now
         // (see `crate::lanes`); each logs in while the first one already works.
-        let lanes = self.hosts.parallel_pairs.min(work.len()).max(1);
+        let lanes = self.ctx.hosts.parallel_pairs.min(work.len()).max(1);
         let mut openings = vec![crate::lanes::ready(pair, crate::hosts::Slots::default())];
         let extra = self
+            .ctx
             .hosts
             .extra_slots(&spec.source.host, dst_host, lanes - 1)
             .await;
@@ -210,8 +216,9 @@ impl Run {
                 (m.index, u)
             })
             .collect();
-        let (id, now) = (self.id, self.clock.now());
-        self.store
+        let (id, now) = (self.id, self.ctx.clock.now());
+        self.ctx
+            .store
             .call(move |s| s.update_members(id, updates, now))
             .await?;
         Ok(rest)
@@ -227,6 +234,7 @@ impl Run {
     pub(super) async fn remove_emptied_dirs(&self, spec: &JobSpec, owner: u32, dst_host: &str) {
         let id = self.id;
         let Ok((walk, members)) = self
+            .ctx
             .store
             .call(move |s| Ok((s.walk(id)?, s.members(id)?)))
             .await
@@ -247,7 +255,8 @@ impl Run {
             .unwrap_or_else(|| src_login.clone());
         let key = crate::hosts::pool::PoolKey::new(owner, &src_login, &dst_login, spec.params);
         let (mut pair, slots, origin) =
-            match crate::hosts::pool::acquire(&self.hosts, &key, &spec.source.host, dst_host).await
+            match crate::hosts::pool::acquire(&self.ctx.hosts, &key, &spec.source.host, dst_host)
+                .await
             {
                 crate::hosts::pool::Acquired::Kept(mut pair, slots, origin) => {
                     // The RMDs are effects: under this job's fence, as every command of it.
@@ -258,7 +267,7 @@ impl Run {
                     Ok(pair) => (
                         pair,
                         slots,
-                        crate::hosts::pool::Origin::new(self.clock.now(), id),
+                        crate::hosts::pool::Origin::new(self.ctx.clock.now(), id),
                     ),
                     Err(e) => {
                         self.keep(e.transcript.clone());

@@ -2,17 +2,12 @@
 
 use super::*;
 
-/// A copy's result, the STOU names announced to it, and who else one of them was told to.
-pub(super) type Announcements = (Result<CopyOutcome, PairError>, Vec<String>, Option<String>);
-
 /// What a unique copy's STOUs announced, for its ledger entry (empty for another command):
-/// the names, who else one of them was told to, the source's size as fenced, and the
-/// destination directory it holds.
-pub(super) struct UniqueCopy<'a> {
-    pub(super) announced: &'a [String],
+/// the names, who else one of them was told to, and the source's size as fenced.
+pub(super) struct UniqueCopy {
+    pub(super) announced: Vec<String>,
     pub(super) collided: Option<String>,
     pub(super) source_size: Option<u64>,
-    pub(super) dir: Option<&'a DirGuard>,
 }
 
 impl Run {
@@ -100,19 +95,15 @@ impl Run {
     /// After a failed unique copy: each file its STOUs may have left is deleted when provably
     /// ours, else kept; `Some(why)` when any was kept (the member is then `uncertain`), and
     /// also when the destination was touched but never said which name it chose.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn unique_left(
         &self,
         pair: &mut Pair,
-        spec: &JobSpec,
-        m: &Member,
+        mc: &MemberCtx<'_>,
         report: &bftp_ftp::AttemptReport,
-        announced: &[String],
-        source_size: Option<u64>,
-        dir: Option<&DirGuard>,
+        unique: &UniqueCopy,
         mismatch: bool,
     ) -> Option<String> {
-        let mut names: Vec<String> = announced.to_vec();
+        let mut names: Vec<String> = unique.announced.clone();
         for n in report.stou_left.iter().chain(report.stou_name.as_ref()) {
             if !names.contains(n) {
                 names.push(n.clone());
@@ -127,7 +118,7 @@ impl Run {
         let mut kept = Vec::new();
         for name in &names {
             if let Err(why) = self
-                .settle_partial(pair, spec, m, name, source_size, dir, mismatch)
+                .settle_partial(pair, mc, name, unique.source_size, mismatch)
                 .await
             {
                 kept.push(why);
@@ -138,17 +129,15 @@ impl Run {
 
     /// One file a failed STOU announced: gone (no such file, or deleted because it is
     /// provably ours: see `bftp_core::intent::unique_partial_is_ours`), or `Err(why)` kept.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn settle_partial(
         &self,
         pair: &mut Pair,
-        spec: &JobSpec,
-        m: &Member,
+        mc: &MemberCtx<'_>,
         name: &str,
         source_size: Option<u64>,
-        dir: Option<&DirGuard>,
         mismatch: bool,
     ) -> Result<(), String> {
+        let (m, dir) = (mc.m, mc.dir());
         if let Some(other) = self.claimed_by_other(dir, m, name).await {
             return Err(format!(
                 "the server announced {name:?}, a name it also gave {other}: not deleted"
@@ -166,11 +155,11 @@ impl Run {
                 "the announced name {name:?} is not a plain name: not deleted"
             ));
         }
-        let dest_dir = copy_request(spec, &m.name).dest_path;
+        let dest_dir = &mc.req.dest_path;
         let path = if name.starts_with('/') {
             name.to_owned()
         } else {
-            crate::lanes::paths::join_path(&dest_dir, name)
+            crate::lanes::paths::join_path(dest_dir, name)
         };
         if !pair.is_usable() {
             if let Err(e) = pair.reopen("to settle a partial STOU file").await {
