@@ -29,7 +29,7 @@ impl Dele {
     }
 }
 
-pub(super) async fn dele(pair: &mut Pair, path: &str) -> Dele {
+pub(super) async fn dele(pair: &mut impl Conn, path: &str) -> Dele {
     let refused = match pair.delete(Side::Source, path).await {
         Ok(reply) => return Dele::Deleted(reply),
         Err(e) => e,
@@ -96,7 +96,7 @@ impl Run {
     /// no file, which settles the member instead of retrying it until the job is exhausted.
     pub(super) async fn delete_source(
         &self,
-        pair: &mut Pair,
+        pair: &mut impl Conn,
         index: u32,
         path: &str,
         evidence: &str,
@@ -143,7 +143,7 @@ impl Run {
     /// before this attempt, so a file found gone was deleted by the interrupted one.
     pub(super) async fn delete_only(
         &self,
-        pair: &mut Pair,
+        pair: &mut impl Conn,
         m: &Member,
         path: &str,
         resumed: bool,

@@ -67,7 +67,7 @@ impl Run {
     }
 
     /// The member's context; a unique copy first waits for its destination directory.
-    async fn member_ctx<'a>(
+    pub(super) async fn member_ctx<'a>(
         &self,
         spec: &'a JobSpec,
         m: &'a Member,

@@ -19,6 +19,7 @@
 //! At shutdown the file in flight may finish within the grace period, but no new file starts
 //! (the `drain` signal); the job goes back to the queue.
 
+mod conn;
 mod copy;
 mod delete;
 mod fence;
@@ -62,6 +63,7 @@ use crate::scheduler::{AttemptEnd, AttemptFuture, AttemptSignals, Executor};
 use crate::secrets::Secrets;
 use crate::store::Store;
 
+use self::conn::Conn;
 use self::{log::*, member::*, members::*, record::*, stou::*};
 
 /// What every attempt of the executor shares: built once, handed to each attempt as one
