@@ -29,6 +29,7 @@ pub mod live;
 mod log;
 mod member;
 mod members;
+mod outcome;
 mod prove;
 mod record;
 mod refusals;
@@ -64,7 +65,7 @@ use crate::secrets::Secrets;
 use crate::store::Store;
 
 use self::conn::Conn;
-use self::{log::*, member::*, members::*, record::*, stou::*};
+use self::{log::*, member::*, members::*, outcome::*, record::*, stou::*};
 
 /// What every attempt of the executor shares: built once, handed to each attempt as one
 /// `Arc` (an attempt's own state is in its [`Run`], a file's in its [`MemberCtx`]).
