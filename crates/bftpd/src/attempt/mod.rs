@@ -18,6 +18,12 @@
 //!
 //! At shutdown the file in flight may finish within the grace period, but no new file starts
 //! (the `drain` signal); the job goes back to the queue.
+//!
+//! The attempt is `run.rs` (its phases), its members `members.rs`; one member's life is
+//! `member.rs`, each step in its own file: `resolve`, `intent` (the fence), `copy`,
+//! `prove`, `outcome` and `record`, with `stou` and `delete` for their commands.
+//! Every attempt shares the executor's `AttemptCtx`; a member's state is its
+//! `MemberCtx`; the steps that only send SIZE and DELE take any `conn::Conn`.
 
 mod conn;
 mod copy;
