@@ -194,7 +194,7 @@ impl Daemon {
 
     /// The scheduler, with the executor that runs each attempt over FTP.
     fn scheduler(&self, config: &Config) -> Arc<Scheduler> {
-        let executor = Arc::new(attempt::FtpExecutor {
+        let executor = Arc::new(attempt::FtpExecutor::new(attempt::AttemptCtx {
             store: self.store.clone(),
             secrets: self.secrets.clone(),
             limits: self.limits.clone(),
@@ -204,7 +204,7 @@ impl Daemon {
             live: self.live.clone(),
             watch_progress: config.ftp.watch_progress,
             clock: self.clock.clone(),
-        });
+        }));
         Scheduler::new(
             self.store.clone(),
             executor,

@@ -3,7 +3,7 @@
 //! instead of a transaction and a flush each.
 //!
 //! Only a record nothing waits for is grouped: a replace copy's success, with no intent to
-//! clear and no source to delete after it (bftpd's `Run::apply` decides). Such a member, if
+//! clear and no source to delete after it (`attempt::record::entry` decides). Such a member, if
 //! the daemon dies before its record is durable, is still pending in the ledger and is simply
 //! copied again (a replace copy is safe to repeat, and nothing was recorded that did not
 //! happen). Every other change (failures, intents, a `move`'s success before its DELE) is
