@@ -1,11 +1,13 @@
 //! The FTP side of bftp: parsing what servers say ([`parse`], pure), one control
 //! connection ([`session`], which reads every reply with our own parser), and the
 //! third-party transfer engine ([`engine`]): a [`Pair`] of sessions that copies files
-//! server to server, lists the source, and verifies a job before it runs.
+//! server to server, lists the source, and verifies a job before it runs; and the byte
+//! mover ([`relay`](mod@relay)) that carries a file between two data connections through bftpd.
 
 pub mod engine;
 pub mod limits;
 pub mod parse;
+pub mod relay;
 pub mod session;
 pub mod tls;
 pub mod transcript;
@@ -19,6 +21,7 @@ pub use engine::{
 };
 pub use limits::{AddressCheck, AllowAll, Limits, ServerLogin};
 pub use parse::{AddressError, FactError, MlsdError, NameError, ReplyError};
+pub use relay::{relay, relay_io, Mover, RelayError, RelayOptions, Relayed};
 pub use session::{ConnectError, SendGate, Session, SessionError};
 pub use transcript::{Entry, EntryKind, Side, Transcript, TranscriptLimits};
 
