@@ -20,6 +20,8 @@
 //! copy's first command, as for a third-party copy).
 
 mod kernel;
+#[cfg(test)]
+mod tests;
 
 use std::future::Future;
 use std::io;
