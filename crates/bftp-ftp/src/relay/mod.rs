@@ -12,7 +12,9 @@
 //!
 //! At the source's end of file the destination's write side is shut down (a TLS leg sends
 //! its close_notify first): that is how an FTP server in stream mode learns that the file is
-//! complete. Any other end (cancel, watchdog, an I/O error on either side) resets both
+//! complete. [`relay`] then waits for the destination to close its side (reading and
+//! discarding what it sends, such as a TLS 1.3 server's session tickets), so that closing
+//! cannot reset a connection whose server has not read the end yet. Any other end (cancel, watchdog, an I/O error on either side) resets both
 //! connections, so that neither server can take a cut stream for a whole file.
 //!
 //! The watchdog: the relay stops when no byte moved for [`RelayOptions::idle`], and at
@@ -164,7 +166,8 @@ impl Relayed {
 }
 
 /// Relay one file from `source` to `destination` and close both: cleanly at the source's
-/// end of file (the destination's write side shut down first), by reset otherwise. The
+/// end of file (the destination's write side shut down first, then its close awaited within
+/// the watchdog), by reset otherwise. The
 /// kernel moves the bytes when both are plain TCP, `options.splice` holds and no hash is
 /// asked for (and a pipe could be made); the user-space buffer otherwise. `cancel` stops
 /// the relay when it completes (a job's cancel, a shutdown).
@@ -191,7 +194,7 @@ async fn relay_on(
 ) -> Relayed {
     tokio::pin!(cancel);
     let mut watchdog = Watchdog::new(options, cancel);
-    match (source, destination) {
+    let relayed = match (&mut *source, &mut *destination) {
         (Stream::Plain(src), Stream::Plain(dst)) if options.splice && !options.sha256 => {
             match kernel::Pipe::new(options.pipe) {
                 Ok(pipe) => kernel::relay(src, dst, &pipe, &mut watchdog).await,
@@ -202,11 +205,25 @@ async fn relay_on(
             }
         }
         (source, destination) => copy(source, destination, options, &mut watchdog).await,
+    };
+    if relayed.is_complete() {
+        drain(destination, &mut watchdog).await;
     }
+    relayed
+}
+
+/// After the destination's write side is shut down: read and discard what the destination
+/// still sends (a TLS 1.3 server's session tickets) until it closes its side, within the
+/// watchdog. A connection closed with unread bytes in it is reset, and a reset can cost the
+/// server the file's last bytes. Best effort: the stream was already whole.
+async fn drain<C: Future<Output = ()>>(destination: &mut Stream, watchdog: &mut Watchdog<'_, C>) {
+    let mut scrap = [0u8; 4096];
+    while let Ok(Ok(1..)) = watchdog.guard(destination.read(&mut scrap)).await {}
 }
 
 /// Relay from any reader to any writer through the user-space buffer, shutting `destination`
-/// down at the source's end of file. Both stay the caller's, open.
+/// down at the source's end of file. Both stay the caller's, open: a caller that closes a
+/// connection with unread bytes in it (a TLS 1.3 server's session tickets) resets it.
 pub async fn relay_io<R, W>(
     source: &mut R,
     destination: &mut W,
