@@ -736,3 +736,87 @@ fn the_options_of_a_copy_follow_its_limits() {
     assert_eq!(options.idle, limits.reply_timeout);
     assert!(options.splice && !options.sha256);
 }
+
+/// A TLS server (the FTP server's side of a `PROT P` data connection) and the relay's TLS
+/// client leg, over loopback, the server's certificate pinned.
+async fn tls_connected() -> (tokio_rustls::server::TlsStream<TcpStream>, Stream) {
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let der = cert.der().clone();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![der.clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let hosts = crate::tls::TlsTrust::new(vec![crate::tls::HostTrust {
+        host: "127.0.0.1".into(),
+        trust: crate::tls::Trust::Pinned(crate::tls::fingerprint(&der)),
+    }])
+    .unwrap();
+    let (config, trust) = hosts.for_host("127.0.0.1").unwrap();
+    let (server_tcp, client_tcp) = connected(None).await;
+    let (server, client) = tokio::join!(
+        acceptor.accept(server_tcp),
+        crate::tls::handshake(
+            config,
+            &trust,
+            "127.0.0.1",
+            client_tcp,
+            Duration::from_secs(10)
+        )
+    );
+    (server.unwrap(), Stream::Tls(Box::new(client.unwrap())))
+}
+
+#[tokio::test]
+async fn two_tls_legs_are_relayed_in_user_space_and_the_destination_gets_its_close_notify() {
+    for options in [kernel(), user_space_hashing()] {
+        let bytes = Arc::new(data(8 * MIB + 5, 10));
+        let (mut feeder, source) = tls_connected().await;
+        let (mut sink_end, destination) = tls_connected().await;
+        let feeding = tokio::spawn({
+            let bytes = bytes.clone();
+            async move {
+                feeder.write_all(&bytes).await.unwrap();
+                // close_notify, then the TCP end: the source's end of file.
+                feeder.shutdown().await.unwrap();
+                feeder
+            }
+        });
+        let sinking = tokio::spawn(async move {
+            let mut got = Vec::new();
+            // An end without close_notify would be an UnexpectedEof error here.
+            let result = sink_end.read_to_end(&mut got).await.map_err(|e| e.kind());
+            (got, result)
+        });
+        let relayed = timeout(
+            LIMIT,
+            relay(source, destination, &options, std::future::pending()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(relayed.result, Ok(()), "{options:?}");
+        assert_eq!(
+            relayed.mover,
+            Mover::UserSpace,
+            "TLS legs pass through user space"
+        );
+        assert_eq!(relayed.bytes, bytes.len() as u64);
+        assert_eq!(relayed.sha256, options.sha256.then(|| sha256(&bytes)));
+        let (got, result) = sinking.await.unwrap();
+        assert_eq!(result, Ok(got.len()));
+        assert!(got == *bytes, "the destination got other bytes");
+        drop(feeding.await.unwrap());
+    }
+}
