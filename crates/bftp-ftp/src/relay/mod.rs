@@ -7,15 +7,16 @@
 //! destination socket, [`Mover::Kernel`]); otherwise (a TLS leg, or the stream's SHA-256 asked
 //! for) they pass through one buffer of [`RelayOptions::buffer`] bytes ([`Mover::UserSpace`],
 //! also [`relay_io`] for any reader and writer). Either way it reads from the source only
-//! when what it read before has been written to the destination, so a slow destination
-//! slows the source down (back-pressure) and a slow source slows nothing.
+//! while that buffer (or pipe) has room, which only writing to the destination makes, so a
+//! slow destination slows the source down (back-pressure) and a slow source slows nothing.
 //!
 //! At the source's end of file the destination's write side is shut down (a TLS leg sends
 //! its close_notify first): that is how an FTP server in stream mode learns that the file is
 //! complete. [`relay`] then waits for the destination to close its side (reading and
 //! discarding what it sends, such as a TLS 1.3 server's session tickets), so that closing
-//! cannot reset a connection whose server has not read the end yet. Any other end (cancel, watchdog, an I/O error on either side) resets both
-//! connections, so that neither server can take a cut stream for a whole file.
+//! cannot reset a connection whose server has not read the end yet. Any other end (cancel,
+//! watchdog, an I/O error on either side) resets both connections, so that neither server
+//! can take a cut stream for a whole file.
 //!
 //! The watchdog: the relay stops when no byte moved for [`RelayOptions::idle`], and at
 //! [`RelayOptions::deadline`], the copy's own watchdog ([`Limits::transfer_timeout`] from the
