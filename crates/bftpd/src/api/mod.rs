@@ -11,7 +11,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
@@ -419,22 +419,26 @@ async fn get_job(
     State(app): State<Shared>,
     Extension(caller): Extension<Caller>,
     path: Result<Path<u64>, PathRejection>,
-) -> Result<Json<JobView>, ApiError> {
+) -> Result<Response, ApiError> {
     let id = job_id(path)?;
-    let store = app.store.clone();
-    let mail = app.mail.clone();
-    // One trip to the blocking pool for the job, its ledger, its history and its report.
+    let (store, mail, live) = (app.store.clone(), app.mail.clone(), app.live.clone());
+    // One trip to the blocking pool for the job, its ledger, its history and its report, and
+    // for the JSON: a large job's view is megabytes, which would hold a runtime worker (and
+    // every request behind it) for as long as it takes to encode.
     let found = store
         .call(move |store| match store.get(JobId(id))? {
             Some(job) if caller.may_access(job.owner_uid) => {
-                views::load_view(store, &mail, &job).map(Some)
+                let mut view = views::load_view(store, &mail, &job)?;
+                live.fill(&mut view);
+                Ok(Some(serde_json::to_vec(&view)))
             }
             _ => Ok(None),
         })
         .await?;
-    let mut view = found.ok_or_else(|| ApiError::not_found(id))?;
-    app.live.fill(&mut view);
-    Ok(Json(view))
+    let json = found
+        .ok_or_else(|| ApiError::not_found(id))?
+        .map_err(ApiError::internal)?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response())
 }
 
 async fn list(
