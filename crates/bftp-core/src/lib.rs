@@ -16,6 +16,7 @@ pub mod refusal;
 pub mod reply;
 pub mod retention;
 pub mod retry;
+pub mod route;
 pub mod scrub;
 pub mod state;
 pub mod time;

@@ -16,12 +16,14 @@ pub use engine::{
     hash_wait, verify, ActionError, Announce, Announced, AttemptReport, Check, CopyOutcome,
     CopyRequest, DataTls, DirListing, Failure, Fallback, HashProof, HiddenNames, JobFailure,
     LastReply, ListError, ListMethod, Listed, Listing, Pair, PairError, Progress, RejectedName,
-    SizeCheck, SizeWatch, Skipped, TreeEntry, TreeKind, VerifyReport, VerifyRequest, WalkMethod,
-    CHECK_SOURCE_FILE, HASH_RATE_FLOOR,
+    RelayStats, SizeCheck, SizeWatch, Skipped, TreeEntry, TreeKind, VerifyReport, VerifyRequest,
+    WalkMethod, CHECK_SOURCE_FILE, HASH_RATE_FLOOR,
 };
 pub use limits::{AddressCheck, AllowAll, Limits, ServerLogin};
 pub use parse::{AddressError, FactError, MlsdError, NameError, ReplyError};
-pub use relay::{relay, relay_io, Mover, RelayError, RelayOptions, Relayed};
+pub use relay::{
+    relay, relay_io, Mover, RelayError, RelayGate, RelayOptions, RelayPermit, Relayed,
+};
 pub use session::{ConnectError, SendGate, Session, SessionError};
 pub use transcript::{Entry, EntryKind, Side, Transcript, TranscriptLimits};
 

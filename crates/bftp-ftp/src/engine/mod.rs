@@ -33,7 +33,7 @@ use tokio::time::Instant;
 pub use listing::{ListError, ListMethod, Listed, Listing, RejectedName, Skipped};
 pub use outcome::{
     AttemptReport, CopyOutcome, Failure, Fallback, JobFailure, LastReply, PairError, Progress,
-    SizeCheck,
+    RelayStats, SizeCheck,
 };
 pub use proof::{hash_wait, HashProof, HASH_RATE_FLOOR};
 pub use size_watch::SizeWatch;
@@ -142,6 +142,12 @@ pub struct Pair {
     /// Asked before each command either session sends, and before a reconnection
     /// ([`Pair::set_gate`]).
     gate: Option<Arc<dyn SendGate>>,
+    /// How the next copies start: third party only, third party then relay, or relay
+    /// ([`Pair::set_plan`]). A refusal in both role orders under `FxpThenRelay` turns it
+    /// into `Relay` for the pair's later copies.
+    plan: bftp_core::route::Plan,
+    /// The daemon's caps on relays ([`Pair::set_relay_gate`]).
+    relay_gate: Option<Arc<crate::relay::RelayGate>>,
 }
 
 impl std::fmt::Debug for Pair {
@@ -299,7 +305,25 @@ impl Pair {
             owed: [0, 0],
             errored: false,
             gate: None,
+            plan: bftp_core::route::Plan::FxpOnly,
+            relay_gate: None,
         }
+    }
+
+    /// How the next copies start (`bftp_core::route::plan`): third party only (the
+    /// default), third party then a relay when both role orders are refused, or a relay.
+    pub fn set_plan(&mut self, plan: bftp_core::route::Plan) {
+        self.plan = plan;
+    }
+
+    /// How the next copy starts.
+    pub fn plan(&self) -> &bftp_core::route::Plan {
+        &self.plan
+    }
+
+    /// The daemon's caps on relays, shared by all its pairs (`None`: no caps).
+    pub fn set_relay_gate(&mut self, gate: Option<Arc<crate::relay::RelayGate>>) {
+        self.relay_gate = gate;
     }
 
     /// From now on each command either session sends (ABOR and QUIT excepted), and each

@@ -212,6 +212,14 @@ pub struct AttemptReport {
     /// Whether the destination command (STOR/APPE/STOU) was accepted with a 1yz or
     /// 2yz: the destination file may have been changed.
     pub destination_touched: bool,
+    /// How the bytes travelled, once a data command went out (`fxp`, roles swapped, or a
+    /// relay and why).
+    pub route: Option<bftp_core::route::Route>,
+    /// The servers refused the third party in both role orders during this copy: the
+    /// refusal, for the caller to remember for the pair (`bftp_core::route::PairMemory`).
+    pub fxp_refused: Option<String>,
+    /// A relayed copy: what bftpd counted and hashed as the bytes passed.
+    pub relayed: Option<RelayStats>,
     pub duration: Duration,
     /// Commands and replies of this attempt on both connections (PASS masked). The
     /// first copy on a pair also holds the login.
@@ -225,6 +233,19 @@ impl AttemptReport {
             Side::Destination => self.destination_reply.as_ref(),
         }
     }
+}
+
+/// What bftpd saw of a relayed stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayStats {
+    /// Bytes bftpd wrote to the destination's data connection.
+    pub bytes: u64,
+    /// The SHA-256 of the whole stream (lower-case hex), when it was computed.
+    pub sha256: Option<String>,
+    /// Who moved the bytes: `kernel` or `user space`.
+    pub mover: crate::relay::Mover,
+    /// Each leg's data connection was TLS (`PROT P`): source, destination.
+    pub tls: [bool; 2],
 }
 
 /// How one file's copy ended.

@@ -12,7 +12,7 @@ use nix::unistd::pipe2;
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
-use super::{Mover, RelayError, Relayed, Watchdog};
+use super::{Mover, RelayError, RelayGate, Relayed, Watchdog};
 use crate::transcript::Side;
 
 /// Capacity of a pipe whose size could not be read (Linux's default).
@@ -55,8 +55,11 @@ pub(super) async fn relay<C: Future<Output = ()>>(
     source: &TcpStream,
     destination: &mut TcpStream,
     pipe: &Pipe,
+    gate: Option<&RelayGate>,
     watchdog: &mut Watchdog<'_, C>,
 ) -> Relayed {
+    // Under a rate cap, at most one step's worth goes into the pipe at a time.
+    let capacity = gate.map_or(pipe.capacity, |g| g.step(pipe.capacity));
     let mut bytes = 0u64;
     let result = async {
         let dst: &TcpStream = destination;
@@ -72,7 +75,7 @@ pub(super) async fn relay<C: Future<Output = ()>>(
             }
             // At least one holds: bytes in the pipe, or an empty pipe before the end of file.
             let can_write = in_pipe > 0;
-            let can_read = !eof && !pipe_full && in_pipe < pipe.capacity;
+            let can_read = !eof && !pipe_full && in_pipe < capacity;
             let (side, ready) = watchdog
                 .guard(async {
                     tokio::select! {
@@ -100,7 +103,7 @@ pub(super) async fn relay<C: Future<Output = ()>>(
                     }
                 }
                 Side::Source => {
-                    let room = pipe.capacity - in_pipe;
+                    let room = capacity - in_pipe;
                     let held = in_pipe;
                     let out = source.try_io(Interest::READABLE, || {
                         match splice(source, None, &pipe.write, None, room, FLAGS) {
@@ -117,6 +120,9 @@ pub(super) async fn relay<C: Future<Output = ()>>(
                         Ok(Some(n)) => {
                             in_pipe += n;
                             watchdog.moved();
+                            if let Some(gate) = gate {
+                                watchdog.guard(gate.take(n)).await?;
+                            }
                         }
                         Ok(None) => pipe_full = true,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}

@@ -22,6 +22,7 @@
 //! [`RelayOptions::deadline`], the copy's own watchdog ([`Limits::transfer_timeout`] from the
 //! copy's first command, as for a third-party copy).
 
+mod gate;
 mod kernel;
 #[cfg(test)]
 mod tests;
@@ -39,6 +40,8 @@ use crate::limits::Limits;
 use crate::tls::Stream;
 use crate::transcript::Side;
 
+pub use gate::{RelayGate, RelayPermit};
+
 /// The user-space buffer of a relay unless told otherwise: large enough for TLS records and
 /// few system calls, small enough that a thousand relays stay within a few hundred MiB.
 pub const DEFAULT_BUFFER: usize = 256 * 1024;
@@ -47,7 +50,7 @@ pub const DEFAULT_BUFFER: usize = 256 * 1024;
 pub const DEFAULT_PIPE: usize = 1024 * 1024;
 
 /// How one relay runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RelayOptions {
     /// Compute the SHA-256 of the stream as it passes (forces the user-space mover).
     pub sha256: bool,
@@ -63,6 +66,8 @@ pub struct RelayOptions {
     pub idle: Duration,
     /// The copy's watchdog: the relay stops at this instant whatever moves.
     pub deadline: Option<Instant>,
+    /// The daemon's caps: the relay moves no faster than its rate allows.
+    pub gate: Option<std::sync::Arc<RelayGate>>,
 }
 
 impl Default for RelayOptions {
@@ -74,6 +79,7 @@ impl Default for RelayOptions {
             pipe: DEFAULT_PIPE,
             idle: Duration::from_secs(120),
             deadline: None,
+            gate: None,
         }
     }
 }
@@ -198,7 +204,9 @@ async fn relay_on(
     let relayed = match (&mut *source, &mut *destination) {
         (Stream::Plain(src), Stream::Plain(dst)) if options.splice && !options.sha256 => {
             match kernel::Pipe::new(options.pipe) {
-                Ok(pipe) => kernel::relay(src, dst, &pipe, &mut watchdog).await,
+                Ok(pipe) => {
+                    kernel::relay(src, dst, &pipe, options.gate.as_deref(), &mut watchdog).await
+                }
                 Err(error) => {
                     tracing::debug!(%error, "no pipe for the relay: the bytes pass through user space");
                     copy(src, dst, options, &mut watchdog).await
@@ -270,15 +278,22 @@ where
     let mut buffer = vec![0u8; options.buffer.max(1)];
     let mut bytes = 0u64;
     let result = async {
+        let step = match &options.gate {
+            Some(gate) => gate.step(buffer.len()),
+            None => buffer.len(),
+        };
         loop {
             let read = watchdog
-                .guard(source.read(&mut buffer))
+                .guard(source.read(&mut buffer[..step]))
                 .await?
                 .map_err(|e| RelayError::io(Side::Source, &e))?;
             if read == 0 {
                 break;
             }
             watchdog.moved();
+            if let Some(gate) = &options.gate {
+                watchdog.guard(gate.take(read)).await?;
+            }
             if let Some(hash) = &mut hash {
                 hash.update(&buffer[..read]);
             }
