@@ -278,12 +278,13 @@ mod tests {
     fn admission_by_the_daemons_switch() {
         use DataPath::*;
         // (asked, default, relay allowed) -> admitted
-        let rows: &[(
+        type Row = (
             Option<DataPath>,
             DataPath,
             bool,
             Result<DataPath, RelayForbidden>,
-        )] = &[
+        );
+        let rows: &[Row] = &[
             (None, Auto, true, Ok(Auto)),
             (None, Fxp, true, Ok(Fxp)),
             (None, Relay, true, Ok(Relay)),
