@@ -20,6 +20,7 @@ mod pool;
 mod proof;
 mod protocol;
 mod readme;
+mod relay;
 mod scheduler;
 mod service;
 mod slow;

@@ -399,6 +399,14 @@ impl Stream {
     pub fn is_tls(&self) -> bool {
         matches!(self, Stream::Tls(_))
     }
+
+    /// The TCP connection under the stream.
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(tcp) => tcp,
+            Stream::Tls(tls) => tls.get_ref().0,
+        }
+    }
 }
 
 impl AsyncRead for Stream {

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bftp_core::reply::{classify_for_host, CommandKind, Disposition, Outcome};
+use bftp_core::route::{Plan, RelayReason};
 use bftp_core::{DestCommand, FtpParams, TransferType};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -145,9 +146,11 @@ pub struct Pair {
     /// How the next copies start: third party only, third party then relay, or relay
     /// ([`Pair::set_plan`]). A refusal in both role orders under `FxpThenRelay` turns it
     /// into `Relay` for the pair's later copies.
-    plan: bftp_core::route::Plan,
+    plan: Plan,
     /// The daemon's caps on relays ([`Pair::set_relay_gate`]).
     relay_gate: Option<Arc<crate::relay::RelayGate>>,
+    /// A relayed copy hashes its stream (SHA-256) as it passes ([`Pair::set_stream_hash`]).
+    stream_hash: bool,
 }
 
 impl std::fmt::Debug for Pair {
@@ -305,20 +308,28 @@ impl Pair {
             owed: [0, 0],
             errored: false,
             gate: None,
-            plan: bftp_core::route::Plan::FxpOnly,
+            plan: Plan::FxpOnly,
             relay_gate: None,
+            stream_hash: false,
         }
     }
 
     /// How the next copies start (`bftp_core::route::plan`): third party only (the
     /// default), third party then a relay when both role orders are refused, or a relay.
-    pub fn set_plan(&mut self, plan: bftp_core::route::Plan) {
+    pub fn set_plan(&mut self, plan: Plan) {
         self.plan = plan;
     }
 
     /// How the next copy starts.
-    pub fn plan(&self) -> &bftp_core::route::Plan {
+    pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// Whether a relayed copy computes the SHA-256 of its stream (the one relay that reads
+    /// the bytes in user space): for a job that asks for a hash proof, or whose servers
+    /// offer none.
+    pub fn set_stream_hash(&mut self, on: bool) {
+        self.stream_hash = on;
     }
 
     /// The daemon's caps on relays, shared by all its pairs (`None`: no caps).
@@ -522,7 +533,26 @@ impl Pair {
                 transcript: self.recorder.take(),
             });
         }
-        self.protect_data().await?;
+        match &self.plan {
+            Plan::Relay(_) => {
+                self.protect_relay_legs().await?;
+            }
+            Plan::FxpThenRelay => match self.protect_data().await {
+                // TLS cannot be had between the servers: two encrypted legs through bftpd.
+                Err(PairError {
+                    failure: JobFailure::DataTls { explanation },
+                    ..
+                }) => {
+                    self.note(Side::Source, &format!("relay: {explanation}"));
+                    self.plan = Plan::Relay(RelayReason::DataTls {
+                        detail: explanation,
+                    });
+                    self.protect_relay_legs().await?;
+                }
+                other => other?,
+            },
+            Plan::FxpOnly => self.protect_data().await?,
+        }
         transfer::run(self, request).await
     }
 

@@ -169,6 +169,9 @@ pub enum Failure {
     },
     #[error("the destination reported the STOU name {name:?}, which cannot be used: {error}")]
     BadStouName { name: String, error: NameError },
+    /// A relay through bftpd did not move the whole stream.
+    #[error("the relay through bftpd stopped after {bytes} bytes: {error}")]
+    Relay { error: String, bytes: u64 },
     #[error("{path:?} cannot be sent in a command: {error}")]
     BadPath { path: String, error: NameError },
     /// The destination confirmed the upload, then had no file under the name asked: it may

@@ -165,6 +165,58 @@ impl Pair {
         }
     }
 
+    /// PROT and SSCN on both servers for a relay: each leg is its own TLS session with bftpd
+    /// as the client, so each side's own data policy decides its leg (no SSCN: `SSCN OFF`
+    /// where an earlier copy set it on). `required` without TLS on that side's control
+    /// connection, or with PROT P refused, fails the copy permanently; `preferred` leaves the
+    /// leg in clear, which the ledger says. Returns which legs are TLS (source, destination).
+    pub(super) async fn protect_relay_legs(&mut self) -> Result<[bool; 2], PairError> {
+        let mut legs = [false; 2];
+        let mut clear = Vec::new();
+        for side in [Side::Source, Side::Destination] {
+            let i = index(side);
+            let policy = self.logins[i].tls.data;
+            self.sscn(side, false).await?;
+            if policy == TlsPolicy::Off {
+                self.prot(side, false).await?;
+                continue;
+            }
+            let has_tls = self.session(side).tls().is_some();
+            legs[i] = has_tls && self.prot(side, true).await?;
+            if legs[i] {
+                continue;
+            }
+            let why = if has_tls {
+                format!("the {side} {} refused PROT P", self.logins[i].host)
+            } else {
+                format!(
+                    "the {side} {} has no TLS control connection",
+                    self.logins[i].host
+                )
+            };
+            if policy == TlsPolicy::Required {
+                return Err(PairError {
+                    failure: JobFailure::DataTls {
+                        explanation: format!(
+                            "the data policy requires TLS on the relay's {side} leg, and {why}"
+                        ),
+                    },
+                    disposition: Disposition::Permanent(PermanentKind::CommandRejected),
+                    transcript: self.recorder.take(),
+                });
+            }
+            self.prot(side, false).await?;
+            clear.push(why);
+        }
+        let wanted = [self.logins[0].tls.data, self.logins[1].tls.data] != [TlsPolicy::Off; 2];
+        self.data_tls = wanted.then(|| DataTls {
+            encrypted: legs == [true, true],
+            tls_client: None,
+            note: (!clear.is_empty()).then(|| format!("relayed, {}", clear.join("; "))),
+        });
+        Ok(legs)
+    }
+
     fn why_no_tls(&self, tls: [bool; 2]) -> String {
         let host = |i: usize| self.logins[i].host.as_str();
         match tls {

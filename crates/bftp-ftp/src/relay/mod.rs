@@ -184,10 +184,18 @@ pub async fn relay(
     options: &RelayOptions,
     cancel: impl Future<Output = ()>,
 ) -> Relayed {
+    arm_reset(source.tcp());
+    arm_reset(destination.tcp());
     let relayed = relay_on(&mut source, &mut destination, options, cancel).await;
-    if !relayed.is_complete() {
-        reset(&source);
-        reset(&destination);
+    if relayed.is_complete() {
+        for stream in [&source, &destination] {
+            // `None` restores the default close (the deprecation is about lingering closes
+            // that block a thread; this one never lingers).
+            #[allow(deprecated)]
+            if let Err(error) = stream.tcp().set_linger(None) {
+                tracing::debug!(%error, "SO_LINGER on a relay's data connection");
+            }
+        }
     }
     relayed
 }
@@ -248,13 +256,11 @@ where
     copy(source, destination, options, &mut watchdog).await
 }
 
-/// Close with a reset (`SO_LINGER` zero) when the connection is dropped: the server sees an
-/// error, not an end of file.
-fn reset(stream: &Stream) {
-    let tcp = match stream {
-        Stream::Plain(tcp) => tcp,
-        Stream::Tls(tls) => tls.get_ref().0,
-    };
+/// Close `tcp` with a reset (`SO_LINGER` zero) when it is dropped: the server sees an error,
+/// not an end of file. A relay's data connections are armed so from the moment they are
+/// opened: a copy dropped half-way (a cancel) cannot end in a clean close that a server would
+/// take for a whole file. [`relay`] disarms them once the stream is whole.
+pub fn arm_reset(tcp: &tokio::net::TcpStream) {
     if let Err(error) = tcp.set_zero_linger() {
         tracing::debug!(%error, "SO_LINGER on a relay's data connection");
     }

@@ -57,6 +57,8 @@ impl Attempt<'_> {
         }
     }
 
+    /// Both role orders were refused: a relay under `auto` (the refusal kept in the report
+    /// for the pair's memory), else the job-level failure with the settings to change.
     pub(super) fn fxp_refused(&mut self) -> Phase {
         // No side offered a passive mode that may be used: no FXP setting would help.
         let no_passive = self.refusals.iter().all(|r| {
@@ -71,6 +73,15 @@ impl Attempt<'_> {
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("; ");
+        if !no_passive && self.pair.plan == Plan::FxpThenRelay {
+            // `auto`: through bftpd instead, for this copy and the pair's later ones.
+            let reason = RelayReason::Refused {
+                reply: detail.clone(),
+            };
+            self.report.fxp_refused = Some(detail);
+            self.pair.plan = Plan::Relay(reason.clone());
+            return Phase::Relay { reason };
+        }
         let failure = if no_passive {
             JobFailure::NoPassiveMode { detail }
         } else {

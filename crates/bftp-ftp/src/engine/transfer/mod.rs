@@ -34,6 +34,7 @@ use std::time::SystemTime;
 
 use bftp_core::evidence::{size_evidence, SizeEvidence, Written};
 use bftp_core::reply::{CommandKind, Disposition, PermanentKind, TransientKind};
+use bftp_core::route::{Plan, RelayReason, Route};
 use bftp_core::{DestCommand, TransferType};
 use tokio::time::Instant;
 
@@ -52,6 +53,7 @@ use crate::transcript::Side;
 mod check;
 mod end;
 mod refusal;
+mod relay;
 mod roles;
 
 use refusal::{describe, Refusal};
@@ -99,6 +101,10 @@ enum Phase {
     /// SIZE (213) on both sides in image type, asked of both at once; equal sizes
     /// (APPE: before + source).
     Check,
+    /// Through bftpd (`relay.rs`): PASV/EPSV on both, STOR/APPE/STOU then RETR, the bytes
+    /// moved by bftpd, both final replies; then `Check`. Taken at once when the plan says
+    /// so, or after both role orders were refused under `auto`.
+    Relay { reason: RelayReason },
     /// The attempt is over.
     Done(Result<CopyOutcome, PairError>),
 }
@@ -109,14 +115,24 @@ pub(crate) const FXP_SETTINGS: &str = "third-party (FXP) transfers need both ser
      port_promiscuous=YES and pasv_promiscuous=YES, proFTPD AllowForeignAddress on, \
      Pure-FTPd -w (--allowuserfxp)";
 
+/// How a third-party copy travelled, by the side that was passive.
+fn fxp_route(passive: Side) -> Route {
+    match passive {
+        Side::Source => Route::Fxp,
+        Side::Destination => Route::FxpRolesSwapped,
+    }
+}
+
 /// How long an active side gets to end by itself once its partner refused outright.
 const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(super) async fn run(pair: &mut Pair, request: &CopyRequest) -> Result<CopyOutcome, PairError> {
     let started = Instant::now();
-    let hint = pair.next_hint.take();
+    // A relay sends nothing ahead for the next copy: what goes ahead is a third party's.
+    let relaying = matches!(pair.plan, Plan::Relay(_));
+    let hint = pair.next_hint.take().filter(|_| !relaying);
     let ahead = match pair.ahead.take() {
-        Some(ahead) if ahead.request == *request => Some(ahead),
+        Some(ahead) if ahead.request == *request && !relaying => Some(ahead),
         Some(other) => {
             pair.ahead = Some(other);
             pair.settle_ahead("another copy came first").await?;
@@ -169,6 +185,7 @@ pub(super) async fn run(pair: &mut Pair, request: &CopyRequest) -> Result<CopyOu
                     .await
             }
             Phase::Check => attempt.check().await,
+            Phase::Relay { reason } => attempt.relay(reason).await,
             Phase::Done(result) => return attempt.finish(result).await,
         };
     }
@@ -260,6 +277,7 @@ impl Attempt<'_> {
             (Disposition::Preliminary, Ok(reply)) => {
                 self.accepted(passive, &reply);
                 self.announce().await;
+                self.report.route = Some(fxp_route(passive));
                 self.pair.progress.send_replace(Progress::Transferring {
                     path: self.request.source_path.clone(),
                     since: SystemTime::now(),
@@ -273,6 +291,7 @@ impl Attempt<'_> {
             (Disposition::Done, Ok(reply)) => {
                 self.accepted(passive, &reply);
                 self.announce().await;
+                self.report.route = Some(fxp_route(passive));
                 return Phase::Completion {
                     passive,
                     active_final,

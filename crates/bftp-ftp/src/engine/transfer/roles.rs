@@ -107,6 +107,11 @@ impl Attempt<'_> {
             self.changed_directory = true;
         }
 
+        if let Plan::Relay(reason) = &self.pair.plan {
+            return Phase::Relay {
+                reason: reason.clone(),
+            };
+        }
         match self.orders.pop_front() {
             Some(passive) => Phase::Passive { passive },
             None => unreachable!("two role orders to start with"),

@@ -1,0 +1,311 @@
+//! A copy through bftpd (RULES.md §14): when the servers will not talk to each other,
+//! bftpd opens a passive data connection to each (PASV/EPSV on both, each address checked
+//! as in a third-party copy: the server's control address with the port it announced, never
+//! a port below 1024), sends STOR/APPE/STOU to the destination and then RETR to the source,
+//! and moves the bytes itself ([`crate::relay`]): the kernel on two plain legs, a bounded
+//! buffer on TLS legs or when the stream's hash is asked for.
+//!
+//! The destination's command goes first: a refused storing command then costs the source
+//! nothing, and a source that refuses RETR leaves a destination waiting on a data
+//! connection that bftpd resets (never closes cleanly: a clean close is an end of file, and
+//! the server would take an empty or cut stream for the whole file).
+//!
+//! The copy then ends as a third-party one does: both final replies within the watchdog
+//! ([`Attempt::completion`]), then the size check; a relay also has its own count of the
+//! bytes it moved, which must equal the source's size in image type.
+
+use bftp_core::route::{RelayReason, Route};
+use tokio::net::TcpStream;
+
+use super::*;
+use crate::engine::outcome::RelayStats;
+use crate::relay::{self, RelayError, RelayOptions};
+
+impl Attempt<'_> {
+    /// One phase of the state machine (see `Phase::Relay`).
+    pub(super) async fn relay(&mut self, reason: RelayReason) -> Phase {
+        if let Err(error) = self.reopen_closed("before the relay").await {
+            return Phase::Done(Err(error));
+        }
+        let legs = match self.pair.protect_relay_legs().await {
+            Ok(legs) => legs,
+            Err(error) => return Phase::Done(Err(error)),
+        };
+        let job_type = self.pair.params.transfer_type;
+        for side in [Side::Source, Side::Destination] {
+            if let Err((result, disposition)) = self.pair.ensure_type(side, job_type).await {
+                return self.fail(side, "TYPE", result, Some(disposition));
+            }
+        }
+        // The daemon's cap on relays at once: the wait is not the copy's, so its watchdog
+        // starts again once admitted.
+        let gate = self.pair.relay_gate.clone();
+        let _permit = match &gate {
+            Some(gate) => Some(gate.admit().await),
+            None => None,
+        };
+        let now = Instant::now();
+        self.pair.deadline = Some(now + self.pair.limits.transfer_timeout);
+        self.pair
+            .note(Side::Source, &format!("relay through bftpd: {reason}"));
+
+        let mut addresses = [None, None];
+        for side in [Side::Source, Side::Destination] {
+            match self.relay_address(side).await {
+                Ok(addr) => addresses[index(side)] = Some(addr),
+                Err(end) => return end,
+            }
+        }
+        let [Some(src_addr), Some(dst_addr)] = addresses else {
+            unreachable!("both addresses were asked")
+        };
+        let connect = self.pair.limits.connect_timeout;
+        let (src_tcp, dst_tcp) = tokio::join!(
+            connect_data(src_addr, connect),
+            connect_data(dst_addr, connect)
+        );
+        let (src_tcp, dst_tcp) = match (src_tcp, dst_tcp) {
+            (Ok(s), Ok(d)) => (s, d),
+            (Err(detail), _) => return self.relay_failed(Side::Source, src_addr, detail),
+            (_, Err(detail)) => return self.relay_failed(Side::Destination, dst_addr, detail),
+        };
+        // From here on a connection dropped before the relay's end is reset, not closed.
+        relay::arm_reset(&src_tcp);
+        relay::arm_reset(&dst_tcp);
+
+        let dst_line = self.command_line(Side::Destination);
+        let result = self.pair.exchange(Side::Destination, &dst_line).await;
+        let kind = CommandKind::from_verb(&super::super::verb(&dst_line));
+        let disposition = self.pair.classify(Side::Destination, kind, &result);
+        let dst_final = match (disposition, result) {
+            (Disposition::Preliminary, Ok(reply)) => {
+                self.accepted(Side::Destination, &reply);
+                None
+            }
+            (Disposition::Done, Ok(reply)) => {
+                self.accepted(Side::Destination, &reply);
+                Some(reply)
+            }
+            (disposition, result) => {
+                drop(dst_tcp);
+                self.refused(Side::Destination, &result);
+                self.clean_up().await;
+                return self.fail(Side::Destination, &dst_line, result, Some(disposition));
+            }
+        };
+        self.announce().await;
+
+        let src_line = self.command_line(Side::Source);
+        let result = self.pair.exchange(Side::Source, &src_line).await;
+        let disposition = self.pair.classify(Side::Source, CommandKind::Retr, &result);
+        let src_final = match (disposition, result) {
+            (Disposition::Preliminary, Ok(_)) => None,
+            (Disposition::Done, Ok(reply)) => Some(reply),
+            (disposition, result) => {
+                // The destination waits for bytes on a connection that is reset now: its
+                // final reply says so, then its partial file goes.
+                drop(dst_tcp);
+                drop(src_tcp);
+                if dst_final.is_none() {
+                    self.drain_final(Side::Destination).await;
+                }
+                self.clean_up().await;
+                return self.fail(Side::Source, &src_line, result, Some(disposition));
+            }
+        };
+        self.report.route = Some(Route::Relay(reason));
+        self.pair.progress.send_replace(Progress::Transferring {
+            path: self.request.source_path.clone(),
+            since: SystemTime::now(),
+        });
+
+        // Under PROT P each server starts its TLS handshake after its 1yz.
+        let wait = connect.max(self.pair.limits.reply_timeout);
+        let streams = {
+            let (src, dst) = (&self.pair.src, &self.pair.dst);
+            tokio::join!(
+                src.data_stream(src_tcp, wait),
+                dst.data_stream(dst_tcp, wait)
+            )
+        };
+        let (source, destination) = match streams {
+            (Ok(s), Ok(d)) => (s, d),
+            (s, d) => {
+                let (side, detail) = match (s, d) {
+                    (Err(detail), _) => (Side::Source, detail),
+                    (_, Err(detail)) => (Side::Destination, detail),
+                    _ => unreachable!("one of the two failed"),
+                };
+                self.pair.note(side, &format!("relay: {detail}"));
+                return self
+                    .relay_finals(
+                        src_final,
+                        dst_final,
+                        None,
+                        Some(format!("the {side} {detail}")),
+                    )
+                    .await;
+            }
+        };
+        let mut options = RelayOptions::for_copy(&self.pair.limits, now);
+        options.deadline = self.pair.deadline;
+        options.sha256 = self.pair.stream_hash;
+        options.gate = gate;
+        let relayed = relay::relay(source, destination, &options, std::future::pending()).await;
+        self.report.relayed = Some(RelayStats {
+            bytes: relayed.bytes,
+            sha256: relayed.sha256_hex(),
+            mover: relayed.mover,
+            tls: legs,
+        });
+        let error = match &relayed.result {
+            Ok(()) => {
+                self.pair.note(
+                    Side::Destination,
+                    &format!(
+                        "relayed {} bytes ({} mover)",
+                        relayed.bytes,
+                        relayed.mover.as_str()
+                    ),
+                );
+                None
+            }
+            Err(error) => {
+                let side = match error {
+                    RelayError::Io { side, .. } => *side,
+                    _ => Side::Destination,
+                };
+                self.pair.note(
+                    side,
+                    &format!("relay stopped after {} bytes: {error}", relayed.bytes),
+                );
+                Some(error.to_string())
+            }
+        };
+        self.relay_finals(src_final, dst_final, Some(relayed.bytes), error)
+            .await
+    }
+
+    /// Both final replies after the bytes moved (or failed to); then the byte count against
+    /// the source's size.
+    async fn relay_finals(
+        &mut self,
+        src_final: Option<Reply>,
+        dst_final: Option<Reply>,
+        bytes: Option<u64>,
+        error: Option<String>,
+    ) -> Phase {
+        // The destination's command went out first: it is the "active" side of the phase's
+        // bookkeeping (whose final may be in already), the source the passive one.
+        let phase = self.completion(Side::Source, dst_final, src_final).await;
+        match (phase, error) {
+            (Phase::Check, Some(error)) => {
+                // Both servers were content, but bftpd did not move the whole stream.
+                self.clean_up().await;
+                self.transient(
+                    TransientKind::DataConnection,
+                    Failure::Relay {
+                        error,
+                        bytes: bytes.unwrap_or(0),
+                    },
+                )
+            }
+            (Phase::Check, None) => {
+                let known = self.source_size_asked.or(self.request.source_size);
+                match (bytes, known) {
+                    (Some(bytes), Some(size))
+                        if self.pair.params.transfer_type == TransferType::Image
+                            && bytes != size =>
+                    {
+                        self.clean_up().await;
+                        self.transient(
+                            TransientKind::DataConnection,
+                            Failure::SizeMismatch {
+                                source_size: size,
+                                destination: bytes,
+                                expected: size,
+                            },
+                        )
+                    }
+                    _ => Phase::Check,
+                }
+            }
+            (phase, _) => phase,
+        }
+    }
+
+    /// The data address of `side` for the relay, checked as for a third-party copy (RFC
+    /// 2577); `Err`: the copy's end.
+    async fn relay_address(&mut self, side: Side) -> Result<SocketAddr, Phase> {
+        let peer_ip = self.pair.session(side).peer().ip().to_canonical();
+        let mut refused = Vec::new();
+        for &command in self.pair.passive_commands(side) {
+            let result = if side == Side::Source && self.passive_sent == Some(command) {
+                self.passive_sent = None;
+                self.pair.read_owed_step(side, command).await
+            } else {
+                self.pair.exchange(side, command).await
+            };
+            let kind = CommandKind::from_verb(command);
+            match self.pair.classify(side, kind, &result) {
+                Disposition::Done => {
+                    let Ok(reply) = result else {
+                        unreachable!("Done is only classified from a reply")
+                    };
+                    return match self.announced(side, command, &reply, peer_ip) {
+                        Ok(Phase::Port { data, .. }) => Ok(data),
+                        Ok(end) => Err(end),
+                        Err(refusal) => Err(no_passive(format!(
+                            "a relay needs a usable passive mode on both servers: {refusal}"
+                        ))),
+                    };
+                }
+                Disposition::NotSupported => refused.push(describe(&result)),
+                disposition => return Err(self.fail(side, command, result, Some(disposition))),
+            }
+        }
+        Err(no_passive(format!(
+            "a relay needs passive mode on both servers, and the {side} server {} offers none \
+             ({})",
+            self.pair.host(side),
+            refused.join("; ")
+        )))
+    }
+
+    /// The data connection to `side` could not be opened: transient (the commands were not
+    /// sent, nothing was touched).
+    fn relay_failed(&mut self, side: Side, addr: SocketAddr, detail: String) -> Phase {
+        self.pair.note(
+            side,
+            &format!("relay: no data connection to {addr}: {detail}"),
+        );
+        self.transient(
+            TransientKind::DataConnection,
+            Failure::Relay {
+                error: format!("no data connection to the {side} at {addr}: {detail}"),
+                bytes: 0,
+            },
+        )
+    }
+}
+
+/// A job-level failure: neither role order of a third-party copy nor a relay can work.
+fn no_passive(detail: String) -> Phase {
+    Phase::Done(Err(PairError {
+        failure: JobFailure::NoPassiveMode { detail },
+        disposition: Disposition::Permanent(PermanentKind::CommandRejected),
+        transcript: Default::default(),
+    }))
+}
+
+/// A plain TCP connection to a server's data port, within `timeout`.
+async fn connect_data(addr: SocketAddr, timeout: std::time::Duration) -> Result<TcpStream, String> {
+    match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        Ok(Ok(stream)) => {
+            let _ = stream.set_nodelay(true);
+            Ok(stream)
+        }
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!("no connection within {timeout:?}")),
+    }
+}

@@ -1,0 +1,225 @@
+//! The relay through bftpd (RULES.md §14) in the engine (`bftp_ftp::Pair`), against real
+//! vsftpd, proFTPD and Pure-FTPd with their stock refusal of third-party transfers: every
+//! ordered pair relays byte-exact under `relay` and `auto`, says how each file travelled and
+//! why, and `auto` stops trying the third party once the pair refused it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Result};
+use bftp_core::route::{Plan, RelayReason, Route};
+use bftp_core::DestCommand;
+use bftp_ftp::{AllowAll, CopyOutcome, JobFailure, Limits, Mover, Pair, RelayGate, Side};
+use bftp_tests::engine::{image, limits};
+use bftp_tests::scenario::{block_on, ftp_login as login, request};
+use bftp_tests::{payload, FtpOptions, FtpServer, ServerKind};
+
+use ServerKind::{Proftpd, PureFtpd, Vsftpd};
+
+pub(crate) fn start_stock(kind: ServerKind) -> Result<FtpServer> {
+    FtpServer::start(
+        kind,
+        FtpOptions {
+            fxp: false,
+            ..FtpOptions::default()
+        },
+    )
+}
+
+fn explain(outcome: &CopyOutcome) -> String {
+    format!("{outcome:?}\n{}", outcome.report().transcript)
+}
+
+/// Pure-FTPd refusing a foreign data connection says nothing: one reply timeout per role
+/// order, so the refusal tests get short ones.
+fn quick_limits() -> Limits {
+    Limits {
+        reply_timeout: Duration::from_secs(3),
+        ..limits()
+    }
+}
+
+async fn open_pair(src: &FtpServer, dst: &FtpServer, plan: Plan) -> Result<Pair> {
+    let mut pair = Pair::open(
+        &login(src),
+        &login(dst),
+        image(),
+        &quick_limits(),
+        Arc::new(AllowAll),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("opening {} -> {}: {e}", src.kind(), dst.kind()))?;
+    pair.set_plan(plan);
+    pair.set_relay_gate(Some(RelayGate::new(4, None)));
+    Ok(pair)
+}
+
+/// One ordered pair of stock servers: under `relay`, a large file and a few small ones; under
+/// `auto`, the first copy tries both role orders, is refused, relays and keeps the refusal
+/// for the pair's memory; the second goes straight to the relay (no PORT sent).
+fn stock_pair_relays(src_kind: ServerKind, dst_kind: ServerKind) -> Result<()> {
+    let src = start_stock(src_kind)?;
+    let dst = start_stock(dst_kind)?;
+    let big = payload(6 * 1024 * 1024 + 17, 5);
+    src.put_file("/out/big.bin", &big)?;
+    let small: Vec<Vec<u8>> = (0..4).map(|i| payload(4096 + i, i as u8)).collect();
+    for (i, data) in small.iter().enumerate() {
+        src.put_file(&format!("/out/s{i}.bin"), data)?;
+    }
+    src.put_file("/out/empty.bin", b"")?;
+    dst.mkdir("/in")?;
+    block_on(async {
+        // relay, asked.
+        let mut pair = open_pair(&src, &dst, Plan::Relay(RelayReason::Asked)).await?;
+        let outcome = pair
+            .copy(&request(
+                "/out/big.bin",
+                "/in/big.bin",
+                DestCommand::Replace,
+            ))
+            .await?;
+        ensure!(
+            outcome.is_success(),
+            "{src_kind}->{dst_kind} big: {}",
+            explain(&outcome)
+        );
+        let report = outcome.report();
+        ensure!(
+            report.route == Some(Route::Relay(RelayReason::Asked)),
+            "{:?}",
+            report.route
+        );
+        let relayed = report.relayed.clone().expect("relay stats");
+        ensure!(relayed.bytes == big.len() as u64, "{relayed:?}");
+        ensure!(relayed.mover == Mover::Kernel, "plain legs: {relayed:?}");
+        for side in [Side::Source, Side::Destination] {
+            ensure!(
+                report.transcript.count_sent(side, "PORT") == 0
+                    && report.transcript.count_sent(side, "EPRT") == 0,
+                "a relay sends no PORT:\n{}",
+                report.transcript
+            );
+        }
+        ensure!(dst.read_file("/in/big.bin")? == big, "big file differs");
+        for (i, data) in small.iter().enumerate() {
+            let outcome = pair
+                .copy(&request(
+                    &format!("/out/s{i}.bin"),
+                    &format!("/in/s{i}.bin"),
+                    DestCommand::Replace,
+                ))
+                .await?;
+            ensure!(outcome.is_success(), "small {i}: {}", explain(&outcome));
+            ensure!(
+                dst.read_file(&format!("/in/s{i}.bin"))? == *data,
+                "s{i} differs"
+            );
+        }
+        let outcome = pair
+            .copy(&request(
+                "/out/empty.bin",
+                "/in/empty.bin",
+                DestCommand::Replace,
+            ))
+            .await?;
+        ensure!(outcome.is_success(), "empty: {}", explain(&outcome));
+        ensure!(dst.read_file("/in/empty.bin")?.is_empty());
+        pair.close().await;
+
+        // auto: refused in both role orders, then relayed; then straight to the relay.
+        let mut pair = open_pair(&src, &dst, Plan::FxpThenRelay).await?;
+        let outcome = pair
+            .copy(&request(
+                "/out/s0.bin",
+                "/in/auto0.bin",
+                DestCommand::Replace,
+            ))
+            .await?;
+        ensure!(outcome.is_success(), "auto first: {}", explain(&outcome));
+        let report = outcome.report();
+        let Some(Route::Relay(RelayReason::Refused { reply })) = &report.route else {
+            bail!(
+                "auto first: route {:?}\n{}",
+                report.route,
+                report.transcript
+            );
+        };
+        ensure!(
+            report.fxp_refused.as_deref() == Some(reply.as_str()),
+            "{:?} vs {reply}",
+            report.fxp_refused
+        );
+        ensure!(
+            reply.contains("refused") || reply.contains("did not answer"),
+            "{reply}"
+        );
+        ensure!(dst.read_file("/in/auto0.bin")? == small[0]);
+        let outcome = pair
+            .copy(&request(
+                "/out/s1.bin",
+                "/in/auto1.bin",
+                DestCommand::Replace,
+            ))
+            .await?;
+        ensure!(outcome.is_success(), "auto second: {}", explain(&outcome));
+        let report = outcome.report();
+        ensure!(
+            matches!(
+                &report.route,
+                Some(Route::Relay(RelayReason::Refused { .. }))
+            ),
+            "{:?}",
+            report.route
+        );
+        ensure!(report.fxp_refused.is_none(), "refused once, reported once");
+        for side in [Side::Source, Side::Destination] {
+            ensure!(
+                report.transcript.count_sent(side, "PORT") == 0,
+                "the second copy tried the third party again:\n{}",
+                report.transcript
+            );
+        }
+        ensure!(dst.read_file("/in/auto1.bin")? == small[1]);
+        pair.close().await;
+
+        // fxp only: refused for good, as before.
+        let mut pair = open_pair(&src, &dst, Plan::FxpOnly).await?;
+        match pair
+            .copy(&request("/out/s2.bin", "/in/fxp.bin", DestCommand::Replace))
+            .await
+        {
+            Err(error) if matches!(error.failure, JobFailure::FxpRefused { .. }) => {}
+            other => bail!("fxp only between stock servers: {other:?}"),
+        }
+        Ok(())
+    })
+}
+
+mod every_stock_pair {
+    use super::*;
+
+    #[test]
+    fn vsftpd_to_proftpd() -> Result<()> {
+        stock_pair_relays(Vsftpd, Proftpd)
+    }
+    #[test]
+    fn vsftpd_to_pure_ftpd() -> Result<()> {
+        stock_pair_relays(Vsftpd, PureFtpd)
+    }
+    #[test]
+    fn proftpd_to_vsftpd() -> Result<()> {
+        stock_pair_relays(Proftpd, Vsftpd)
+    }
+    #[test]
+    fn proftpd_to_pure_ftpd() -> Result<()> {
+        stock_pair_relays(Proftpd, PureFtpd)
+    }
+    #[test]
+    fn pure_ftpd_to_vsftpd() -> Result<()> {
+        stock_pair_relays(PureFtpd, Vsftpd)
+    }
+    #[test]
+    fn pure_ftpd_to_proftpd() -> Result<()> {
+        stock_pair_relays(PureFtpd, Proftpd)
+    }
+}
