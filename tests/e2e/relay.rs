@@ -223,3 +223,87 @@ mod every_stock_pair {
         stock_pair_relays(PureFtpd, Proftpd)
     }
 }
+
+/// A relay cancelled half-way (`copy_or_abort`, as a job's cancel does): both data
+/// connections are reset at once (neither server keeps one open), the destination server
+/// logs the upload as incomplete (a reset, never a clean end of file it would take for the
+/// whole file), and the copy ends in `Aborted`.
+#[test]
+fn a_cancelled_relay_resets_both_data_connections() -> Result<()> {
+    use bftp_tests::sockdiag::{states_with_inodes, tcp_sockets};
+    let src = FtpServer::start(
+        Vsftpd,
+        FtpOptions {
+            fxp: false,
+            max_rate: Some(1_000_000),
+            ..FtpOptions::default()
+        },
+    )?;
+    let dst = start_stock(Proftpd)?;
+    let data = payload(8 * 1024 * 1024, 11);
+    src.put_file("/out/slow.bin", &data)?;
+    dst.mkdir("/in")?;
+    // Established sockets of either server on one of its passive ports: its data connections.
+    let data_connections = || -> usize {
+        let ports: Vec<_> = [&src, &dst].iter().map(|s| s.passive_ports()).collect();
+        tcp_sockets(states_with_inodes())
+            .unwrap_or_default()
+            .iter()
+            .filter(|s| s.state == 1 && ports.iter().any(|p| p.contains(&s.local.port())))
+            .count()
+    };
+    block_on(async {
+        let mut pair = open_pair(&src, &dst, Plan::Relay(RelayReason::Asked)).await?;
+        let request = request("/out/slow.bin", "/in/slow.bin", DestCommand::Replace);
+        let abort = async {
+            // Cancel once the bytes flow (both data connections up).
+            for _ in 0..100 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if data_connections() >= 2 {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(700)).await;
+        };
+        let started = std::time::Instant::now();
+        let error = match pair.copy_or_abort(&request, abort, "cancelled").await {
+            Err(error) => error,
+            Ok(outcome) => bail!("not aborted: {}", explain(&outcome)),
+        };
+        ensure!(
+            matches!(error.failure, JobFailure::Aborted { .. }),
+            "{error}\n{}",
+            error.transcript
+        );
+        ensure!(
+            started.elapsed() < Duration::from_secs(6),
+            "{:?}",
+            started.elapsed()
+        );
+        let mut left = usize::MAX;
+        for _ in 0..40 {
+            left = data_connections();
+            if left == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        ensure!(
+            left == 0,
+            "{left} data connections still open after the cancel"
+        );
+        Ok(())
+    })?;
+    let kept = dst.read_file("/in/slow.bin").unwrap_or_default();
+    ensure!(
+        kept.len() < data.len(),
+        "the destination has the whole file: the cancel came too late"
+    );
+    let entries = dst.xferlog_entries()?;
+    let upload = entries.iter().find(|e| e.path.ends_with("/in/slow.bin"));
+    ensure!(
+        matches!(upload, Some(e) if !e.complete),
+        "the destination took the cut stream for a whole file: {entries:?}"
+    );
+    Ok(())
+}

@@ -8,6 +8,7 @@
 //! so, never a skipped test.
 
 pub mod bench;
+pub mod capture;
 pub mod daemon;
 pub mod delay;
 pub mod engine;
