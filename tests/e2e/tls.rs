@@ -814,3 +814,58 @@ fn insecure_is_named_in_the_ledger_and_forbid_off_refuses_off() {
         text(&o)
     );
 }
+
+/// vsftpd and Pure-FTPd can never encrypt their data between each other, so under data
+/// policy `required` a third party is impossible; under `auto` the copy goes through bftpd on
+/// two `PROT P` legs, byte-exact, and a capture of the loopback interface sees none of the
+/// file in clear. The same copy with the data policy `off` is seen (the check can fail).
+#[test]
+fn vsftpd_to_pure_ftpd_under_required_relays_on_two_encrypted_legs() {
+    use bftp_tests::capture::Capture;
+    let pki = Pki::new().unwrap();
+    let vs = tls_server(&pki, ServerKind::Vsftpd);
+    let pure = tls_server(&pki, ServerKind::PureFtpd);
+    let marker = b"<bftp relay clear-text marker 42>";
+    let data = marker.repeat(40_000);
+    vs.put_file("out/f.bin", &data).unwrap();
+    pure.mkdir("in").unwrap();
+    let d = daemon(&ca_entry(&pki));
+    let run = |data_tls: &str, name: &str| {
+        let capture = Capture::start(marker).unwrap();
+        let (code, out, events) = transfer(
+            &d,
+            &vs,
+            "out/f.bin",
+            &pure,
+            &format!("in/{name}"),
+            &[
+                "--tls",
+                "required",
+                "--data-tls",
+                data_tls,
+                "--data-path",
+                "auto",
+            ],
+        );
+        let (seen, frames) = capture.finish();
+        assert_eq!(code, Some(0), "{out}");
+        assert_eq!(pure.read_file(&format!("in/{name}")).unwrap(), data, "{out}");
+        let file = events
+            .iter()
+            .find(|e| e["event"] == "file")
+            .cloned()
+            .unwrap_or_default();
+        (seen, frames, file, out)
+    };
+    let (seen, frames, file, out) = run("required", "f.bin");
+    assert!(frames > 100, "the capture saw {frames} frames: {out}");
+    assert_eq!(seen, 0, "{seen} frames carried the file in clear: {out}");
+    assert_eq!(file["route"]["path"], "relay", "{file:#}");
+    assert_eq!(file["route"]["reason"], "data_tls", "{file:#}");
+    assert_eq!(file["tls"]["data"]["encrypted"], true, "{file:#}");
+
+    let (seen, _, file, out) = run("off", "clear.bin");
+    // Both servers here allow a third party: the clear copy goes between them.
+    assert!(seen > 10, "a copy in clear was not seen by the capture: {out}");
+    assert_eq!(file["route"]["path"], "fxp", "{file:#}");
+}
