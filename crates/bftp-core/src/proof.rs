@@ -306,6 +306,75 @@ pub fn require(required: Option<ProofLevel>, plan: &Plan) -> Result<(), String> 
     }
 }
 
+/// What bftpd saw of a stream it relayed (RULES.md §14): the bytes it moved, and their
+/// SHA-256 (lower-case hex) when it hashed them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stream {
+    pub bytes: u64,
+    pub sha256: Option<String>,
+}
+
+/// A copy's proof with what its relayed stream adds. `servers`: what the servers' sizes and
+/// digests proved, in words; `stream`: the relay's count and hash (`None` for a third-party
+/// copy); `sizes_equal`: both servers' SIZE equal (the byte count equal to the source's size
+/// is checked by the copy itself); `image`: an image-type copy (a text TYPE may change the
+/// bytes on the way, so a stream's hash is neither file's).
+///
+/// - The servers' digests (`hash`) prove more than the stream: they stay.
+/// - The stream's SHA-256 and equal sizes: `hash` (bftpd read every byte the destination got,
+///   and the destination holds as many).
+/// - Equal sizes and the byte count: `size`.
+/// - The byte count alone: what the servers' replies proved, its words say so.
+pub fn with_stream(
+    servers: (ProofLevel, Option<String>),
+    stream: Option<&Stream>,
+    sizes_equal: bool,
+    image: bool,
+) -> (ProofLevel, Option<String>) {
+    let Some(stream) = stream else {
+        return servers;
+    };
+    let (level, words) = servers;
+    let join = |more: String| match &words {
+        Some(w) => Some(format!("{w}; {more}")),
+        None => Some(more),
+    };
+    let bytes = stream.bytes;
+    match (&stream.sha256, sizes_equal && image) {
+        _ if level == ProofLevel::Hash => (level, join(format!("relayed {bytes} bytes"))),
+        (Some(sha), true) => (
+            ProofLevel::Hash,
+            join(format!(
+                "the relayed stream's SHA-256 {sha} over {bytes} bytes, and equal sizes"
+            )),
+        ),
+        (_, true) => (
+            level.max(ProofLevel::Size),
+            join(format!("relayed {bytes} bytes, equal to both sizes")),
+        ),
+        (_, false) => (
+            level,
+            join(format!("relayed {bytes} bytes (the byte count alone)")),
+        ),
+    }
+}
+
+/// [`require`] for a job whose copies may be relayed with their stream hashed: a pair that
+/// cannot give a required hash proof itself meets it by relaying (`Ok(true)`: relay and hash
+/// every copy), in image type only.
+pub fn require_or_relay(
+    required: Option<ProofLevel>,
+    plan: &Plan,
+    may_relay: bool,
+    image: bool,
+) -> Result<bool, String> {
+    match require(required, plan) {
+        Ok(()) => Ok(false),
+        Err(_) if may_relay && image && required == Some(ProofLevel::Hash) => Ok(true),
+        Err(why) => Err(why),
+    }
+}
+
 /// Whether two digests of `algorithm` are the same: hexadecimal, any case, leading zeros of a
 /// CRC32 tolerated (some servers drop them).
 pub fn digests_match(algorithm: Algorithm, a: &str, b: &str) -> bool {
@@ -326,6 +395,124 @@ pub fn digests_match(algorithm: Algorithm, a: &str, b: &str) -> bool {
 mod tests {
     use super::*;
     use Algorithm::*;
+
+    #[test]
+    fn what_a_relayed_stream_adds_to_a_proof() {
+        use ProofLevel::{Hash, Replies, Size};
+        let hashed = Stream {
+            bytes: 10,
+            sha256: Some("ab".into()),
+        };
+        let counted = Stream {
+            bytes: 10,
+            sha256: None,
+        };
+        // (servers, stream, sizes equal, image) -> level, and a word the words must hold
+        type Row<'a> = (
+            ProofLevel,
+            Option<&'a Stream>,
+            bool,
+            bool,
+            ProofLevel,
+            &'a str,
+        );
+        let rows: &[Row] = &[
+            (Replies, None, false, true, Replies, ""),
+            (Size, None, true, true, Size, ""),
+            (Hash, Some(&hashed), true, true, Hash, "relayed 10 bytes"),
+            (Hash, Some(&counted), true, true, Hash, "relayed 10 bytes"),
+            (
+                Size,
+                Some(&hashed),
+                true,
+                true,
+                Hash,
+                "SHA-256 ab over 10 bytes",
+            ),
+            (Replies, Some(&hashed), true, true, Hash, "SHA-256 ab"),
+            // A text TYPE: the stream is neither file.
+            (
+                Replies,
+                Some(&hashed),
+                true,
+                false,
+                Replies,
+                "byte count alone",
+            ),
+            // No size evidence: the hash proves what bftpd sent, not what was stored.
+            (
+                Replies,
+                Some(&hashed),
+                false,
+                true,
+                Replies,
+                "byte count alone",
+            ),
+            (
+                Size,
+                Some(&counted),
+                true,
+                true,
+                Size,
+                "equal to both sizes",
+            ),
+            (
+                Replies,
+                Some(&counted),
+                true,
+                true,
+                Size,
+                "equal to both sizes",
+            ),
+            (
+                Replies,
+                Some(&counted),
+                false,
+                true,
+                Replies,
+                "byte count alone",
+            ),
+        ];
+        for (servers, stream, equal, image, want, words) in rows {
+            let (level, said) = with_stream((*servers, None), *stream, *equal, *image);
+            assert_eq!(
+                level, *want,
+                "{servers:?} {stream:?} equal {equal} image {image}"
+            );
+            assert!(
+                said.as_deref().unwrap_or("").contains(words),
+                "{said:?} lacks {words:?}"
+            );
+        }
+        let (_, said) = with_stream((Size, Some("sizes".into())), Some(&counted), true, true);
+        assert_eq!(
+            said.as_deref(),
+            Some("sizes; relayed 10 bytes, equal to both sizes")
+        );
+    }
+
+    #[test]
+    fn a_hash_proof_the_servers_cannot_give_is_met_by_relaying() {
+        let size_only = Plan {
+            hash: None,
+            level: ProofLevel::Size,
+            why_not_stronger: "no common hash".into(),
+        };
+        let hash = Some(ProofLevel::Hash);
+        assert_eq!(require_or_relay(hash, &size_only, true, true), Ok(true));
+        assert!(require_or_relay(hash, &size_only, false, true).is_err());
+        assert!(require_or_relay(hash, &size_only, true, false).is_err());
+        assert_eq!(
+            require_or_relay(Some(ProofLevel::Size), &size_only, true, true),
+            Ok(false)
+        );
+        assert_eq!(require_or_relay(None, &size_only, true, true), Ok(false));
+        let replies = Plan {
+            level: ProofLevel::Replies,
+            ..size_only
+        };
+        assert!(require_or_relay(Some(ProofLevel::Size), &replies, true, true).is_err());
+    }
 
     fn caps(hash: &[Algorithm], x: &[Algorithm], size: bool) -> Capabilities {
         Capabilities {

@@ -103,16 +103,20 @@ pub enum RelayReason {
     Remembered { reply: String, seen: Timestamp },
     /// The data TLS policy cannot be met between the servers, but can on two legs.
     DataTls { detail: String },
+    /// The job requires a hash proof the servers cannot give: bftpd hashes the stream
+    /// (`crate::proof::require_or_relay`).
+    Proof { detail: String },
 }
 
 impl RelayReason {
-    /// The reason's kind as a word: `asked`, `refused`, `remembered`, `data_tls`.
+    /// The reason's kind as a word: `asked`, `refused`, `remembered`, `data_tls`, `proof`.
     pub fn kind(&self) -> &'static str {
         match self {
             RelayReason::Asked => "asked",
             RelayReason::Refused { .. } => "refused",
             RelayReason::Remembered { .. } => "remembered",
             RelayReason::DataTls { .. } => "data_tls",
+            RelayReason::Proof { .. } => "proof",
         }
     }
 
@@ -121,7 +125,7 @@ impl RelayReason {
         match self {
             RelayReason::Asked => None,
             RelayReason::Refused { reply } | RelayReason::Remembered { reply, .. } => Some(reply),
-            RelayReason::DataTls { detail } => Some(detail),
+            RelayReason::DataTls { detail } | RelayReason::Proof { detail } => Some(detail),
         }
     }
 }
@@ -135,6 +139,9 @@ impl fmt::Display for RelayReason {
                 write!(f, "the pair refused the third party at {seen}: {reply}")
             }
             RelayReason::DataTls { detail } => write!(f, "data TLS between the servers: {detail}"),
+            RelayReason::Proof { detail } => {
+                write!(f, "a hash proof only the relayed stream can give: {detail}")
+            }
         }
     }
 }

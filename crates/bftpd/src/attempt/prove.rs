@@ -31,13 +31,14 @@ impl Run {
             _ => Some(req.dest_path.clone()),
         };
         let size = m.size.or(source_size(size_check));
+        let stream = crate::lanes::proof::stream_of(outcome.report());
         let proven = crate::lanes::proof::after_copy(
             pair,
             spec,
-            &mc.src_path,
-            dest.as_deref(),
+            (&mc.src_path, dest.as_deref()),
             size_check,
             size,
+            stream.as_ref(),
         )
         .await;
         self.keep(pair.take_transcript());

@@ -106,7 +106,7 @@ impl Run {
         if spec.proof.is_none() || spec.disposition == Disposition::Delete {
             return Ok(());
         }
-        match crate::lanes::proof::check_required(pair, spec).await {
+        match crate::lanes::proof::check_required(pair, spec, false).await {
             Ok(_) => Ok(()),
             Err(reason) => {
                 self.keep(pair.take_transcript());

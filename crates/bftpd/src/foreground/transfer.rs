@@ -84,7 +84,7 @@ async fn run_transfer(
     };
     // A proof the pair cannot give refuses the transfer before any file moves.
     if spec.proof.is_some() {
-        if let Err(reason) = crate::lanes::proof::check_required(&mut pair, spec).await {
+        if let Err(reason) = crate::lanes::proof::check_required(&mut pair, spec, false).await {
             let transcript = transcript_lines(&pair.take_transcript());
             pair.close().await;
             let _ = tx.send(fail(reason, transcript)).await;
@@ -408,6 +408,7 @@ impl Transfer<'_> {
         request: &bftp_ftp::CopyRequest,
         stou_name: Option<&str>,
         size_check: &bftp_ftp::SizeCheck,
+        stream: Option<&bftp_core::proof::Stream>,
         result: &mut FileResult,
     ) -> bool {
         use crate::lanes::proof::Proven;
@@ -428,10 +429,10 @@ impl Transfer<'_> {
         let proven = crate::lanes::proof::after_copy(
             pair,
             self.spec,
-            &request.source_path,
-            dest.as_deref(),
+            (&request.source_path, dest.as_deref()),
             size_check,
             size,
+            stream,
         )
         .await;
         match proven {
@@ -547,12 +548,14 @@ impl lanes::Work for Transfer<'_> {
             ..
         } = &outcome
         {
+            let stream = crate::lanes::proof::stream_of(outcome.report());
             succeeded = self
                 .prove(
                     pair,
                     &request,
                     stou_name.as_deref(),
                     size_check,
+                    stream.as_ref(),
                     &mut result,
                 )
                 .await;

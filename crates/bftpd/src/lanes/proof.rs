@@ -42,26 +42,42 @@ pub async fn learn(pair: &mut Pair, spec: &JobSpec) {
     }
 }
 
-/// The job's required proof against what the pair can give: `Err(reason)` when it cannot.
-pub async fn check_required(pair: &mut Pair, spec: &JobSpec) -> Result<Plan, String> {
+/// The job's required proof against what the pair can give: `Err(reason)` when it cannot;
+/// `Ok(true)` when only a relay with its stream hashed can (`may_relay`: the job's data path
+/// allows relays).
+pub async fn check_required(
+    pair: &mut Pair,
+    spec: &JobSpec,
+    may_relay: bool,
+) -> Result<bool, String> {
     let plan = pair
         .proof_plan(spec.params.transfer_type, spec.dest_command)
         .await;
-    proof::require(spec.proof, &plan)?;
-    Ok(plan)
+    let image = spec.params.transfer_type == bftp_core::TransferType::Image;
+    proof::require_or_relay(spec.proof, &plan, may_relay, image)
+}
+
+/// What a copy's report says of its relayed stream, for the proof.
+pub fn stream_of(report: &bftp_ftp::AttemptReport) -> Option<proof::Stream> {
+    report.relayed.as_ref().map(|r| proof::Stream {
+        bytes: r.bytes,
+        sha256: r.sha256.clone(),
+    })
 }
 
 /// The proof of a copy of `source_path` to `dest_path` (for a unique copy, the name it was
 /// stored as; `None` where no name is known) that both servers reported done, with the copy's
-/// `size_check` and the file's `size`.
+/// `size_check`, the file's `size` and, for a relayed copy, what bftpd saw of the stream
+/// (`bftp_core::proof::with_stream`).
 pub async fn after_copy(
     pair: &mut Pair,
     spec: &JobSpec,
-    source_path: &str,
-    dest_path: Option<&str>,
+    copy: (&str, Option<&str>),
     size_check: &SizeCheck,
     size: Option<u64>,
+    stream: Option<&proof::Stream>,
 ) -> Proven {
+    let (source_path, dest_path) = copy;
     let plan = pair
         .proof_plan(spec.params.transfer_type, spec.dest_command)
         .await;
@@ -112,6 +128,12 @@ pub async fn after_copy(
         ),
         (None, _) => (by_size, None),
     };
+    let (achieved, note) = proof::with_stream(
+        (achieved, note),
+        stream,
+        matches!(size_check, SizeCheck::Equal { .. }),
+        spec.params.transfer_type == bftp_core::TransferType::Image,
+    );
     let need = needed(spec, &plan);
     if achieved < need {
         let why = if spec.proof.is_some_and(|p| p >= need) {
