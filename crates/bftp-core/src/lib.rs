@@ -14,6 +14,7 @@ pub mod model;
 pub mod proof;
 pub mod refusal;
 pub mod reply;
+pub mod resume;
 pub mod retention;
 pub mod retry;
 pub mod route;
