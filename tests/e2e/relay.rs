@@ -307,3 +307,97 @@ fn a_cancelled_relay_resets_both_data_connections() -> Result<()> {
     );
     Ok(())
 }
+
+/// A relay cut off half-way goes on where it stopped: the next copy, resumed at the
+/// destination's size, sends `REST` to both servers (their logs show it), moves only the rest
+/// and ends byte-exact. Stock proFTPD as destination refuses a restarted STOR: the copy says
+/// so (for the refusal memory), and a copy from the start then succeeds.
+#[test]
+fn a_cut_relay_resumes_from_the_destinations_size() -> Result<()> {
+    let slow_source = |kind| {
+        FtpServer::start(
+            kind,
+            FtpOptions {
+                fxp: false,
+                max_rate: Some(2_000_000),
+                ..FtpOptions::default()
+            },
+        )
+    };
+    let src = slow_source(Vsftpd)?;
+    let data = payload(6 * 1024 * 1024, 21);
+    src.put_file("/out/big.bin", &data)?;
+    for dst_kind in [PureFtpd, Vsftpd, Proftpd] {
+        let dst = start_stock(dst_kind)?;
+        dst.mkdir("/in")?;
+        block_on(async {
+            let mut pair = open_pair(&src, &dst, Plan::Relay(RelayReason::Asked)).await?;
+            let mut first = request("/out/big.bin", "/in/big.bin", DestCommand::Replace);
+            first.resume_at = Some(0);
+            let cut = pair.copy_or_abort(
+                &first,
+                tokio::time::sleep(Duration::from_millis(1200)),
+                "cut",
+            );
+            ensure!(cut.await.is_err(), "{dst_kind}: the copy was not cut");
+            pair.reopen("after the cut").await?;
+            let offset = pair
+                .size(Side::Destination, "/in/big.bin")
+                .await?
+                .unwrap_or(0);
+            ensure!(
+                offset > 0 && offset < data.len() as u64,
+                "{dst_kind}: cut at {offset}"
+            );
+            let mut again = request("/out/big.bin", "/in/big.bin", DestCommand::Replace);
+            again.resume_at = Some(offset);
+            let outcome = pair.copy(&again).await?;
+            if dst_kind == Proftpd {
+                let refused = outcome.report().resume_refused.clone();
+                ensure!(!outcome.is_success(), "stock proFTPD took a restarted STOR");
+                ensure!(
+                    refused.as_deref().is_some_and(|r| r.contains("after REST")),
+                    "{refused:?}\n{}",
+                    outcome.report().transcript
+                );
+                let outcome = pair
+                    .copy(&request(
+                        "/out/big.bin",
+                        "/in/big.bin",
+                        DestCommand::Replace,
+                    ))
+                    .await?;
+                ensure!(outcome.is_success(), "{}", explain(&outcome));
+            } else {
+                ensure!(outcome.is_success(), "{dst_kind}: {}", explain(&outcome));
+                let report = outcome.report();
+                ensure!(
+                    report.resumed_from == Some(offset),
+                    "{:?}",
+                    report.resumed_from
+                );
+                let moved = report.relayed.as_ref().map(|r| r.bytes);
+                ensure!(
+                    moved == Some(data.len() as u64 - offset),
+                    "{dst_kind}: moved {moved:?} after {offset}"
+                );
+                for side in [Side::Source, Side::Destination] {
+                    ensure!(
+                        report.transcript.count_sent(side, "REST") == 1,
+                        "{}",
+                        report.transcript
+                    );
+                }
+            }
+            ensure!(dst.read_file("/in/big.bin")? == data, "{dst_kind}: differs");
+            Ok(())
+        })?;
+        if dst_kind == Vsftpd {
+            let log = std::fs::read_to_string(dst.log_file()).unwrap_or_default();
+            ensure!(log.contains("REST"), "the destination's log shows no REST");
+        }
+    }
+    let log = std::fs::read_to_string(src.log_file()).unwrap_or_default();
+    ensure!(log.contains("REST"), "the source's log shows no REST");
+    Ok(())
+}

@@ -849,7 +849,11 @@ fn vsftpd_to_pure_ftpd_under_required_relays_on_two_encrypted_legs() {
         );
         let (seen, frames) = capture.finish();
         assert_eq!(code, Some(0), "{out}");
-        assert_eq!(pure.read_file(&format!("in/{name}")).unwrap(), data, "{out}");
+        assert_eq!(
+            pure.read_file(&format!("in/{name}")).unwrap(),
+            data,
+            "{out}"
+        );
         let file = events
             .iter()
             .find(|e| e["event"] == "file")
@@ -866,6 +870,9 @@ fn vsftpd_to_pure_ftpd_under_required_relays_on_two_encrypted_legs() {
 
     let (seen, _, file, out) = run("off", "clear.bin");
     // Both servers here allow a third party: the clear copy goes between them.
-    assert!(seen > 10, "a copy in clear was not seen by the capture: {out}");
+    assert!(
+        seen > 10,
+        "a copy in clear was not seen by the capture: {out}"
+    );
     assert_eq!(file["route"]["path"], "fxp", "{file:#}");
 }

@@ -182,6 +182,7 @@ pub fn request(source: &str, dest: &str, command: DestCommand) -> CopyRequest {
         dest_command: command,
         source_size: None,
         announce: None,
+        resume_at: None,
     }
 }
 

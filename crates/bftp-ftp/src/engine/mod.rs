@@ -72,6 +72,13 @@ pub struct CopyRequest {
     /// most one reply timeout) before the source is sent RETR: no byte flows before the name
     /// is recorded.
     pub announce: Option<Announce>,
+    /// A resumable copy (a replace copy only), going on at this offset: `REST offset` goes to
+    /// both servers before their data commands (none for 0), only the rest of the file
+    /// moves, and a failed copy's partial file is kept (not deleted) for the next try to go
+    /// on from. The caller recorded what the copy began from, takes the offset from the
+    /// destination's SIZE and decides by `bftp_core::resume::decide`. A server that refuses
+    /// it is reported ([`AttemptReport::resume_refused`]).
+    pub resume_at: Option<u64>,
 }
 
 /// A STOU name announced by the destination, with the acknowledgement the copy waits for.

@@ -221,6 +221,12 @@ pub struct AttemptReport {
     /// The servers refused the third party in both role orders during this copy: the
     /// refusal, for the caller to remember for the pair (`bftp_core::route::PairMemory`).
     pub fxp_refused: Option<String>,
+    /// A resumed copy: the offset both servers accepted with `REST` (only the bytes after it
+    /// moved).
+    pub resumed_from: Option<u64>,
+    /// A resume was asked and a server refused it (`REST`, or the storing command after it):
+    /// the reply, for the caller's refusal memory.
+    pub resume_refused: Option<String>,
     /// A relayed copy: what bftpd counted and hashed as the bytes passed.
     pub relayed: Option<RelayStats>,
     pub duration: Duration,

@@ -106,6 +106,7 @@ mod tests {
             dest_command: cmd,
             source_size: None,
             announce: None,
+            resume_at: None,
         }
     }
 

@@ -120,6 +120,7 @@ fn copy_request() -> CopyRequest {
         dest_command: DestCommand::Replace,
         source_size: None,
         announce: None,
+        resume_at: None,
     }
 }
 

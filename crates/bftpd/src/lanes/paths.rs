@@ -45,6 +45,7 @@ pub fn copy_request(spec: &JobSpec, name: &str) -> CopyRequest {
         dest_command: spec.dest_command,
         source_size: None,
         announce: None,
+        resume_at: None,
     }
 }
 

@@ -48,6 +48,7 @@ impl Attempt<'_> {
         if side != Side::Destination {
             return;
         }
+        self.restart_refused(result);
         let maybe_created = match result {
             Ok(reply) => matches!(reply.code().get(), 100..=299 | 425 | 426 | 451 | 452),
             Err(_) => true,

@@ -54,6 +54,7 @@ mod check;
 mod end;
 mod refusal;
 mod relay;
+mod resume;
 mod roles;
 
 use refusal::{describe, Refusal};
@@ -129,7 +130,8 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 pub(super) async fn run(pair: &mut Pair, request: &CopyRequest) -> Result<CopyOutcome, PairError> {
     let started = Instant::now();
     // A relay sends nothing ahead for the next copy: what goes ahead is a third party's.
-    let relaying = matches!(pair.plan, Plan::Relay(_));
+    // Neither does a resumed copy: its REST goes right before its data commands.
+    let relaying = matches!(pair.plan, Plan::Relay(_)) || request.resume_at.is_some();
     let hint = pair.next_hint.take().filter(|_| !relaying);
     let ahead = match pair.ahead.take() {
         Some(ahead) if ahead.request == *request && !relaying => Some(ahead),
@@ -162,6 +164,9 @@ pub(super) async fn run(pair: &mut Pair, request: &CopyRequest) -> Result<CopyOu
         port_verb: "PORT",
         stor_sent: false,
         passive_sent: None,
+        resume: request
+            .resume_at
+            .filter(|_| request.dest_command == DestCommand::Replace),
     };
     let mut phase = Phase::Prepare;
     loop {
@@ -220,6 +225,8 @@ struct Attempt<'a> {
     /// The source's passive command, sent behind this copy's SIZE; its reply is owed
     /// until [`Attempt::passive`] reads it.
     passive_sent: Option<&'static str>,
+    /// The offset this copy resumes at (`REST` to both servers), while it may.
+    resume: Option<u64>,
 }
 
 impl Attempt<'_> {
@@ -229,6 +236,9 @@ impl Attempt<'_> {
 
     async fn active_start(&mut self, passive: Side) -> Phase {
         let active = passive.other();
+        if let Err(end) = self.rest(active).await {
+            return end;
+        }
         let line = self.command_line(active);
         let result = if std::mem::take(&mut self.stor_sent) {
             let deadline = self.pair.reply_deadline();
@@ -269,6 +279,13 @@ impl Attempt<'_> {
 
     async fn passive_start(&mut self, passive: Side, active_final: Option<Reply>) -> Phase {
         let active = passive.other();
+        if let Err(end) = self.rest(passive).await {
+            if active_final.is_none() {
+                self.end_active(active).await;
+            }
+            self.clean_up().await;
+            return end;
+        }
         let line = self.command_line(passive);
         let result = self.send_passive(passive, &line).await;
         let kind = CommandKind::from_verb(&super::verb(&line));
@@ -780,6 +797,14 @@ impl Attempt<'_> {
         // Cleanup gets its own reply timeouts, even after the watchdog.
         self.pair.deadline = None;
         let target = match self.request.dest_command {
+            DestCommand::Replace if self.resume.is_some() => {
+                // A resumable copy's part stays: the next try goes on from it.
+                self.pair.note(
+                    Side::Destination,
+                    "partial file kept: the copy resumes from it at its next try",
+                );
+                None
+            }
             DestCommand::Replace => Some(self.request.dest_path.clone()),
             DestCommand::Unique => {
                 // Not deleted here: a name the server announced may be another session's

@@ -73,6 +73,9 @@ impl Attempt<'_> {
         relay::arm_reset(&src_tcp);
         relay::arm_reset(&dst_tcp);
 
+        if let Err(end) = self.rest(Side::Destination).await {
+            return end;
+        }
         let dst_line = self.command_line(Side::Destination);
         let result = self.pair.exchange(Side::Destination, &dst_line).await;
         let kind = CommandKind::from_verb(&super::super::verb(&dst_line));
@@ -95,6 +98,14 @@ impl Attempt<'_> {
         };
         self.announce().await;
 
+        if let Err(end) = self.rest(Side::Source).await {
+            drop((dst_tcp, src_tcp));
+            if dst_final.is_none() {
+                self.drain_final(Side::Destination).await;
+            }
+            self.clean_up().await;
+            return end;
+        }
         let src_line = self.command_line(Side::Source);
         let result = self.pair.exchange(Side::Source, &src_line).await;
         let disposition = self.pair.classify(Side::Source, CommandKind::Retr, &result);
@@ -211,7 +222,11 @@ impl Attempt<'_> {
                 )
             }
             (Phase::Check, None) => {
-                let known = self.source_size_asked.or(self.request.source_size);
+                // A resumed copy moves only what follows its offset.
+                let known = self
+                    .source_size_asked
+                    .or(self.request.source_size)
+                    .map(|size| size.saturating_sub(self.resume.unwrap_or(0)));
                 match (bytes, known) {
                     (Some(bytes), Some(size))
                         if self.pair.params.transfer_type == TransferType::Image
