@@ -16,6 +16,7 @@
 //! | `outbox_due` | next_try_at (u64 ms), id       | empty (only while the report is pending) |
 //! | `transcripts` | id                            | transcript record (the last attempt) |
 //! | `refusals` | host length (u16), host, port (u16), command | refusal record (capability memory) |
+//! | `pairs`    | source host length (u16), host, port (u16), destination host length (u16), host, port (u16) | pair record (a pair that refused the third party) |
 
 use bftp_core::{JobState, Timestamp};
 
@@ -45,6 +46,20 @@ pub(crate) fn refusal(key: &bftp_core::refusal::RefusalKey) -> Vec<u8> {
     k.extend_from_slice(host);
     k.extend_from_slice(&key.port.to_be_bytes());
     k.extend_from_slice(key.command.as_bytes());
+    k
+}
+
+/// An ordered pair's memory: each host length-prefixed, the source first, so that a→b is
+/// another key than b→a and no host can run into a port.
+pub(crate) fn pair(key: &bftp_core::route::PairKey) -> Vec<u8> {
+    let mut k = Vec::new();
+    for (host, port) in [&key.source, &key.destination] {
+        let host = host.as_bytes();
+        let len = u16::try_from(host.len()).unwrap_or(u16::MAX);
+        k.extend_from_slice(&len.to_be_bytes());
+        k.extend_from_slice(&host[..usize::from(len)]);
+        k.extend_from_slice(&port.to_be_bytes());
+    }
     k
 }
 
@@ -129,4 +144,23 @@ pub(crate) fn u32_value(what: &'static str, key: &[u8], v: &[u8]) -> Result<u32,
         .try_into()
         .map_err(|_| corrupt_key(what, key, format!("value is {} bytes, expected 4", v.len())))?;
     Ok(u32::from_be_bytes(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bftp_core::route::PairKey;
+
+    #[test]
+    fn pair_keys_are_ordered_and_no_host_runs_into_the_other() {
+        let ab = pair(&PairKey::new(("a", 21), ("b", 21)));
+        assert_ne!(ab, pair(&PairKey::new(("b", 21), ("a", 21))));
+        assert_eq!(ab, pair(&PairKey::new(("A.", 21), ("[b]", 21))));
+        assert_eq!(ab, [0, 1, b'a', 0, 21, 0, 1, b'b', 0, 21]);
+        // The same bytes split differently between the two hosts are another pair.
+        assert_ne!(
+            pair(&PairKey::new(("ab", 21), ("c", 21))),
+            pair(&PairKey::new(("a", 21), ("bc", 21)))
+        );
+    }
 }

@@ -46,6 +46,7 @@ pub use types::{
 
 use bftp_core::refusal::{RefusalKey, RefusalMemory, Sighting};
 use bftp_core::retention::Keep;
+use bftp_core::route::{PairKey, PairMemory};
 use bftp_core::{JobEvent, MemberState, Timestamp};
 
 /// Connection slots per FTP host shared by the nodes of one store, so that
@@ -261,6 +262,22 @@ pub trait JobStore: Send + Sync {
         seen: &Sighting,
         now: Timestamp,
     ) -> Result<RefusalMemory, StoreError>;
+
+    /// What this ordered pair of servers (source, destination) is remembered to have refused:
+    /// the third party (the pair memory; see `bftp_core::route`). Kept across restarts and
+    /// jobs, and on PostgreSQL shared by all nodes. Whether it still stands (it expires) is
+    /// the caller's to ask (`bftp_core::route::still_remembered`): the store keeps it until
+    /// it is replaced or forgotten.
+    fn pair_memory(&self, key: &PairKey) -> Result<Option<PairMemory>, StoreError>;
+
+    /// Remembers that the pair refused the third party, replacing what was remembered, unless
+    /// that was seen later than `memory` (a late write of an older sighting, from this node or
+    /// another, never hides a newer one; the same time replaces). Durable before it returns.
+    fn remember_pair(&self, key: &PairKey, memory: &PairMemory) -> Result<(), StoreError>;
+
+    /// Forgets what the pair was remembered to have refused (an operator's reset, or a copy
+    /// between them by third party): whether there was a memory. Durable before it returns.
+    fn forget_pair(&self, key: &PairKey) -> Result<bool, StoreError>;
 
     // ---- optional capabilities: each store says which it has ----
 

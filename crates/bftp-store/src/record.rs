@@ -641,6 +641,33 @@ impl RefusalV1 {
     }
 }
 
+/// What an ordered pair of servers refused: the third party (`bftp_core::route::PairMemory`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct PairV1 {
+    pub v: u32,
+    /// The refusal's text, as `bftp_core::route::remember` cut it.
+    pub reply: String,
+    /// When it was seen (ms since the epoch).
+    pub seen: u64,
+}
+
+impl PairV1 {
+    pub(crate) fn from_core(m: &bftp_core::route::PairMemory) -> PairV1 {
+        PairV1 {
+            v: RECORD_VERSION,
+            reply: m.reply.clone(),
+            seen: m.seen.0,
+        }
+    }
+
+    pub(crate) fn to_core(&self) -> bftp_core::route::PairMemory {
+        bftp_core::route::PairMemory {
+            reply: self.reply.clone(),
+            seen: Timestamp(self.seen),
+        }
+    }
+}
+
 // ---- encoding ----
 
 pub(crate) fn encode<T: Serialize>(r: &T) -> Vec<u8> {
@@ -674,7 +701,8 @@ versioned!(
     RequestV1,
     OutboxV1,
     TranscriptV1,
-    RefusalV1
+    RefusalV1,
+    PairV1
 );
 
 /// Decodes a record of version [`RECORD_VERSION`]. A record of another version, or one that
@@ -1442,6 +1470,16 @@ mod tests {
             (f.first_seen, f.last_seen),
             (Timestamp(1_796_040_300_000), Timestamp(1_796_040_400_000))
         );
+
+        let p: PairV1 = decode(
+            "pair",
+            b"fixture",
+            include_bytes!("../tests/fixtures/pair_v1.json"),
+        )
+        .unwrap();
+        let p = p.to_core();
+        assert_eq!(p.reply, "500 Illegal PORT command.");
+        assert_eq!(p.seen, Timestamp(1_796_040_300_000));
 
         let r: RequestV1 = decode(
             "request",

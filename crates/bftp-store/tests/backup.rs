@@ -49,3 +49,32 @@ fn a_backup_taken_while_writers_run_opens_with_every_job_it_copied() {
     // A backup never goes into a directory that holds something.
     assert!(store.backup(&copy_dir).is_err());
 }
+
+/// What the store remembers beside jobs (the refusal memory, the pair memory) is in the copy.
+#[test]
+fn a_backup_holds_the_memories_of_servers_and_pairs() {
+    use bftp_core::refusal::{RefusalKey, Sighting};
+    use bftp_core::reply::ReplyCode;
+    use bftp_core::route::{PairKey, PairMemory};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("live"));
+    let pair = PairKey::new(("a.example", 21), ("b.example", 21));
+    let memory = PairMemory {
+        reply: "500 Illegal PORT command.".into(),
+        seen: at(5),
+    };
+    store.remember_pair(&pair, &memory).unwrap();
+    let server = RefusalKey::new("a.example", 21, "APPE");
+    let seen = Sighting {
+        code: ReplyCode::new(451).unwrap(),
+        text: "try again".into(),
+        job: 1,
+        attempt: 1,
+    };
+    store.record_refusal(&server, &seen, at(6)).unwrap();
+    let copy_dir = dir.path().join("backup");
+    store.backup(&copy_dir).unwrap();
+    let copy = SledStore::open(&copy_dir, Default::default()).unwrap();
+    assert_eq!(copy.pair_memory(&pair).unwrap(), Some(memory));
+    assert_eq!(copy.refusal(&server).unwrap().unwrap().text, "try again");
+}

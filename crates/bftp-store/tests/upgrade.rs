@@ -264,3 +264,31 @@ fn the_frozen_schema_1_store_opens_with_its_members_as_written() {
     assert_eq!(entries(dir.path()), 2 + 1);
     assert_eq!(open(dir.path()).verify().unwrap().members, 41);
 }
+
+/// A store written before the pair memory existed (the frozen one: no `pairs` tree) takes a
+/// pair memory, and opens again with it: the new tree joins the content digest without
+/// upsetting the digest of what was there.
+#[test]
+fn a_store_from_before_the_pair_memory_takes_one_and_opens_again() {
+    use bftp_core::route::{PairKey, PairMemory};
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store_schema1");
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&fixture).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+    }
+    let key = PairKey::new(("a.example", 21), ("b.example", 21));
+    let m = PairMemory {
+        reply: "500 Illegal PORT command.".into(),
+        seen: Timestamp(1_796_040_200_000),
+    };
+    {
+        let store = open(dir.path());
+        assert_eq!(store.pair_memory(&key).unwrap(), None);
+        store.remember_pair(&key, &m).unwrap();
+    }
+    let store = open(dir.path());
+    assert_eq!(store.pair_memory(&key).unwrap(), Some(m));
+    assert_eq!(store.members(JobId(1)).unwrap().len(), 40);
+    store.verify().unwrap();
+}

@@ -1,13 +1,20 @@
-//! The key fingerprint and the refusal memory.
+//! The key fingerprint, the refusal memory and the pair memory.
 
 use super::reach;
 use super::sql::Sql;
 use super::{pg, Inner};
 use crate::error::StoreError;
 use crate::keys;
-use crate::record::{decode, encode, RefusalV1};
+use crate::record::{decode, encode, PairV1, RefusalV1};
 use bftp_core::refusal::{observe, RefusalKey, RefusalMemory, Sighting};
+use bftp_core::route::{PairKey, PairMemory};
 use bftp_core::Timestamp;
+
+/// The pair memory (`bftp_core::route::PairMemory`), one row per ordered pair of servers
+/// (`keys::pair`), shared by all nodes. `seen` beside the record, so that the newest
+/// sighting is kept in the one statement that writes it.
+pub(super) const PAIRS_MIGRATION: &str =
+    "CREATE TABLE pairs (key bytea PRIMARY KEY, seen bigint NOT NULL, rec bytea NOT NULL);";
 
 impl Inner {
     pub(super) async fn is_empty(&self) -> Result<bool, StoreError> {
@@ -149,5 +156,53 @@ impl Inner {
         .await?;
         tx.commit().await.map_err(reach::commit_failed(OP))?;
         Ok(memory)
+    }
+}
+
+impl Inner {
+    pub(super) async fn pair_memory(&self, key: PairKey) -> Result<Option<PairMemory>, StoreError> {
+        const OP: &str = "pair_memory";
+        let k = keys::pair(&key);
+        let c = self.client(OP).await?;
+        let row = c
+            .maybe_row(OP, "SELECT rec FROM pairs WHERE key = $1", &[&k])
+            .await?;
+        match row {
+            Some(r) => Ok(Some(
+                decode::<PairV1>("pair", &k, r.get::<_, &[u8]>(0))?.to_core(),
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// One statement: the row locked by its conflict, replaced unless it holds a later
+    /// sighting, so two nodes' writes keep the newest whatever their order.
+    pub(super) async fn remember_pair(
+        &self,
+        key: PairKey,
+        memory: PairMemory,
+    ) -> Result<(), StoreError> {
+        const OP: &str = "remember_pair";
+        let k = keys::pair(&key);
+        let seen = i64::try_from(memory.seen.0).unwrap_or(i64::MAX);
+        let c = self.client(OP).await?;
+        c.exec(
+            OP,
+            "INSERT INTO pairs (key, seen, rec) VALUES ($1, $2, $3)
+             ON CONFLICT (key) DO UPDATE SET seen = EXCLUDED.seen, rec = EXCLUDED.rec
+             WHERE pairs.seen <= EXCLUDED.seen",
+            &[&k, &seen, &encode(&PairV1::from_core(&memory))],
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn forget_pair(&self, key: PairKey) -> Result<bool, StoreError> {
+        const OP: &str = "forget_pair";
+        let k = keys::pair(&key);
+        let c = self.client(OP).await?;
+        Ok(c.exec(OP, "DELETE FROM pairs WHERE key = $1", &[&k])
+            .await?
+            > 0)
     }
 }

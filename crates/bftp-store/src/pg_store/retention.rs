@@ -3,8 +3,8 @@
 //! their removal.
 //!
 //! Every table that holds something per job is named here: `jobs`, `members`, `history`,
-//! `requests`, `outbox` and `transcripts`. `refusals`, the connection slots and the STOU
-//! names are per server, not per job, and stay.
+//! `requests`, `outbox` and `transcripts`. `refusals`, `pairs`, the connection slots and the
+//! STOU names are per server (or pair of servers), not per job, and stay.
 //!
 //! What a running node needs is never waited for or held long: a removal is one node at a
 //! time (a session advisory lock, tried, never waited for: the other nodes skip their

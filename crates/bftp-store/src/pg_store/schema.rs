@@ -2,8 +2,8 @@
 //! version a database has.
 
 use super::sql::Sql;
+use super::{meta, retention, slots};
 use super::{pg, runtime_failed, Inner, PgOptions, PgStore};
-use super::{retention, slots};
 use crate::error::{BackendError, StoreError};
 use std::time::Duration;
 use tokio_postgres::NoTls;
@@ -100,6 +100,7 @@ CREATE TRIGGER transcripts_fence BEFORE INSERT OR UPDATE OR DELETE ON transcript
     (3, slots::MIGRATION),
     (4, slots::NAMES_MIGRATION),
     (5, retention::MIGRATION),
+    (6, meta::PAIRS_MIGRATION),
 ];
 
 /// The schema version this code writes: the last migration.

@@ -9,6 +9,7 @@ use crate::types::{
 };
 use crate::{Cluster, HostSlots, JobStore, LeaseCell, Upkeep};
 use bftp_core::refusal::{RefusalKey, RefusalMemory, Sighting};
+use bftp_core::route::{PairKey, PairMemory};
 use bftp_core::{JobEvent, MemberState, Timestamp};
 use std::sync::Arc;
 use std::time::Duration;
@@ -184,6 +185,21 @@ impl JobStore for PgStore {
     ) -> Result<RefusalMemory, StoreError> {
         let (key, seen) = (key.clone(), seen.clone());
         self.with(|i| async move { i.record_refusal(key, seen, now).await })
+    }
+
+    fn pair_memory(&self, key: &PairKey) -> Result<Option<PairMemory>, StoreError> {
+        let key = key.clone();
+        self.with(|i| async move { i.pair_memory(key).await })
+    }
+
+    fn remember_pair(&self, key: &PairKey, memory: &PairMemory) -> Result<(), StoreError> {
+        let (key, memory) = (key.clone(), memory.clone());
+        self.with(|i| async move { i.remember_pair(key, memory).await })
+    }
+
+    fn forget_pair(&self, key: &PairKey) -> Result<bool, StoreError> {
+        let key = key.clone();
+        self.with(|i| async move { i.forget_pair(key).await })
     }
 
     fn upkeep(&self) -> Option<&dyn Upkeep> {

@@ -31,7 +31,7 @@ pub use backup::BackupReport;
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// Never reorder: a tree's position is hashed into the content digest of its entries.
-const TREES: [&str; 13] = [
+const TREES: [&str; 14] = [
     "meta",
     "jobs",
     "members",
@@ -45,6 +45,7 @@ const TREES: [&str; 13] = [
     "outbox_due",
     "transcripts",
     "refusals",
+    "pairs",
 ];
 
 #[derive(Clone, Debug)]
@@ -105,11 +106,13 @@ struct Trees {
     outbox_due: sled::Tree,
     transcripts: sled::Tree,
     refusals: sled::Tree,
+    /// Pairs of servers that refused the third party (`bftp_core::route::PairMemory`).
+    pairs: sled::Tree,
 }
 
 impl Trees {
     /// Every tree, in [`TREES`] order.
-    fn all(&self) -> [&sled::Tree; 13] {
+    fn all(&self) -> [&sled::Tree; 14] {
         [
             &self.meta,
             &self.jobs,
@@ -124,6 +127,7 @@ impl Trees {
             &self.outbox_due,
             &self.transcripts,
             &self.refusals,
+            &self.pairs,
         ]
     }
 
@@ -156,6 +160,7 @@ struct Tx<'a> {
     outbox_due: TxTree<'a>,
     transcripts: TxTree<'a>,
     refusals: TxTree<'a>,
+    pairs: TxTree<'a>,
 }
 
 /// One tree in a transaction; its writes toggle their entries in the transaction's digest.

@@ -192,7 +192,7 @@ impl SledStore {
                 )),
             }
         };
-        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts, refusals] =
+        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts, refusals, pairs] =
             TREES;
         Ok(Trees {
             meta: open(meta)?,
@@ -208,6 +208,7 @@ impl SledStore {
             outbox_due: open(outbox_due)?,
             transcripts: open(transcripts)?,
             refusals: open(refusals)?,
+            pairs: open(pairs)?,
         })
     }
 }

@@ -11,7 +11,7 @@ use crate::error::{backend, StoreError};
 use crate::keys;
 use crate::plan::{self, Listing};
 use crate::record::{
-    decode, encode, job_to_api, HistoryV1, JobV1, MemberV1, OutboxV1, RefusalV1, RequestV1,
+    decode, encode, job_to_api, HistoryV1, JobV1, MemberV1, OutboxV1, PairV1, RefusalV1, RequestV1,
     TranscriptV1, RECORD_VERSION,
 };
 use crate::types::{
@@ -21,6 +21,7 @@ use crate::types::{
 use crate::{JobStore, Upkeep};
 use bftp_core::refusal::{observe, RefusalKey, RefusalMemory, Sighting};
 use bftp_core::retention::Keep;
+use bftp_core::route::{PairKey, PairMemory};
 use bftp_core::{JobEvent, MemberState, Timestamp};
 use std::path::Path;
 use std::time::Instant;
@@ -483,6 +484,50 @@ impl JobStore for SledStore {
             tx.refusals
                 .insert(&k, encode(&RefusalV1::from_core(&memory)))?;
             Ok(memory)
+        })
+    }
+
+    fn pair_memory(&self, key: &PairKey) -> Result<Option<PairMemory>, StoreError> {
+        self.guarded("pair_memory", || {
+            let k = keys::pair(key);
+            match self.t.pairs.get(&k).map_err(backend("pair_memory"))? {
+                Some(v) => Ok(Some(decode::<PairV1>("pair", &k, &v)?.to_core())),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn remember_pair(&self, key: &PairKey, memory: &PairMemory) -> Result<(), StoreError> {
+        let k = keys::pair(key);
+        self.write("remember_pair", |tx| {
+            if let Some(v) = tx.pairs.get(&k)? {
+                let kept = decode::<PairV1>("pair", &k, &v).or_abort()?;
+                if kept.seen > memory.seen.0 {
+                    return Ok(());
+                }
+            }
+            tx.pairs.insert(&k, encode(&PairV1::from_core(memory)))?;
+            Ok(())
+        })
+    }
+
+    fn forget_pair(&self, key: &PairKey) -> Result<bool, StoreError> {
+        let k = keys::pair(key);
+        // Nothing to forget costs no write (and no flush). A memory written right after this
+        // look stays, as if this forget had come first.
+        let kept = self.guarded("forget_pair", || {
+            self.t
+                .pairs
+                .contains_key(&k)
+                .map_err(backend("forget_pair"))
+        })?;
+        if !kept {
+            return Ok(false);
+        }
+        self.write("forget_pair", |tx| {
+            let kept = tx.pairs.get(&k)?.is_some();
+            tx.pairs.remove(&k)?;
+            Ok(kept)
         })
     }
 

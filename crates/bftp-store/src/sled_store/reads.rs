@@ -6,7 +6,8 @@ use super::{SledStore, VerifyReport};
 use crate::error::{backend, StoreError};
 use crate::keys;
 use crate::record::{
-    decode, job_to_api, HistoryV1, JobV1, MemberV1, OutboxV1, RefusalV1, RequestV1, TranscriptV1,
+    decode, job_to_api, HistoryV1, JobV1, MemberV1, OutboxV1, PairV1, RefusalV1, RequestV1,
+    TranscriptV1,
 };
 use crate::types::{Job, JobId, OutboxEntry};
 use bftp_core::Timestamp;
@@ -62,6 +63,11 @@ impl SledStore {
             for kv in self.t.refusals.iter() {
                 let (k, v) = kv.map_err(backend("verify"))?;
                 decode::<RefusalV1>("refusal", &k, &v)?.to_core(&k)?;
+                r.bytes += (k.len() + v.len()) as u64;
+            }
+            for kv in self.t.pairs.iter() {
+                let (k, v) = kv.map_err(backend("verify"))?;
+                decode::<PairV1>("pair", &k, &v)?;
                 r.bytes += (k.len() + v.len()) as u64;
             }
             let indexes: [(&'static str, &sled::Tree, usize); 5] = [

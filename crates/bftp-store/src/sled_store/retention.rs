@@ -3,8 +3,8 @@
 //!
 //! Every tree that holds something per job is named here: `jobs`, `members`, `history`,
 //! `requests`, `owners`, `keywords`, `states`, `due` (empty for a final job), `outbox`,
-//! `outbox_due` (empty once the report is done) and `transcripts`. The `refusals` tree is
-//! per server, not per job, and stays.
+//! `outbox_due` (empty once the report is done) and `transcripts`. The `refusals` tree (per
+//! server) and the `pairs` tree (per pair of servers) are not per job, and stay.
 
 use std::collections::HashMap;
 

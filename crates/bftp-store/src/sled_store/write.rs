@@ -59,6 +59,7 @@ impl SledStore {
                     outbox_due: tree(10),
                     transcripts: tree(11),
                     refusals: tree(12),
+                    pairs: tree(13),
                 };
                 let value = f(&tx)?;
                 if digest.get() != before {

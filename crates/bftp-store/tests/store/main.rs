@@ -36,4 +36,5 @@ mod jobs;
 mod members;
 mod meta;
 mod outbox;
+mod pairs;
 mod queue;

@@ -1,8 +1,10 @@
 //! Per-host connection slots, shared by every transfer of the daemon and, on a store shared
-//! by several nodes, counted over all of them.
+//! by several nodes, counted over all of them; and what the daemon knows of hosts and pairs
+//! of hosts (`pairs`: the pairs that refused the third party).
 
 mod check;
 mod config;
+pub mod pairs;
 pub mod policy;
 pub mod pool;
 pub mod tls;
