@@ -325,6 +325,14 @@ pub(crate) fn safe_member(m: &MemberView, safe: &dyn Fn(&str) -> String) -> Memb
                 clear_reason: opt(&d.clear_reason),
             }),
         }),
+        route: m.route.as_ref().map(|r| bftp_api::RouteView {
+            path: safe(&r.path),
+            reason: opt(&r.reason),
+            detail: opt(&r.detail),
+            seen: opt(&r.seen),
+            bytes: r.bytes,
+            sha256: opt(&r.sha256),
+        }),
     }
 }
 
