@@ -585,6 +585,9 @@ fn files_text(job: &JobView, s: &Summary, files: &Files, t: &mut String) {
             if let Some(r) = &m.dest_reply {
                 let _ = writeln!(t, "      {:<13}{}", "destination:", reply_line(r));
             }
+            if let Some(route) = &m.route {
+                let _ = writeln!(t, "      {:<13}{}", "route:", route.describe());
+            }
             if let Some(tls) = &m.tls {
                 let _ = writeln!(t, "      {:<13}{}", "tls:", tls.describe());
             }
