@@ -111,6 +111,10 @@ impl Run {
         if let Some(counted) = entry.counted {
             self.ctx.metrics.file(counted, duration, None);
         }
+        let routed = entry.update.route.clone().map(|route| {
+            let succeeded = change.next == ledger::Next::Settled(MemberState::Succeeded);
+            (route, succeeded, entry.update.relayed_bytes)
+        });
         if entry.grouped {
             self.batch
                 .push(m.index, entry.update)
@@ -121,6 +125,10 @@ impl Run {
             self.update(m.index, entry.update)
                 .await
                 .map_err(store_failed)?;
+        }
+        // Once recorded, as a success is counted.
+        if let Some((route, succeeded, relayed_bytes)) = routed {
+            self.ctx.metrics.routed(&route, succeeded, relayed_bytes);
         }
         match change.next {
             ledger::Next::Settled(MemberState::Succeeded) => {}
