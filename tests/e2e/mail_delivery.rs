@@ -53,6 +53,7 @@ fn member(index: u32, name: &str, state: &str, code: u16, text: &str) -> MemberV
         proof: None,
         progress: None,
         tls: None,
+        route: None,
     }
 }
 

@@ -64,6 +64,14 @@ fn metrics_count_a_job_from_submit_to_its_delivered_report() {
     }
     assert_eq!(sample(&before, "bftp_attempts_started_total"), 0.0);
     assert_eq!(sample(&before, "bftp_transfer_duration_seconds_count"), 0.0);
+    // How copies travelled (issue 29): every path's series from the start.
+    for path in ["fxp", "fxp_roles_swapped", "relay"] {
+        assert_eq!(
+            sample(&before, &format!("bftp_copies_total{{path=\"{path}\"}}")),
+            0.0
+        );
+    }
+    assert_eq!(sample(&before, "bftp_relay_bytes_total"), 0.0);
 
     let id = submit(&d, &src, &dst, "out/f.bin", "in/", &[]);
     let v = wait_final(&d, id, JOB_WAIT);

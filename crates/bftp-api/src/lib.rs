@@ -193,6 +193,72 @@ pub struct MemberView {
     /// certificate was checked), and whether the data moved encrypted, with the TLS client.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsView>,
+    /// How the bytes of this file's last copy travelled: third party, or through bftpd and
+    /// why. Absent for a file no copy of which sent a data command (and in members recorded
+    /// before routes were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<RouteView>,
+}
+
+/// How a copy's bytes travelled (RULES.md §14), as fields (see [`RouteView::describe`] for
+/// the line people read). `reason`, `detail`, `bytes` and `sha256` are `null` where they do
+/// not apply.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteView {
+    /// `fxp` (third party, PASV to the source), `fxp_roles_swapped` (third party, PASV to
+    /// the destination) or `relay` (through bftpd).
+    pub path: String,
+    /// Why a relay: `asked` (the job's data path), `refused` (the servers refused the third
+    /// party in both role orders), `remembered` (the pair was remembered as refusing it),
+    /// `data_tls` (the data TLS policy could be met on two legs but not between the servers).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The reply that refused the third party (`refused`, `remembered`), or why the data TLS
+    /// policy needed a relay (`data_tls`).
+    #[serde(default)]
+    pub detail: Option<String>,
+    /// `remembered`: when the pair's refusal was seen (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<String>,
+    /// A relay: the bytes bftpd counted as it moved them.
+    #[serde(default)]
+    pub bytes: Option<u64>,
+    /// A relay: the SHA-256 (lower-case hex) bftpd computed over the stream, when it did.
+    #[serde(default)]
+    pub sha256: Option<String>,
+}
+
+impl RouteView {
+    /// The line people read, made from the fields: `fxp`, `fxp roles swapped`, `relay
+    /// (refused: 425 Can't open data connection); 4096 bytes relayed, SHA-256 ab12…`.
+    pub fn describe(&self) -> String {
+        let path = match self.path.as_str() {
+            "fxp_roles_swapped" => "fxp roles swapped",
+            other => other,
+        };
+        let reason = self.reason.as_deref().map(|r| match r {
+            "data_tls" => "data TLS",
+            other => other,
+        });
+        let mut out = match (reason, &self.detail, &self.seen) {
+            (None, _, _) => path.to_owned(),
+            (Some(r), None, _) => format!("{path} ({r})"),
+            (Some(r), Some(d), None) => format!("{path} ({r}: {d})"),
+            (Some(r), Some(d), Some(seen)) => format!("{path} ({r}: {d}, seen {seen})"),
+        };
+        let evidence: Vec<String> = [
+            self.bytes.map(|b| format!("{b} bytes relayed")),
+            self.sha256.as_ref().map(|h| format!("SHA-256 {h}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !evidence.is_empty() {
+            out.push_str("; ");
+            out.push_str(&evidence.join(", "));
+        }
+        out
+    }
 }
 
 /// The TLS of a copy, as fields (see [`TlsView::describe`] for the sentence people read).
@@ -471,6 +537,9 @@ pub struct FileResult {
     /// What proved a succeeded copy: `hash`, `size` or `replies`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<String>,
+    /// How the copy's bytes travelled, as [`MemberView::route`] (boxed, as `tls`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<Box<RouteView>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -589,6 +658,80 @@ mod tests {
             assert!(!json.contains("control"), "{json}");
             assert_eq!(serde_json::from_str::<TlsView>(&json).unwrap(), view);
         }
+    }
+
+    /// Issue 29: a route's line is made from its fields; its JSON has every field the
+    /// contract names, `null` where it does not apply.
+    #[test]
+    fn the_route_line_is_made_from_the_fields() {
+        let fxp = RouteView {
+            path: "fxp".into(),
+            ..RouteView::default()
+        };
+        let refused = RouteView {
+            path: "relay".into(),
+            reason: Some("refused".into()),
+            detail: Some("425 Can't open data connection.".into()),
+            bytes: Some(4096),
+            sha256: Some("ab12".into()),
+            ..RouteView::default()
+        };
+        let table: Vec<(RouteView, &str)> = vec![
+            (fxp.clone(), "fxp"),
+            (
+                RouteView {
+                    path: "fxp_roles_swapped".into(),
+                    ..RouteView::default()
+                },
+                "fxp roles swapped",
+            ),
+            (
+                refused.clone(),
+                "relay (refused: 425 Can't open data connection.); 4096 bytes relayed, SHA-256 ab12",
+            ),
+            (
+                RouteView {
+                    path: "relay".into(),
+                    reason: Some("asked".into()),
+                    bytes: Some(0),
+                    ..RouteView::default()
+                },
+                "relay (asked); 0 bytes relayed",
+            ),
+            (
+                RouteView {
+                    path: "relay".into(),
+                    reason: Some("remembered".into()),
+                    detail: Some("500 Illegal PORT command.".into()),
+                    seen: Some("2026-12-01T07:00:00Z".into()),
+                    ..RouteView::default()
+                },
+                "relay (remembered: 500 Illegal PORT command., seen 2026-12-01T07:00:00Z)",
+            ),
+            (
+                RouteView {
+                    path: "relay".into(),
+                    reason: Some("data_tls".into()),
+                    detail: Some("no SSCN on either side".into()),
+                    ..RouteView::default()
+                },
+                "relay (data TLS: no SSCN on either side)",
+            ),
+        ];
+        for (view, line) in table {
+            assert_eq!(view.describe(), line);
+            let json = serde_json::to_string(&view).unwrap();
+            assert_eq!(serde_json::from_str::<RouteView>(&json).unwrap(), view);
+        }
+        assert_eq!(
+            serde_json::to_value(&fxp).unwrap(),
+            serde_json::json!({"path": "fxp", "reason": null, "detail": null, "bytes": null, "sha256": null})
+        );
+        assert_eq!(
+            serde_json::to_value(&refused).unwrap(),
+            serde_json::json!({"path": "relay", "reason": "refused",
+                "detail": "425 Can't open data connection.", "bytes": 4096, "sha256": "ab12"})
+        );
     }
 
     #[test]

@@ -288,6 +288,9 @@ pub(crate) fn files_in_brief(files: &Files, job_id: u64, source: &str, t: &mut S
         if let Some(r) = &m.dest_reply {
             let _ = writeln!(t, "      {:<13}{}", "destination:", reply_line(r));
         }
+        if let Some(route) = &m.route {
+            let _ = writeln!(t, "      {:<13}{}", "route:", route.describe());
+        }
         if let Some(d) = &m.detail {
             let _ = writeln!(t, "      {:<13}{d}", "detail:");
         }

@@ -325,6 +325,14 @@ pub(crate) fn safe_member(m: &MemberView, safe: &dyn Fn(&str) -> String) -> Memb
                 clear_reason: opt(&d.clear_reason),
             }),
         }),
+        route: m.route.as_ref().map(|r| bftp_api::RouteView {
+            path: safe(&r.path),
+            reason: opt(&r.reason),
+            detail: opt(&r.detail),
+            seen: opt(&r.seen),
+            bytes: r.bytes,
+            sha256: opt(&r.sha256),
+        }),
     }
 }
 
@@ -576,6 +584,9 @@ fn files_text(job: &JobView, s: &Summary, files: &Files, t: &mut String) {
             }
             if let Some(r) = &m.dest_reply {
                 let _ = writeln!(t, "      {:<13}{}", "destination:", reply_line(r));
+            }
+            if let Some(route) = &m.route {
+                let _ = writeln!(t, "      {:<13}{}", "route:", route.describe());
             }
             if let Some(tls) = &m.tls {
                 let _ = writeln!(t, "      {:<13}{}", "tls:", tls.describe());

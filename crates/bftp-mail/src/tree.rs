@@ -63,6 +63,9 @@ pub(crate) fn files_by_directory(members: &[MemberView], t: &mut String) {
                 let code = r.code.map_or("---".to_string(), |c| c.to_string());
                 let _ = writeln!(t, "      {:<13}{code} {}", "destination:", r.text);
             }
+            if let Some(route) = &m.route {
+                let _ = writeln!(t, "      {:<13}{}", "route:", route.describe());
+            }
             if let Some(d) = &m.detail {
                 let _ = writeln!(t, "      {:<13}{d}", "detail:");
             }
@@ -74,13 +77,22 @@ pub(crate) fn files_by_directory(members: &[MemberView], t: &mut String) {
     }
     if !ok.is_empty() {
         let n: usize = ok.values().map(Vec::len).sum();
-        let _ = writeln!(t, "\nCopied ({n}; bytes, proof, name)");
+        let _ = writeln!(
+            t,
+            "\nCopied ({n}; bytes, proof, name; a file not copied by plain fxp has its route \
+             under it)"
+        );
         for (dir, files) in ok {
             let _ = writeln!(t, "  {}", shown(dir));
             for m in files {
                 let bytes = m.bytes.map_or_else(|| "-".to_string(), |b| b.to_string());
                 let proof = m.proof.as_deref().unwrap_or("-");
                 let _ = writeln!(t, "    {bytes:>12} {proof:<8} {}", split(&m.name).1);
+                // One line a file would double the text for nothing said: the plain third
+                // party goes without one.
+                if let Some(route) = m.route.as_ref().filter(|r| r.path != "fxp") {
+                    let _ = writeln!(t, "        {:<13}{}", "route:", route.describe());
+                }
             }
         }
     }

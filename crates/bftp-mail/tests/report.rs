@@ -55,6 +55,7 @@ fn member(index: u32, name: &str, state: &str, bytes: Option<u64>) -> MemberView
         proof: None,
         progress: None,
         tls: None,
+        route: None,
     }
 }
 
@@ -968,4 +969,103 @@ fn a_files_tls_is_fields_in_the_json_and_a_line_in_the_text() {
         &[],
     );
     assert!(!plain.text.contains("tls:"), "{}", plain.text);
+}
+
+/// Issue 29: every file says how it travelled. The text names the path per file and, for a
+/// relayed one, the reply that refused the third party and what bftpd counted and hashed;
+/// the JSON has the route as fields; server text in it is escaped like any other; a tree's
+/// copied files name any route but plain fxp, and a report in brief names the route of
+/// each file not copied.
+#[test]
+fn each_file_names_its_route_and_a_relay_the_refusing_reply() {
+    use bftp_api::RouteView;
+    let fxp = RouteView {
+        path: "fxp".into(),
+        ..RouteView::default()
+    };
+    let relay = RouteView {
+        path: "relay".into(),
+        reason: Some("refused".into()),
+        detail: Some("425 Can't open data connection.\r\nX-Injected: 1".into()),
+        seen: None,
+        bytes: Some(2048),
+        sha256: Some("ab".repeat(32)),
+    };
+    let mut a = member(1, "a.csv", "succeeded", Some(1024));
+    a.route = Some(fxp);
+    let mut b = member(2, "b.csv", "succeeded", Some(2048));
+    b.route = Some(relay);
+    let mut c = member(3, "c.csv", "failed_permanent", None);
+    c.route = Some(RouteView {
+        path: "fxp_roles_swapped".into(),
+        ..RouteView::default()
+    });
+    let d = member(4, "d.csv", "failed_permanent", None);
+    let j = job("partial", vec![a, b, c, d]);
+    let r = rendered(&j, &login_transcript(), &[]);
+    assert_no_control_chars(&r);
+    let text = &r.text;
+    let relayed = format!(
+        "route:       relay (refused: 425 Can't open data connection.\\r\\nX-Injected: 1); \
+         2048 bytes relayed, SHA-256 {}",
+        "ab".repeat(32)
+    );
+    assert!(text.contains(&relayed), "{text}");
+    assert!(text.contains("route:       fxp\n"), "{text}");
+    assert!(text.contains("route:       fxp roles swapped\n"), "{text}");
+    assert_eq!(text.matches("route:").count(), 3, "d.csv has none: {text}");
+
+    let json: serde_json::Value = serde_json::from_str(&r.json).unwrap();
+    let members = &json["job"]["members"];
+    assert_eq!(
+        members[0]["route"],
+        serde_json::json!({"path": "fxp", "reason": null, "detail": null, "bytes": null, "sha256": null})
+    );
+    assert_eq!(members[1]["route"]["path"], "relay");
+    assert_eq!(members[1]["route"]["reason"], "refused");
+    assert_eq!(members[1]["route"]["bytes"], 2048);
+    assert_eq!(members[1]["route"]["sha256"], "ab".repeat(32));
+    let detail = members[1]["route"]["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("425 Can't open data connection.") && !detail.contains('\r'),
+        "{detail:?}"
+    );
+    assert!(members[3].get("route").is_none(), "{members:#}");
+
+    // A tree: the relayed file's route under it; the plain third party's not.
+    let mut tree = j.clone();
+    tree.recursive = true;
+    for (i, m) in tree.members.iter_mut().enumerate() {
+        m.name = format!("dir/f{i}.csv");
+    }
+    let text = rendered(&tree, &[], &[]).text;
+    let copied = text.find("Copied (2;").expect("copied");
+    let under = &text[copied..];
+    assert!(
+        under.contains("f1.csv\n        route:       relay (refused: 425"),
+        "{text}"
+    );
+    assert_eq!(under.matches("route:").count(), 1, "{text}");
+    let not_copied = &text[text.find("Not copied (2)").expect("not copied")..copied];
+    assert!(
+        not_copied.contains("route:       fxp roles swapped"),
+        "{text}"
+    );
+
+    // In brief: each file not copied names its route; the ledger line has the fields.
+    let mut many: Vec<MemberView> = (0..FULL_REPORT_MAX_MEMBERS as u32 + 1)
+        .map(|i| member(i, &format!("f{i}"), "succeeded", Some(1)))
+        .collect();
+    let mut failed = member(7, "f7", "failed_permanent", None);
+    failed.route = j.members[1].route.clone();
+    many[7] = failed;
+    let r = built(&job("partial", many), &[], &[]);
+    let text = shown(&r);
+    let not_copied = text.find("Not copied (1)").expect("not copied");
+    assert!(
+        text[not_copied..].contains("route:       relay (refused: 425"),
+        "{text}"
+    );
+    let (_, lines) = ledger_lines(&r);
+    assert_eq!(lines[7]["route"]["reason"], "refused");
 }

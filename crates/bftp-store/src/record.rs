@@ -289,6 +289,90 @@ pub(crate) struct MemberV1 {
     /// What proved the copy: `hash`, `size` or `replies`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proof: Option<String>,
+    /// How the last copy of this file travelled, with a relay's evidence (absent in records
+    /// written before routes were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<RouteV1>,
+}
+
+/// How a copy travelled (`bftp_core::route::Route`), as fields, with what bftpd counted and
+/// hashed of a relayed stream.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct RouteV1 {
+    /// `fxp`, `fxp_roles_swapped` or `relay`.
+    pub path: String,
+    /// A relay's reason: `asked`, `refused`, `remembered` or `data_tls`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The refusing reply (`refused`, `remembered`) or the explanation (`data_tls`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// `remembered`: when the pair's refusal was seen (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen: Option<u64>,
+    /// Bytes bftpd relayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// The relayed stream's SHA-256 (hex), as bftpd computed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+impl RouteV1 {
+    pub(crate) fn from_api(
+        route: &bftp_core::route::Route,
+        bytes: Option<u64>,
+        sha256: Option<String>,
+    ) -> RouteV1 {
+        use bftp_core::route::{RelayReason, Route};
+        let (path, reason) = match route {
+            Route::Fxp => ("fxp", None),
+            Route::FxpRolesSwapped => ("fxp_roles_swapped", None),
+            Route::Relay(r) => ("relay", Some(r)),
+        };
+        let (reason, detail, seen) = match reason {
+            None => (None, None, None),
+            Some(RelayReason::Asked) => (Some("asked"), None, None),
+            Some(RelayReason::Refused { reply }) => (Some("refused"), Some(reply.clone()), None),
+            Some(RelayReason::Remembered { reply, seen }) => {
+                (Some("remembered"), Some(reply.clone()), Some(seen.0))
+            }
+            Some(RelayReason::DataTls { detail }) => (Some("data_tls"), Some(detail.clone()), None),
+        };
+        RouteV1 {
+            path: path.into(),
+            reason: reason.map(str::to_owned),
+            detail,
+            seen,
+            bytes,
+            sha256,
+        }
+    }
+
+    /// A word this code does not know, or a reason without the field it needs, reads as
+    /// absent (the file's route is then not shown), never as another value.
+    pub(crate) fn to_api(&self) -> Option<bftp_core::route::Route> {
+        use bftp_core::route::{RelayReason, Route};
+        Some(match self.path.as_str() {
+            "fxp" => Route::Fxp,
+            "fxp_roles_swapped" => Route::FxpRolesSwapped,
+            "relay" => Route::Relay(match self.reason.as_deref()? {
+                "asked" => RelayReason::Asked,
+                "refused" => RelayReason::Refused {
+                    reply: self.detail.clone()?,
+                },
+                "remembered" => RelayReason::Remembered {
+                    reply: self.detail.clone()?,
+                    seen: Timestamp(self.seen?),
+                },
+                "data_tls" => RelayReason::DataTls {
+                    detail: self.detail.clone()?,
+                },
+                _ => return None,
+            }),
+            _ => return None,
+        })
+    }
 }
 
 /// A copy's TLS (`bftp_core::tls::CopyTls`).
@@ -1007,6 +1091,14 @@ impl MemberV1 {
         if let Some(p) = &u.proof {
             self.proof = Some(p.clone());
         }
+        // The route and its evidence are one record, replaced whole.
+        if let Some(r) = &u.route {
+            self.route = Some(RouteV1::from_api(
+                r,
+                u.relayed_bytes,
+                u.stream_sha256.clone(),
+            ));
+        }
         self.updated = now.0;
         Ok(())
     }
@@ -1034,6 +1126,7 @@ impl MemberV1 {
             tls: None,
             copy_tls: None,
             proof: None,
+            route: None,
         }
     }
 
@@ -1054,6 +1147,9 @@ impl MemberV1 {
             updated_at: Timestamp(self.updated),
             tls: self.copy_tls.as_ref().map(CopyTlsV1::to_api),
             proof: self.proof.clone(),
+            route: self.route.as_ref().and_then(RouteV1::to_api),
+            relayed_bytes: self.route.as_ref().and_then(|r| r.bytes),
+            stream_sha256: self.route.as_ref().and_then(|r| r.sha256.clone()),
         }
     }
 }
@@ -1614,6 +1710,111 @@ mod tests {
         job.spec.ty = "Q".into();
         let e = job_to_api(JobId(1), &job).unwrap_err().to_string();
         assert!(e.contains("unknown TYPE \"Q\""), "{e}");
+    }
+
+    /// Issue 29: a member's route is fields, each variant read back as written; an old
+    /// record without one loads with none; a word this code does not know reads as absent;
+    /// the route and its relay evidence are replaced whole.
+    #[test]
+    fn routes_roundtrip_and_old_or_unknown_ones_read_as_absent() {
+        use bftp_core::route::{RelayReason, Route};
+        let old: MemberV1 = decode(
+            "member",
+            b"fixture",
+            include_bytes!("../tests/fixtures/member_v1.json"),
+        )
+        .unwrap();
+        let old = old.to_api(1);
+        assert_eq!(
+            (old.route, old.relayed_bytes, old.stream_sha256),
+            (None, None, None)
+        );
+
+        let routes = [
+            Route::Fxp,
+            Route::FxpRolesSwapped,
+            Route::Relay(RelayReason::Asked),
+            Route::Relay(RelayReason::Refused {
+                reply: "425 Can't open data connection".into(),
+            }),
+            Route::Relay(RelayReason::Remembered {
+                reply: "500 Illegal PORT command".into(),
+                seen: Timestamp(1_796_040_000_000),
+            }),
+            Route::Relay(RelayReason::DataTls {
+                detail: "no SSCN on either side".into(),
+            }),
+        ];
+        let new = crate::types::NewMember {
+            name: "a".into(),
+            size: None,
+            modified: None,
+            refused: None,
+        };
+        for route in routes {
+            let mut m = MemberV1::new(&new, Timestamp(1));
+            let u = MemberUpdate {
+                route: Some(route.clone()),
+                relayed_bytes: route.is_relay().then_some(4096),
+                stream_sha256: route.is_relay().then(|| "ab".repeat(32)),
+                ..Default::default()
+            };
+            m.apply(JobId(1), 0, &u, Timestamp(2)).unwrap();
+            let back: MemberV1 = decode("member", b"k", &encode(&m)).unwrap();
+            let api = back.to_api(0);
+            assert_eq!(api.route.as_ref(), Some(&route));
+            assert_eq!(api.relayed_bytes, u.relayed_bytes, "{route}");
+            assert_eq!(api.stream_sha256, u.stream_sha256, "{route}");
+            // An update without a route leaves it, whatever evidence it carries.
+            let mut again = back.clone();
+            let stray = MemberUpdate {
+                relayed_bytes: Some(1),
+                ..Default::default()
+            };
+            again.apply(JobId(1), 0, &stray, Timestamp(3)).unwrap();
+            assert_eq!(again.route, back.route);
+        }
+        // A later third-party copy's route replaces a relay's evidence.
+        let mut m = MemberV1::new(&new, Timestamp(1));
+        let relayed = MemberUpdate {
+            route: Some(Route::Relay(RelayReason::Asked)),
+            relayed_bytes: Some(10),
+            stream_sha256: Some("cd".repeat(32)),
+            ..Default::default()
+        };
+        m.apply(JobId(1), 0, &relayed, Timestamp(2)).unwrap();
+        let fxp = MemberUpdate {
+            route: Some(Route::Fxp),
+            ..Default::default()
+        };
+        m.apply(JobId(1), 0, &fxp, Timestamp(3)).unwrap();
+        let api = m.to_api(0);
+        assert_eq!(
+            (api.route, api.relayed_bytes, api.stream_sha256),
+            (Some(Route::Fxp), None, None)
+        );
+
+        // Words this code does not know, or a reason without its field: no route, the
+        // evidence still read.
+        for rec in [
+            r#"{"path":"carrier_pigeon"}"#,
+            r#"{"path":"relay"}"#,
+            r#"{"path":"relay","reason":"whim","bytes":7}"#,
+            r#"{"path":"relay","reason":"refused","bytes":7}"#,
+            r#"{"path":"relay","reason":"remembered","detail":"425 no"}"#,
+        ] {
+            let json = format!(
+                r#"{{"v":1,"name":"a","state":"succeeded","attempts":1,"updated":5,"route":{rec},"later":true}}"#
+            );
+            let m: MemberV1 = decode("member", b"k", json.as_bytes()).unwrap();
+            let api = m.to_api(0);
+            assert_eq!(api.route, None, "{rec}");
+            assert_eq!(
+                api.relayed_bytes,
+                rec.contains("bytes").then_some(7),
+                "{rec}"
+            );
+        }
     }
 
     #[test]

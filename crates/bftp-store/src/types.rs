@@ -163,6 +163,14 @@ pub struct Member {
     pub tls: Option<bftp_core::tls::CopyTls>,
     /// What proved the copy (`hash`, `size`, `replies`), once it is succeeded.
     pub proof: Option<String>,
+    /// How the bytes of the copy that last touched this file travelled: third party (either
+    /// role order) or through bftpd, and why (RULES.md §14).
+    pub route: Option<bftp_core::route::Route>,
+    /// A relayed copy: the bytes bftpd counted as it relayed them.
+    pub relayed_bytes: Option<u64>,
+    /// A relayed copy: the SHA-256 (lower-case hex) bftpd computed over the stream, when it
+    /// did.
+    pub stream_sha256: Option<String>,
 }
 
 /// The fields of a member to change; `None` leaves a field as it is.
@@ -181,6 +189,13 @@ pub struct MemberUpdate {
     pub stored_as: Option<String>,
     pub tls: Option<bftp_core::tls::CopyTls>,
     pub proof: Option<String>,
+    /// How the copy travelled. `route`, `relayed_bytes` and `stream_sha256` are one record:
+    /// an update with a `route` replaces all three (a `None` evidence field then clears
+    /// it: a later third-party copy has no relay evidence); without a `route` the other two
+    /// are ignored.
+    pub route: Option<bftp_core::route::Route>,
+    pub relayed_bytes: Option<u64>,
+    pub stream_sha256: Option<String>,
 }
 
 /// One line of a job's history.

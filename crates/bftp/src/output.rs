@@ -256,6 +256,19 @@ fn bytes(m: &MemberView) -> String {
 }
 
 /// Where the mailed report stands: `delivered 2026-11-30T14:00:00Z to a@b (2 tries)`.
+/// How a file's last copy travelled, for its row: the path, and a relay's reason with the
+/// reply or explanation behind it (a relay's count and hash get a line of their own).
+fn route_cell(m: &MemberView) -> String {
+    m.route.as_ref().map_or("-".to_string(), |r| {
+        let path = bftp_api::RouteView {
+            bytes: None,
+            sha256: None,
+            ..r.clone()
+        };
+        clip(&path.describe(), 60)
+    })
+}
+
 fn report_line(r: &ReportView) -> String {
     let to = r.recipients.join(", ");
     let tries = match r.tries {
@@ -413,6 +426,7 @@ pub fn job_detail_at(job: &JobView, now: Option<SystemTime>) -> String {
                     clip(&m.name, 40),
                     sanitize(&m.state),
                     m.proof.as_deref().map_or("-".to_string(), sanitize),
+                    route_cell(m),
                     m.attempts.to_string(),
                     bytes(m),
                     reply(&m.source_reply),
@@ -427,6 +441,7 @@ pub fn job_detail_at(job: &JobView, now: Option<SystemTime>) -> String {
                 "NAME",
                 "STATE",
                 "PROOF",
+                "ROUTE",
                 "ATTEMPTS",
                 "BYTES",
                 "SOURCE REPLY",
@@ -437,6 +452,20 @@ pub fn job_detail_at(job: &JobView, now: Option<SystemTime>) -> String {
         );
         for l in t.lines() {
             out.push_str(&format!("  {l}\n"));
+        }
+        for m in &job.members {
+            if let Some(r) = m
+                .route
+                .as_ref()
+                .filter(|r| r.bytes.is_some() || r.sha256.is_some())
+            {
+                out.push_str(&format!(
+                    "  route #{} {}: {}\n",
+                    m.index,
+                    clip(&m.name, 40),
+                    sanitize(&r.describe())
+                ));
+            }
         }
         for m in &job.members {
             if let Some(p) = &m.progress {
@@ -529,6 +558,7 @@ pub(crate) mod tests {
                 proof: None,
                 progress: None,
                 tls: None,
+                route: None,
             }],
             counts: Default::default(),
             history: vec![EventView {
@@ -696,5 +726,47 @@ ID  STATE              NEXT ATTEMPT          ATTEMPTS  TRANSFER
         assert!(!d.contains('\x1b') && !d.contains('\r'), "{d}");
         assert!(d.contains("history:") && d.contains("submitted"), "{d}");
         assert!(d.contains("(password set)"), "{d}");
+    }
+
+    /// Issue 29: each file's row says how its last copy travelled, a relay with its reason
+    /// and reply; a relay's count and hash are a line under the table; server text is
+    /// escaped.
+    #[test]
+    fn detail_shows_each_files_route() {
+        use bftp_api::RouteView;
+        let mut j = job(7);
+        let d = job_detail(&j);
+        assert!(d.contains("ROUTE"), "{d}");
+        assert!(!d.contains("route #"), "{d}");
+        j.members[0].route = Some(RouteView {
+            path: "fxp_roles_swapped".into(),
+            ..RouteView::default()
+        });
+        let mut relayed = j.members[0].clone();
+        relayed.index = 1;
+        relayed.name = "b.csv".into();
+        relayed.route = Some(RouteView {
+            path: "relay".into(),
+            reason: Some("refused".into()),
+            detail: Some("425 Can't open data connection.\r\n\x1b[2J".into()),
+            seen: None,
+            bytes: Some(2048),
+            sha256: Some("ab".repeat(32)),
+        });
+        j.members.push(relayed);
+        let d = job_detail(&j);
+        assert!(d.contains("fxp roles swapped"), "{d}");
+        assert!(
+            d.contains("relay (refused: 425 Can't open data connection.\\r\\n\\u{1b}[2J)"),
+            "{d}"
+        );
+        assert!(
+            d.contains(&format!(
+                "route #1 b.csv: relay (refused: 425 Can't open data connection.\\r\\n\\u{{1b}}[2J); 2048 bytes relayed, SHA-256 {}",
+                "ab".repeat(32)
+            )),
+            "{d}"
+        );
+        assert!(!d.contains('\x1b') && !d.contains('\r'), "{d}");
     }
 }

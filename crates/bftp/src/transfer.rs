@@ -169,6 +169,9 @@ fn file_line(r: &FileResult) -> String {
             clip(&r.fallbacks.join(", "), 80)
         ));
     }
+    if let Some(route) = &r.route {
+        why.push_str(&format!("; route: {}", clip(&route.describe(), 200)));
+    }
     let line = format!(
         "{}  {}  {}  {bytes}  {:.1} s  {}",
         match r.state.as_str() {
@@ -551,6 +554,7 @@ mod tests {
             seconds: 0.25,
             tls: None,
             proof: None,
+            route: None,
         }
     }
 
@@ -594,6 +598,33 @@ mod tests {
         assert_eq!(
             file_line(&none),
             "FAIL  d  failed_transient  -  0.2 s  destination ??? garbage\n"
+        );
+    }
+
+    /// Issue 29: a file's line says how it travelled, a relay with the refusing reply.
+    #[test]
+    fn a_result_line_names_the_route() {
+        use bftp_api::RouteView;
+        let mut ok = file("a.bin", "succeeded");
+        ok.bytes = Some(4);
+        ok.route = Some(Box::new(RouteView {
+            path: "fxp".into(),
+            ..RouteView::default()
+        }));
+        assert_eq!(
+            file_line(&ok),
+            "ok    a.bin  succeeded  4 bytes  0.2 s  route: fxp\n"
+        );
+        ok.route = Some(Box::new(RouteView {
+            path: "relay".into(),
+            reason: Some("refused".into()),
+            detail: Some("425 no\x1b".into()),
+            bytes: Some(4),
+            ..RouteView::default()
+        }));
+        assert_eq!(
+            file_line(&ok),
+            "ok    a.bin  succeeded  4 bytes  0.2 s  route: relay (refused: 425 no\\u{1b}); 4 bytes relayed\n"
         );
     }
 

@@ -118,6 +118,7 @@ fn file(name: &str, ok: bool) -> String {
         seconds: 1.0,
         tls: None,
         proof: None,
+        route: None,
     }))
 }
 

@@ -11,6 +11,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use bftp_core::route::Route;
 use bftp_core::MemberState;
 use bftp_store::StateCounts;
 use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder};
@@ -29,12 +30,17 @@ const OUTBOX: &str = "bftp_outbox_pending";
 const REPORTS: &str = "bftp_reports_total";
 const REMOVED: &str = "bftp_store_jobs_removed_total";
 const DISK: &str = "bftp_store_disk_bytes";
+const COPIES: &str = "bftp_copies_total";
+const RELAY_BYTES: &str = "bftp_relay_bytes_total";
 
 /// Buckets of the per-file transfer duration: a small file takes well under a second, a
 /// large one across a slow link hours.
 const DURATION_BUCKETS: &[f64] = &[
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0,
 ];
+
+/// The `path` label of [`COPIES`], in the order of [`Metrics::routed`]'s index.
+const ROUTE_PATHS: [&str; 3] = ["fxp", "fxp_roles_swapped", "relay"];
 
 /// How an attempt that did not complete was turned into the job's next state.
 #[derive(Debug, Clone, Copy)]
@@ -87,6 +93,9 @@ pub struct Metrics {
     reports: [Counter; 2],
     removed: Counter,
     disk: Gauge,
+    /// Succeeded copies by path: `fxp`, `fxp_roles_swapped`, `relay`.
+    copies: [Counter; 3],
+    relay_bytes: Counter,
     /// Files recorded since the histogram's samples were last folded into its buckets.
     since_upkeep: AtomicU32,
 }
@@ -134,6 +143,14 @@ impl Metrics {
             "Final jobs removed by retention ([store] keep_finished).",
         );
         describe(DISK, "The store's size on disk, in bytes.");
+        describe(
+            COPIES,
+            "File copies that succeeded, by how the bytes travelled: fxp (third party), fxp_roles_swapped (third party, PASV to the destination), relay (through bftpd).",
+        );
+        describe(
+            RELAY_BYTES,
+            "Bytes bftpd relayed between the servers (moved through itself), of every relayed copy whatever its outcome.",
+        );
         let with = |name: &'static str, label: &'static str, value: &'static str| {
             Key::from_parts(name, vec![Label::new(label, value)])
         };
@@ -154,6 +171,8 @@ impl Metrics {
             reports: ["delivered", "gave_up"].map(|r| counter(REPORTS, "result", r)),
             removed: recorder.register_counter(&Key::from_static_name(REMOVED), &METADATA),
             disk: recorder.register_gauge(&Key::from_static_name(DISK), &METADATA),
+            copies: ROUTE_PATHS.map(|p| counter(COPIES, "path", p)),
+            relay_bytes: recorder.register_counter(&Key::from_static_name(RELAY_BYTES), &METADATA),
             handle: recorder.handle(),
             since_upkeep: AtomicU32::new(0),
         }
@@ -180,6 +199,23 @@ impl Metrics {
         if self.since_upkeep.fetch_add(1, Ordering::Relaxed) + 1 >= UPKEEP_EVERY {
             self.since_upkeep.store(0, Ordering::Relaxed);
             self.handle.run_upkeep();
+        }
+    }
+
+    /// A copy that sent its data command was recorded, having travelled by `route`: a
+    /// success counts by its path; a relay's bytes (`relayed_bytes`, as bftpd counted them)
+    /// count whatever the outcome, since bftpd moved them.
+    pub fn routed(&self, route: &Route, succeeded: bool, relayed_bytes: Option<u64>) {
+        if succeeded {
+            let path = match route {
+                Route::Fxp => 0,
+                Route::FxpRolesSwapped => 1,
+                Route::Relay(_) => 2,
+            };
+            self.copies[path].increment(1);
+        }
+        if let (true, Some(b)) = (route.is_relay(), relayed_bytes) {
+            self.relay_bytes.increment(b);
         }
     }
 
@@ -343,5 +379,47 @@ mod tests {
             "{t}"
         );
         assert_eq!(sample(&t, "bftp_outbox_pending"), Some(0.0), "{t}");
+    }
+
+    /// Issue 29: the route series are there from the start; a success counts by its path,
+    /// a relay's bytes whatever its outcome, and a third-party copy adds no relay bytes.
+    #[test]
+    fn copies_count_by_route_and_relayed_bytes_add_up() {
+        use bftp_core::route::RelayReason;
+        let m = Metrics::new();
+        let t = m.render(StateCounts::default(), 0);
+        for path in ROUTE_PATHS {
+            let series = format!("bftp_copies_total{{path=\"{path}\"}}");
+            assert_eq!(sample(&t, &series), Some(0.0), "{t}");
+        }
+        assert_eq!(sample(&t, "bftp_relay_bytes_total"), Some(0.0), "{t}");
+        assert!(t.contains("# TYPE bftp_copies_total counter"), "{t}");
+        assert!(t.contains("# TYPE bftp_relay_bytes_total counter"), "{t}");
+
+        let relay = Route::Relay(RelayReason::Refused {
+            reply: "425 no".into(),
+        });
+        m.routed(&relay, true, Some(1000));
+        m.routed(&relay, false, Some(24));
+        m.routed(&Route::Fxp, true, None);
+        m.routed(&Route::FxpRolesSwapped, true, Some(7));
+        m.routed(&Route::FxpRolesSwapped, false, None);
+        let t = m.render(StateCounts::default(), 0);
+        assert_eq!(sample(&t, "bftp_relay_bytes_total"), Some(1024.0), "{t}");
+        assert_eq!(
+            sample(&t, r#"bftp_copies_total{path="relay"}"#),
+            Some(1.0),
+            "{t}"
+        );
+        assert_eq!(
+            sample(&t, r#"bftp_copies_total{path="fxp"}"#),
+            Some(1.0),
+            "{t}"
+        );
+        assert_eq!(
+            sample(&t, r#"bftp_copies_total{path="fxp_roles_swapped"}"#),
+            Some(1.0),
+            "{t}"
+        );
     }
 }

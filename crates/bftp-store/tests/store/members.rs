@@ -417,6 +417,74 @@ fn made_destination_directories_are_remembered_with_the_walk(fx: &Fixture) {
     fx.verify();
 }
 
+/// Issue 29: how a file's copy travelled, and what bftpd counted and hashed of a relayed
+/// stream, are stored and read back as written, across a reopen; a later third-party copy
+/// replaces a relay's evidence; an update without a route leaves it.
+fn a_members_route_round_trips(fx: &Fixture) {
+    use bftp_core::route::{RelayReason, Route};
+    let relay = Route::Relay(RelayReason::Remembered {
+        reply: "425 Can't open data connection.".into(),
+        seen: at(50),
+    });
+    let sha = "0123456789abcdef".repeat(4);
+    let id = {
+        let store = fx.open();
+        let id = store
+            .submit(with_members(job(1), &["a", "b", "c"]))
+            .unwrap()
+            .job()
+            .id;
+        let u = MemberUpdate {
+            state: Some(MemberState::Succeeded),
+            route: Some(relay.clone()),
+            relayed_bytes: Some(1 << 33),
+            stream_sha256: Some(sha.clone()),
+            ..Default::default()
+        };
+        let m = store.update_member(id, 0, u, at(70)).unwrap();
+        assert_eq!(
+            (
+                m.route.as_ref(),
+                m.relayed_bytes,
+                m.stream_sha256.as_deref()
+            ),
+            (Some(&relay), Some(1 << 33), Some(sha.as_str()))
+        );
+        let relayed = MemberUpdate {
+            route: Some(Route::Relay(RelayReason::Asked)),
+            relayed_bytes: Some(5),
+            ..Default::default()
+        };
+        store.update_member(id, 1, relayed, at(71)).unwrap();
+        let swapped = MemberUpdate {
+            route: Some(Route::FxpRolesSwapped),
+            ..Default::default()
+        };
+        store.update_member(id, 1, swapped, at(72)).unwrap();
+        let other = MemberUpdate {
+            detail: Some("x".into()),
+            ..Default::default()
+        };
+        store.update_member(id, 1, other, at(73)).unwrap();
+        id
+    };
+    let store = fx.open();
+    let members = store.members(id).unwrap();
+    let routes: Vec<_> = members
+        .iter()
+        .map(|m| (m.route.clone(), m.relayed_bytes, m.stream_sha256.clone()))
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            (Some(relay), Some(1 << 33), Some(sha)),
+            (Some(Route::FxpRolesSwapped), None, None),
+            (None, None, None),
+        ]
+    );
+    fx.verify();
+}
+
 both_stores!(
     membership_is_frozen_once,
     member_updates_set_fields_and_terminal_states_are_final,
@@ -424,4 +492,5 @@ both_stores!(
     required_and_recorded_proofs_survive_a_reopen,
     a_walk_freezes_each_directory_once_and_the_membership_at_its_end,
     made_destination_directories_are_remembered_with_the_walk,
+    a_members_route_round_trips,
 );

@@ -2,9 +2,18 @@
 
 use super::*;
 
-/// A copy's ledger entry's counts and the servers' last replies, whatever the outcome.
+/// A copy's ledger entry's counts, the servers' last replies and how the bytes travelled
+/// (`crate::lanes::route::travelled`: a copy that sent no data command leaves the file's
+/// route as it was), whatever the outcome.
 pub(super) fn replies(m: &Member, report: &bftp_ftp::AttemptReport) -> MemberUpdate {
+    let travelled = crate::lanes::route::travelled(report);
+    let (relayed_bytes, stream_sha256) = travelled
+        .as_ref()
+        .map_or((None, None), |t| (t.relayed_bytes, t.stream_sha256.clone()));
     MemberUpdate {
+        route: travelled.map(|t| t.route),
+        relayed_bytes,
+        stream_sha256,
         attempts: Some(m.attempts + 1),
         source_reply: last(
             report
@@ -102,6 +111,10 @@ impl Run {
         if let Some(counted) = entry.counted {
             self.ctx.metrics.file(counted, duration, None);
         }
+        let routed = entry.update.route.clone().map(|route| {
+            let succeeded = change.next == ledger::Next::Settled(MemberState::Succeeded);
+            (route, succeeded, entry.update.relayed_bytes)
+        });
         if entry.grouped {
             self.batch
                 .push(m.index, entry.update)
@@ -112,6 +125,10 @@ impl Run {
             self.update(m.index, entry.update)
                 .await
                 .map_err(store_failed)?;
+        }
+        // Once recorded, as a success is counted.
+        if let Some((route, succeeded, relayed_bytes)) = routed {
+            self.ctx.metrics.routed(&route, succeeded, relayed_bytes);
         }
         match change.next {
             ledger::Next::Settled(MemberState::Succeeded) => {}
@@ -245,6 +262,59 @@ mod tests {
                 counted: Some("Transient"),
             },
         ]
+    }
+
+    /// Issue 29: the member's entry says how the copy travelled, with a relay's evidence;
+    /// a copy that sent no data command says nothing (the last route stands).
+    #[test]
+    fn the_entry_carries_how_the_copy_travelled() {
+        use bftp_core::route::{RelayReason, Route};
+        let m = NewMember {
+            name: "a.bin".into(),
+            size: None,
+            modified: None,
+            refused: None,
+        }
+        .as_written(0, crate::testkit::T0);
+        let relay = Route::Relay(RelayReason::Refused {
+            reply: "425 Can't build data connection".into(),
+        });
+        let report = bftp_ftp::AttemptReport {
+            route: Some(relay.clone()),
+            relayed: Some(bftp_ftp::RelayStats {
+                bytes: 5,
+                sha256: Some("ef".repeat(32)),
+                mover: bftp_ftp::Mover::Kernel,
+                tls: [false, false],
+            }),
+            ..Default::default()
+        };
+        let succeeded = change(Next::Settled(MemberState::Succeeded), IntentChange::Clear);
+        let e = entry(
+            &succeeded,
+            &m,
+            DestCommand::Replace,
+            "src/a.bin",
+            replies(&m, &report),
+        );
+        assert_eq!(
+            (
+                e.update.route,
+                e.update.relayed_bytes,
+                e.update.stream_sha256
+            ),
+            (Some(relay), Some(5), Some("ef".repeat(32)))
+        );
+        let none = replies(&m, &bftp_ftp::AttemptReport::default());
+        let e = entry(&succeeded, &m, DestCommand::Replace, "src/a.bin", none);
+        assert_eq!(
+            (
+                e.update.route,
+                e.update.relayed_bytes,
+                e.update.stream_sha256
+            ),
+            (None, None, None)
+        );
     }
 
     #[test]

@@ -216,6 +216,7 @@ async fn tree(
             seconds: 0.0,
             tls: None,
             proof: None,
+            route: None,
         };
         let _ = tx.send(TransferEvent::File(result)).await;
     }
@@ -245,6 +246,7 @@ async fn tree(
             seconds: 0.0,
             tls: None,
             proof: None,
+            route: None,
         };
         let _ = tx.send(TransferEvent::File(result)).await;
     }

@@ -25,6 +25,7 @@
 
 pub mod paths;
 pub mod proof;
+pub mod route;
 pub mod walk;
 pub mod work;
 

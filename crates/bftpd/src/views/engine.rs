@@ -92,5 +92,52 @@ pub fn file_result(name: &str, outcome: &CopyOutcome, seconds: f64) -> FileResul
         detail,
         seconds,
         proof: None,
+        route: crate::lanes::route::travelled(report).map(|t| {
+            Box::new(super::route_view(
+                &t.route,
+                t.relayed_bytes,
+                t.stream_sha256.as_deref(),
+            ))
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bftp_core::route::{RelayReason, Route};
+
+    /// Issue 29: a foreground file's result says how the copy travelled, as a job's member
+    /// does, by the same rule (`crate::lanes::route::travelled`).
+    #[test]
+    fn a_foreground_result_names_the_route() {
+        let outcome = |route: Option<Route>| CopyOutcome::Succeeded {
+            bytes: Some(4),
+            size_check: SizeCheck::NotAvailable("no SIZE".into()),
+            stou_name: None,
+            report: bftp_ftp::AttemptReport {
+                route,
+                relayed: Some(bftp_ftp::RelayStats {
+                    bytes: 4,
+                    sha256: None,
+                    mover: bftp_ftp::Mover::Kernel,
+                    tls: [false, false],
+                }),
+                ..Default::default()
+            },
+        };
+        let r = file_result("a", &outcome(None), 0.1);
+        assert_eq!(r.route, None);
+        let r = file_result(
+            "a",
+            &outcome(Some(Route::Relay(RelayReason::DataTls {
+                detail: "no SSCN".into(),
+            }))),
+            0.1,
+        );
+        assert_eq!(
+            r.route.map(|r| r.describe()).as_deref(),
+            Some("relay (data TLS: no SSCN); 4 bytes relayed")
+        );
     }
 }

@@ -153,6 +153,10 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
                 proof: m.proof.clone(),
                 progress: None,
                 tls: m.tls.as_ref().map(tls_view),
+                route: m
+                    .route
+                    .as_ref()
+                    .map(|r| route_view(r, m.relayed_bytes, m.stream_sha256.as_deref())),
             })
             .collect(),
         counts: counts(members),
@@ -166,6 +170,29 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
             .collect(),
         report: None,
         node: None,
+    }
+}
+
+/// How a copy travelled as the API shows it: fields, from which `RouteView::describe`
+/// makes the line people read (a relay's `bytes` and `sha256` are bftpd's own count and
+/// hash of the stream).
+pub(crate) fn route_view(
+    route: &bftp_core::route::Route,
+    bytes: Option<u64>,
+    sha256: Option<&str>,
+) -> bftp_api::RouteView {
+    use bftp_core::route::RelayReason;
+    let reason = route.reason();
+    bftp_api::RouteView {
+        path: route.as_str().to_owned(),
+        reason: reason.map(|r| r.kind().to_owned()),
+        detail: reason.and_then(RelayReason::detail).map(str::to_owned),
+        seen: match reason {
+            Some(RelayReason::Remembered { seen, .. }) => Some(ts(*seen)),
+            _ => None,
+        },
+        bytes,
+        sha256: sha256.map(str::to_owned),
     }
 }
 
@@ -246,6 +273,51 @@ mod created_view_tests {
         assert_eq!(
             created_view(&job, &members),
             load_view(&*store, &mail, &job).unwrap()
+        );
+    }
+
+    /// Issue 29: a member's view says how its last copy travelled, from the stored fields;
+    /// a member no copy touched has no route.
+    #[test]
+    fn a_members_view_says_how_its_copy_travelled() {
+        use bftp_core::route::{RelayReason, Route};
+        let (_dir, store) = testkit::store();
+        let id = testkit::submit_one_file_job(&*store, RetryPolicy::default());
+        let job = store.get(id).unwrap().unwrap();
+        let m = store.members(id).unwrap().remove(0);
+        let view = |m: &bftp_store::Member| {
+            job_view(&job, std::slice::from_ref(m), &[]).members[0]
+                .route
+                .clone()
+        };
+        assert_eq!(view(&m), None);
+        let relayed = bftp_store::Member {
+            route: Some(Route::Relay(RelayReason::Remembered {
+                reply: "425 Can't open data connection.".into(),
+                seen: T0,
+            })),
+            relayed_bytes: Some(4096),
+            stream_sha256: Some("ab".repeat(32)),
+            ..m.clone()
+        };
+        assert_eq!(
+            view(&relayed),
+            Some(bftp_api::RouteView {
+                path: "relay".into(),
+                reason: Some("remembered".into()),
+                detail: Some("425 Can't open data connection.".into()),
+                seen: Some(T0.to_rfc3339()),
+                bytes: Some(4096),
+                sha256: Some("ab".repeat(32)),
+            })
+        );
+        let swapped = bftp_store::Member {
+            route: Some(Route::FxpRolesSwapped),
+            ..m
+        };
+        assert_eq!(
+            view(&swapped).map(|r| r.describe()).as_deref(),
+            Some("fxp roles swapped")
         );
     }
 
