@@ -338,6 +338,7 @@ impl RouteV1 {
                 (Some("remembered"), Some(reply.clone()), Some(seen.0))
             }
             Some(RelayReason::DataTls { detail }) => (Some("data_tls"), Some(detail.clone()), None),
+            Some(RelayReason::Proof { detail }) => (Some("proof"), Some(detail.clone()), None),
         };
         RouteV1 {
             path: path.into(),
@@ -366,6 +367,9 @@ impl RouteV1 {
                     seen: Timestamp(self.seen?),
                 },
                 "data_tls" => RelayReason::DataTls {
+                    detail: self.detail.clone()?,
+                },
+                "proof" => RelayReason::Proof {
                     detail: self.detail.clone()?,
                 },
                 _ => return None,
@@ -1743,6 +1747,9 @@ mod tests {
             }),
             Route::Relay(RelayReason::DataTls {
                 detail: "no SSCN on either side".into(),
+            }),
+            Route::Relay(RelayReason::Proof {
+                detail: "no common hash".into(),
             }),
         ];
         let new = crate::types::NewMember {
