@@ -293,6 +293,39 @@ pub(crate) struct MemberV1 {
     /// written before routes were kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<RouteV1>,
+    /// What a resumable copy of this file began from (`bftp_core::resume::Base`), until the
+    /// file is copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<ResumeV1>,
+}
+
+/// A resumable copy's beginning: the source's size and modify time, the destination's size
+/// before (absent: no file).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub(crate) struct ResumeV1 {
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtime: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<u64>,
+}
+
+impl ResumeV1 {
+    fn from_api(b: &bftp_core::resume::Base) -> ResumeV1 {
+        ResumeV1 {
+            size: b.size,
+            mtime: b.modified.clone(),
+            before: b.dest_before,
+        }
+    }
+
+    fn to_api(&self) -> bftp_core::resume::Base {
+        bftp_core::resume::Base {
+            size: self.size,
+            modified: self.mtime.clone(),
+            dest_before: self.before,
+        }
+    }
 }
 
 /// How a copy travelled (`bftp_core::route::Route`), as fields, with what bftpd counted and
@@ -1095,6 +1128,9 @@ impl MemberV1 {
         if let Some(p) = &u.proof {
             self.proof = Some(p.clone());
         }
+        if let Some(r) = &u.resume {
+            self.resume = r.as_ref().map(ResumeV1::from_api);
+        }
         // The route and its evidence are one record, replaced whole.
         if let Some(r) = &u.route {
             self.route = Some(RouteV1::from_api(
@@ -1131,6 +1167,7 @@ impl MemberV1 {
             copy_tls: None,
             proof: None,
             route: None,
+            resume: None,
         }
     }
 
@@ -1154,6 +1191,7 @@ impl MemberV1 {
             route: self.route.as_ref().and_then(RouteV1::to_api),
             relayed_bytes: self.route.as_ref().and_then(|r| r.bytes),
             stream_sha256: self.route.as_ref().and_then(|r| r.sha256.clone()),
+            resume: self.resume.as_ref().map(ResumeV1::to_api),
         }
     }
 }
@@ -1719,6 +1757,45 @@ mod tests {
     /// Issue 29: a member's route is fields, each variant read back as written; an old
     /// record without one loads with none; a word this code does not know reads as absent;
     /// the route and its relay evidence are replaced whole.
+    #[test]
+    fn a_resume_base_is_recorded_kept_and_cleared() {
+        let new = crate::types::NewMember {
+            name: "big".into(),
+            size: Some(9),
+            modified: None,
+            refused: None,
+        };
+        let mut m = MemberV1::new(&new, Timestamp(1));
+        assert_eq!(m.to_api(0).resume, None);
+        let base = bftp_core::resume::Base {
+            size: 9,
+            modified: Some("20261206080000".into()),
+            dest_before: None,
+        };
+        let set = MemberUpdate {
+            resume: Some(Some(base.clone())),
+            ..Default::default()
+        };
+        m.apply(JobId(1), 0, &set, Timestamp(2)).unwrap();
+        let back: MemberV1 = decode("member", b"k", &encode(&m)).unwrap();
+        assert_eq!(back.to_api(0).resume, Some(base.clone()));
+        // Another change leaves it.
+        let mut m = back;
+        let other = MemberUpdate {
+            attempts: Some(2),
+            ..Default::default()
+        };
+        m.apply(JobId(1), 0, &other, Timestamp(3)).unwrap();
+        assert_eq!(m.to_api(0).resume, Some(base));
+        let clear = MemberUpdate {
+            resume: Some(None),
+            ..Default::default()
+        };
+        m.apply(JobId(1), 0, &clear, Timestamp(4)).unwrap();
+        assert_eq!(m.to_api(0).resume, None);
+        assert!(!String::from_utf8(encode(&m)).unwrap().contains("resume"));
+    }
+
     #[test]
     fn routes_roundtrip_and_old_or_unknown_ones_read_as_absent() {
         use bftp_core::route::{RelayReason, Route};

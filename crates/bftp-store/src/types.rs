@@ -171,6 +171,9 @@ pub struct Member {
     /// A relayed copy: the SHA-256 (lower-case hex) bftpd computed over the stream, when it
     /// did.
     pub stream_sha256: Option<String>,
+    /// What a resumable copy of this file began from, until the file is copied (see
+    /// `bftp_core::resume`).
+    pub resume: Option<bftp_core::resume::Base>,
 }
 
 /// The fields of a member to change; `None` leaves a field as it is.
@@ -196,6 +199,8 @@ pub struct MemberUpdate {
     pub route: Option<bftp_core::route::Route>,
     pub relayed_bytes: Option<u64>,
     pub stream_sha256: Option<String>,
+    /// `Some(Some(base))` records what a resumable copy begins from; `Some(None)` clears it.
+    pub resume: Option<Option<bftp_core::resume::Base>>,
 }
 
 /// One line of a job's history.
