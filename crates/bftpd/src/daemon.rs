@@ -204,6 +204,11 @@ impl Daemon {
             live: self.live.clone(),
             watch_progress: config.ftp.watch_progress,
             clock: self.clock.clone(),
+            pairs: crate::hosts::pairs::PairMemories::new(
+                self.store.clone(),
+                crate::hosts::pairs::DEFAULT_EXPIRY,
+            ),
+            resume_from: Some(64 << 20),
         }));
         Scheduler::new(
             self.store.clone(),

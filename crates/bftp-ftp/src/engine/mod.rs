@@ -158,6 +158,8 @@ pub struct Pair {
     relay_gate: Option<Arc<crate::relay::RelayGate>>,
     /// A relayed copy hashes its stream (SHA-256) as it passes ([`Pair::set_stream_hash`]).
     stream_hash: bool,
+    /// Whether each side's FEAT offers `REST STREAM` (`None`: not asked yet).
+    rest_stream: [Option<bool>; 2],
 }
 
 impl std::fmt::Debug for Pair {
@@ -318,6 +320,7 @@ impl Pair {
             plan: Plan::FxpOnly,
             relay_gate: None,
             stream_hash: false,
+            rest_stream: [None, None],
         }
     }
 
@@ -928,6 +931,30 @@ impl Pair {
         }
     }
 
+    /// The modify time of `path` on `side` (MDTM, RFC 3659: `YYYYMMDDHHMMSS[.sss]`), as the
+    /// server wrote it: what shows a source unchanged between two tries of a resumable copy.
+    /// `None`: no such file, no MDTM, or an answer that is not a time.
+    pub async fn modified(&mut self, side: Side, path: &str) -> Option<String> {
+        self.before_action().await;
+        self.usable_for(side, "MDTM", path).ok()?;
+        let result = self.exchange(side, &format!("MDTM {path}")).await;
+        let reply = result.ok().filter(|r| r.code().get() == 213)?;
+        let text = reply.text();
+        let time = text.trim();
+        let digits = time.split('.').next().unwrap_or("");
+        (digits.len() == 14 && time.chars().all(|c| c.is_ascii_digit() || c == '.'))
+            .then(|| time.to_owned())
+    }
+
+    /// Whether `side` offers `REST STREAM` (RFC 3659) in its FEAT, asked once.
+    pub async fn offers_rest(&mut self, side: Side) -> bool {
+        if self.rest_stream[index(side)].is_none() {
+            self.before_action().await;
+            self.ask_features(side).await;
+        }
+        self.rest_stream[index(side)].unwrap_or(false)
+    }
+
     /// DELE `path` on `side` (the source of a `move` once the copy is proven, a
     /// partial STOU file): the 2yz reply, or the refusal (a 550 may mean "already
     /// gone" or "not allowed": the reply says which).
@@ -1055,6 +1082,7 @@ impl Pair {
             self.source_features = None;
         }
         self.proof.forget(side);
+        self.rest_stream[index(side)] = None;
         self.set_params(side).await
     }
 

@@ -122,6 +122,10 @@ impl Pair {
     /// the source also the listing's features.
     pub(super) fn learn_features(&mut self, side: Side, lines: Vec<String>) {
         self.proof.caps[index(side)] = Some(capabilities(&lines));
+        self.rest_stream[index(side)] = Some(lines.iter().any(|l| {
+            let l = l.trim().to_ascii_uppercase();
+            l == "REST STREAM" || l.starts_with("REST STREAM ")
+        }));
         if side == Side::Source {
             self.source_features = Some(lines);
         }

@@ -124,6 +124,11 @@ pub(super) mod fake {
             live: Arc::default(),
             watch_progress: false,
             clock: clock.clone(),
+            pairs: crate::hosts::pairs::PairMemories::new(
+                store.clone(),
+                crate::hosts::pairs::DEFAULT_EXPIRY,
+            ),
+            resume_from: None,
         };
         Run {
             ctx: Arc::new(ctx),

@@ -1,4 +1,4 @@
-//! One member's life, step by step: resolve, fence, copy, prove, record.
+//! One member's life, step by step: resolve, fence, resume point, copy, prove, record.
 
 use super::*;
 
@@ -49,11 +49,14 @@ impl Run {
             Ok(_) => None,
             Err(settled) => return Ok(settled),
         };
+        // A large replace copy is resumable: it goes on where a cut one stopped.
+        self.resume_point(pair, &mut mc).await?;
         // Copy.
         let (result, unique) = self.copy_announced(pair, &mut mc, source_size).await?;
         let mut outcome = self.copied(pair, &mc, result, &unique).await?;
         self.keep(outcome.take_transcript());
         let report = outcome.report().clone();
+        self.remember_resume_refusal(spec, &report).await;
         let mut replies = replies(m, &report);
         // Prove.
         let proven = self.prove(pair, &mc, &outcome).await;

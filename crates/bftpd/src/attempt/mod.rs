@@ -40,6 +40,7 @@ mod prove;
 mod record;
 mod refusals;
 mod resolve;
+mod resume;
 mod run;
 mod stou;
 
@@ -89,6 +90,11 @@ pub struct AttemptCtx {
     pub watch_progress: bool,
     /// The time every ledger change is stamped with.
     pub clock: crate::clock::Clock,
+    /// What the daemon remembers of pairs of servers that refused the third party.
+    pub pairs: crate::hosts::pairs::PairMemories,
+    /// `[ftp] resume_from`: a replace copy of a file this large or larger is resumable
+    /// (`None`: none is).
+    pub resume_from: Option<u64>,
 }
 
 /// The [`Executor`] the scheduler runs: one attempt of one job at a time per job.

@@ -103,8 +103,12 @@ impl Run {
     ) -> Result<Option<Pending>, AttemptEnd> {
         let (m, src_path, attempt) = (mc.m, mc.src_path.as_str(), mc.attempt);
         let dest_command = mc.spec.dest_command;
+        // A resumable copy's base goes once the member settles (whatever its end).
+        let resumable = mc.req.resume_at.is_some() || m.resume.is_some();
+        let settled = matches!(change.next, ledger::Next::Settled(_));
         let replies = MemberUpdate {
             tls: pair.tls_summary(),
+            resume: (resumable && settled).then_some(None),
             ..replies
         };
         let entry = entry(&change, m, dest_command, src_path, replies);
