@@ -72,7 +72,7 @@ impl Run {
                 }
             }
         }
-        let base = (size >= threshold).then(|| Base {
+        let base = (size >= threshold).then_some(Base {
             size,
             modified,
             dest_before: dest_size,
