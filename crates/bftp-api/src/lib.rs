@@ -7,7 +7,8 @@
 //! Routes (all JSON; errors are [`ErrorBody`] with an HTTP status):
 //! - `POST /v1/jobs` with [`SubmitRequest`]; header `Idempotency-Key`. 201 [`SubmitResponse`]
 //!   for a new job, 200 for the same key and parameters again, 409 for the same key with other
-//!   parameters, 400 for bad input, 403 for a host the policy forbids.
+//!   parameters, 400 for bad input, 403 for a host the policy forbids or a relay the daemon
+//!   does not make (`[ftp] relay = false`).
 //! - `GET /v1/jobs?keyword=K&state=S&all=true` → [`JobList`] (the caller's jobs; `all` for admins).
 //! - `GET /v1/jobs/{id}` → [`JobView`]; 404 also for another user's job.
 //! - `POST /v1/jobs/{id}/cancel` → [`JobView`]; 409 if it already finished.
@@ -127,6 +128,12 @@ pub struct SubmitRequest {
     /// The source path is a directory: copy its whole tree, each file by its path below it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recursive: bool,
+    /// How the file bytes travel: `fxp` (server to server only), `relay` (always through
+    /// bftpd), `auto` (server to server first, through bftpd when the pair refuses it);
+    /// absent: the daemon's default. Absent, it is not part of the request's fingerprint, so
+    /// a request key sent before data paths existed still matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_path: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -363,6 +370,16 @@ pub struct JobView {
     /// A recursive job: the source is a directory tree. Absent: not recursive.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recursive: bool,
+    /// The data path the job runs with under the daemon's configuration now: `fxp`, `relay`
+    /// or `auto` (what it asked for, else the daemon's default; `fxp` where the daemon
+    /// forbids relays). Absent where the daemon's configuration is not at hand (a mailed
+    /// report's view).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub data_path: String,
+    /// The data path the job asked for (`fxp`, `relay`, `auto`); absent: none, the job
+    /// takes the daemon's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_path_asked: Option<String>,
     pub members: Vec<MemberView>,
     /// The members counted by state.
     #[serde(default)]
@@ -503,7 +520,8 @@ pub const STORE_UNAVAILABLE: &str = "store_unavailable";
 /// Every error response.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {
-    /// Machine-readable: `invalid_request`, `forbidden_host`, `forbidden`, `not_found`,
+    /// Machine-readable: `invalid_request`, `forbidden_host`, `relay_forbidden` (HTTP 403:
+    /// the job asks for a relay and the daemon's `[ftp] relay` is false), `forbidden`, `not_found`,
     /// `conflict`, `unavailable`, `store_unavailable` (HTTP 503: the job store's database
     /// cannot be reached, nothing was stored), `insufficient_storage`, `internal`; the CLI
     /// adds `permission_denied` for its own socket errors.
@@ -522,6 +540,33 @@ fn is_zero(n: &u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 29: the request fingerprint (RULES.md §4.5) is a hash of the request's JSON. A
+    /// request that gives no data path encodes as it did before data paths existed, so its
+    /// request key still matches; one that gives a data path carries it.
+    #[test]
+    fn a_request_without_a_data_path_encodes_as_before() {
+        let mut req = SubmitRequest {
+            source: EndpointSpec {
+                host: "src".into(),
+                path: "a".into(),
+                ..Default::default()
+            },
+            destination: Some(EndpointSpec {
+                host: "dst".into(),
+                path: "b".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let before = r#"{"source":{"host":"src","path":"a"},"destination":{"host":"dst","path":"b"},"retry":{},"notify":[]}"#;
+        assert_eq!(serde_json::to_string(&req).unwrap(), before);
+        req.data_path = Some("relay".into());
+        let with = serde_json::to_string(&req).unwrap();
+        assert!(with.ends_with(r#","data_path":"relay"}"#), "{with}");
+        let back: SubmitRequest = serde_json::from_str(before).unwrap();
+        assert_eq!(back.data_path, None);
+    }
 
     /// Issue 27 item 14: the TLS sentence is made from the fields, one way for every field.
     #[test]

@@ -10,7 +10,7 @@
 //! | 1 | unexpected error (I/O failure, bftpd internal error, ...) |
 //! | 2 | usage error (bad command line) |
 //! | 3 | bftpd is not reachable (socket missing or connection refused; HTTP 503) |
-//! | 4 | the request is invalid: rejected by bftpd (HTTP 400, or 403 for a forbidden host) or by bftp's own checks |
+//! | 4 | the request is invalid: rejected by bftpd (HTTP 400, or 403 for a forbidden host or relay) or by bftp's own checks |
 //! | 5 | not found (HTTP 404): no such job, or not yours |
 //! | 6 | conflict (HTTP 409): request key reused with other parameters, or the job already finished |
 //! | 7 | permission denied on the bftpd socket (EACCES) |

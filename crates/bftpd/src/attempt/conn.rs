@@ -124,6 +124,7 @@ pub(super) mod fake {
             live: Arc::default(),
             watch_progress: false,
             clock: clock.clone(),
+            data_paths: Default::default(),
         };
         Run {
             ctx: Arc::new(ctx),

@@ -89,6 +89,9 @@ pub struct AttemptCtx {
     pub watch_progress: bool,
     /// The time every ledger change is stamped with.
     pub clock: crate::clock::Clock,
+    /// `[ftp] data_path`, `relay`, `pair_memory`: the path each job runs with
+    /// (`DataPathPolicy::effective_data_path`) and how long a refusing pair is remembered.
+    pub data_paths: crate::hosts::DataPathPolicy,
 }
 
 /// The [`Executor`] the scheduler runs: one attempt of one job at a time per job.

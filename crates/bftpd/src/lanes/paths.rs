@@ -75,6 +75,7 @@ mod tests {
             keyword: None,
             proof: None,
             recursive: false,
+            data_path: None,
         }
     }
 
