@@ -1,8 +1,10 @@
 //! Issue 29 (SPEC §14): a job's data path (`fxp`, `relay`, `auto`) through the real bftp
 //! and bftpd: asked at submit and kept as asked, refused where the daemon relays nothing,
-//! shown by `status`, and part of the request key's parameters.
+//! shown by `status`, part of the request key's parameters, and `verify` saying which path
+//! the job would take and why against stock servers that refuse the third party.
 
 use bftp_tests::daemon::{http, text, Bftpd};
+use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
 
 const SRC: &str = "ftp://alice@127.0.0.1:2121/pub/data.bin";
@@ -131,4 +133,117 @@ fn status_shows_the_data_path_and_the_request_key_covers_it() {
     let again = submitted(&d, &["--request-key", "k-relay", "--data-path", "relay"]);
     assert_eq!(job_id(&again), job_id(&relay));
     assert_eq!(all_jobs(&d).len(), 2);
+}
+
+/// Two stock servers, each refusing a PORT naming the other: under `auto` (the daemon's
+/// default) verify passes and says the job would relay, with the refusing reply; under
+/// `fxp` it fails, naming the settings; under `relay` it checks passive mode on both.
+#[test]
+fn verify_says_which_path_the_job_would_take_and_why() {
+    let stock = |kind| {
+        FtpServer::start(
+            kind,
+            FtpOptions {
+                fxp: false,
+                ..FtpOptions::default()
+            },
+        )
+        .unwrap()
+    };
+    let src = stock(ServerKind::Proftpd);
+    let dst = stock(ServerKind::Vsftpd);
+    src.put_file("a.bin", b"a").unwrap();
+    let d = Bftpd::start().unwrap();
+    let env = [
+        ("BFTP_SOURCE_PASSWORD", src.password()),
+        ("BFTP_DEST_PASSWORD", dst.password()),
+    ];
+    let verify = |extra: &[&str]| {
+        let (s, t) = (src.url("a.bin"), dst.url(""));
+        let mut args = vec!["--json", "verify", s.as_str(), t.as_str()];
+        args.extend_from_slice(extra);
+        let o = d.bftp_env(None, &args, &env);
+        (o.status.code(), json(&o))
+    };
+
+    let (code, v) = verify(&[]);
+    assert_eq!(code, Some(0), "{v:#}");
+    let path = &v["data_path"];
+    assert_eq!(
+        (
+            &path["asked"],
+            &path["path"],
+            &path["would_take"],
+            &path["reason"]
+        ),
+        (
+            &Value::Null,
+            &Value::from("auto"),
+            &Value::from("relay"),
+            &Value::from("refused")
+        ),
+        "{v:#}"
+    );
+    let detail = path["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("PORT") && detail.contains("50"),
+        "the refusing reply: {detail}"
+    );
+
+    let (code, v) = verify(&["--data-path", "fxp"]);
+    assert_eq!(code, Some(8), "{v:#}");
+    let path = &v["data_path"];
+    assert_eq!(
+        (&path["asked"], &path["would_take"], &path["reason"]),
+        (
+            &Value::from("fxp"),
+            &Value::from("none"),
+            &Value::from("fxp_only")
+        ),
+        "{v:#}"
+    );
+    let check = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "third-party data connection")
+        .unwrap_or_else(|| panic!("no data check: {v:#}"));
+    assert_eq!(check["ok"], false, "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("port_promiscuous=YES"),
+        "{check}"
+    );
+
+    let (code, v) = verify(&["--data-path", "relay"]);
+    assert_eq!(code, Some(0), "{v:#}");
+    let path = &v["data_path"];
+    assert_eq!(
+        (&path["asked"], &path["would_take"], &path["reason"]),
+        (
+            &Value::from("relay"),
+            &Value::from("relay"),
+            &Value::from("asked")
+        ),
+        "{v:#}"
+    );
+    assert!(
+        !v["transcript"].as_array().unwrap().iter().any(|l| {
+            let l = l.as_str().unwrap_or("");
+            l.contains("> PORT") || l.contains("> EPRT")
+        }),
+        "a relay's verify sends no PORT: {v:#}"
+    );
+
+    // The human text says it too.
+    let (s, t) = (src.url("a.bin"), dst.url(""));
+    let o = d.bftp_env(None, &["verify", &s, &t], &env);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("data path: relay: the path is auto (the daemon's default); the servers refused the third party: "),
+        "{}",
+        text(&o)
+    );
 }

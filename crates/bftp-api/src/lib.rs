@@ -445,6 +445,59 @@ pub struct VerifyResponse {
     pub checks: Vec<CheckView>,
     /// Commands and replies of both control connections, PASS masked.
     pub transcript: Vec<String>,
+    /// Which way the job's file bytes would travel, and why (SPEC §14). Absent when the
+    /// checks stopped before the data connections (a login failed, a server refused TYPE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_path: Option<DataPathVerdictView>,
+}
+
+/// `bftp verify`'s finding about the data path: words, for scripts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataPathVerdictView {
+    /// What the job asked for: `fxp`, `relay`, `auto`; null: nothing, the daemon's default.
+    pub asked: Option<String>,
+    /// The path the job would run with: `fxp`, `relay` or `auto` (what it asked for, else
+    /// the daemon's default; `fxp` where the daemon forbids relays).
+    pub path: String,
+    /// How a copy would travel: `fxp` (PASV to the source, PORT to the destination),
+    /// `fxp_roles_swapped` (PASV to the destination), `relay` (through bftpd), or `none`
+    /// (no copy could start: the job would fail).
+    pub would_take: String,
+    /// Why: `accepted` (a PASV and a PORT to it were accepted), `asked` (the job's path is
+    /// `relay`), `refused` (`auto`: both role orders were refused, so a relay), `fxp_only`
+    /// (both role orders were refused and the path allows no relay), `no_passive` (a relay
+    /// needs PASV or EPSV on both servers, and one refused both).
+    pub reason: String,
+    /// The replies behind the reason (the refusals, for `refused`), for people.
+    pub detail: String,
+}
+
+impl DataPathVerdictView {
+    /// One line for people: `relay: the path is auto (the daemon's default); third party
+    /// refused: 500 Illegal PORT command.`
+    pub fn describe(&self) -> String {
+        let path = match &self.asked {
+            Some(asked) if *asked == self.path => format!("the job asked for {asked}"),
+            Some(asked) => format!("the job asked for {asked}, runs as {}", self.path),
+            None => format!("the path is {} (the daemon's default)", self.path),
+        };
+        let why = match self.reason.as_str() {
+            "accepted" => "a PASV and a PORT to it were accepted".to_owned(),
+            "asked" => "a relay was asked for, and both servers accept passive mode".to_owned(),
+            "refused" => "the servers refused the third party".to_owned(),
+            "fxp_only" => {
+                "the servers refused the third party, and the path allows no relay".to_owned()
+            }
+            "no_passive" => "a relay needs passive mode on both servers".to_owned(),
+            other => other.to_owned(),
+        };
+        let mut line = format!("{}: {path}; {why}", self.would_take);
+        if !self.detail.is_empty() {
+            line.push_str(": ");
+            line.push_str(&self.detail);
+        }
+        line
+    }
 }
 
 /// One line of the `POST /v1/transfer` stream.

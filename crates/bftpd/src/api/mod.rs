@@ -274,7 +274,7 @@ async fn verify(
     let (_, spec) = checked_spec(&app, &body).await?;
     tracing::info!(uid = caller.uid, source = %spec.source.display_url(), "verify");
     Ok(Json(
-        crate::foreground::verify(&spec, &app.limits, address_check(&app)).await,
+        crate::foreground::verify(&spec, &app.limits, address_check(&app), &app.data_paths).await,
     ))
 }
 
