@@ -45,12 +45,21 @@ fn all_jobs(d: &Bftpd) -> Vec<Value> {
 
 /// Where `[ftp] relay = false`, a job asking for a relay is refused at submit (403, the
 /// setting named, exit 4) and nothing is stored; `auto` and `fxp` are taken, and `auto`
-/// runs third party only there.
+/// runs third party only there. The daemon's one relay gate is made from `[ftp]` at start.
 #[test]
 fn a_relay_is_refused_at_submit_where_the_daemon_forbids_relays() {
-    let d =
-        Bftpd::start_with(|dir| format!("{}[ftp]\nrelay = false\n", Bftpd::default_config(dir)))
-            .unwrap();
+    let d = Bftpd::start_with(|dir| {
+        format!(
+            "{}[ftp]\nrelay = false\nrelay_max = 3\nrelay_bytes_per_second = 5000\n",
+            Bftpd::default_config(dir)
+        )
+    })
+    .unwrap();
+    let logs = d.logs();
+    assert!(
+        logs.contains("relay_max=3") && logs.contains("relay_bytes_per_second=5000"),
+        "the relay gate at start: {logs}"
+    );
     let o = submit(&d, &["--data-path", "relay"]);
     assert_eq!(o.status.code(), Some(4), "{}", text(&o));
     assert!(text(&o).contains("[ftp] relay = false"), "{}", text(&o));
