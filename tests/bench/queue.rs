@@ -180,6 +180,7 @@ fn store_submit_rate(dir: &Path, dur: Duration) -> f64 {
                 keyword_present: true,
                 proof: None,
                 recursive: false,
+                data_path: None,
             },
             keyword_hash: Some(KeyHash([(n % 100) as u8; 32])),
             request: Some(RequestKey {

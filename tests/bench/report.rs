@@ -119,6 +119,7 @@ fn seed(dir: &Path, n: usize) -> Result<()> {
             keyword_present: false,
             proof: None,
             recursive: true,
+            data_path: None,
         },
         keyword_hash: None,
         request: None,
@@ -264,7 +265,8 @@ fn old_message(
     use lettre::message::header::{ContentTransferEncoding, ContentType};
     use lettre::message::{Attachment, Body, MultiPart, SinglePart};
     let job = store.get(entry.job)?.context("no job")?;
-    let mut view = bftpd::views::load_view(store, settings, &job)?;
+    let paths = bftpd::hosts::DataPathPolicy::default();
+    let mut view = bftpd::views::load_view(store, settings, &paths, &job)?;
     view.report = None;
     let transcript = store
         .transcript(entry.job)?

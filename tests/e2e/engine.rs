@@ -842,6 +842,7 @@ fn verify_request(source: &str, destination: &str) -> VerifyRequest {
         dest_command: bftp_core::DestCommand::Replace,
         proof: None,
         recursive: false,
+        data_path: bftp_core::route::DataPath::Fxp,
     }
 }
 
@@ -976,6 +977,82 @@ fn verify_names_the_setting_when_both_refuse_foreign_port() -> Result<()> {
         "{:#?}",
         report.checks
     );
+    Ok(())
+}
+
+/// Issue 29: the same two stock servers under `auto`: the refusal means a relay (both
+/// accept passive mode), the check passes and the verdict names the refusing reply; under
+/// `relay` no PORT is sent and both servers' passive mode is the check.
+#[test]
+fn verify_under_auto_relays_a_pair_that_refuses_the_third_party() -> Result<()> {
+    use bftp_core::route::DataPath;
+    use bftp_ftp::{PathReason, WouldTake};
+    let src = start_stock(Proftpd)?;
+    let dst = start_stock(Vsftpd)?;
+    src.put_file("/a.bin", b"a")?;
+    let run = |data_path| {
+        block_on(verify(
+            &login(&src),
+            &login(&dst),
+            image(),
+            &limits(),
+            Arc::new(AllowAll),
+            &VerifyRequest {
+                data_path,
+                ..verify_request("/a.bin", "")
+            },
+        ))
+    };
+    let report = run(DataPath::Auto);
+    ensure!(report.ok(), "{:#?}", report.checks);
+    let verdict = report.data_path.clone().context("no verdict")?;
+    ensure!(
+        (verdict.would_take, verdict.reason) == (WouldTake::Relay, PathReason::Refused),
+        "{verdict:?}"
+    );
+    // vsftpd's refusal of a PORT naming another host.
+    ensure!(
+        verdict.detail.contains("answered PORT with 500"),
+        "{verdict:?}"
+    );
+    let check = report
+        .check("third-party data connection")
+        .context("no data check")?;
+    ensure!(
+        check.detail.contains("would relay through bftpd"),
+        "{check:?}"
+    );
+
+    let report = run(DataPath::Fxp);
+    let verdict = report.data_path.clone().context("no verdict")?;
+    ensure!(
+        !report.ok()
+            && verdict.would_take == WouldTake::None
+            && verdict.reason == PathReason::FxpOnly,
+        "{verdict:?} {:#?}",
+        report.checks
+    );
+
+    let report = run(DataPath::Relay);
+    ensure!(report.ok(), "{:#?}", report.checks);
+    let verdict = report.data_path.clone().context("no verdict")?;
+    ensure!(
+        (verdict.would_take, verdict.reason) == (WouldTake::Relay, PathReason::Asked),
+        "{verdict:?}"
+    );
+    ensure!(
+        report.check("relay data connections").is_some_and(|c| c.ok)
+            && report.check("third-party data connection").is_none(),
+        "{:#?}",
+        report.checks
+    );
+    for side in [Side::Source, Side::Destination] {
+        ensure!(
+            report.transcript.count_sent(side, "PORT") == 0
+                && report.transcript.count_sent(side, "EPRT") == 0,
+            "a relay's verify sent a PORT"
+        );
+    }
     Ok(())
 }
 

@@ -89,6 +89,8 @@ fn report() -> Report {
         has_keyword: false,
         proof: None,
         recursive: false,
+        data_path: String::new(),
+        data_path_asked: None,
         members: vec![
             member(1, "a.csv", "succeeded", 226, "Transfer complete"),
             member(2, "b.csv", "failed_permanent", 550, "b.csv: no, s3cr3t-pw"),

@@ -58,6 +58,7 @@ fn seed(path: &std::path::Path) -> u64 {
             keyword_present: false,
             proof: None,
             recursive: true,
+            data_path: None,
         },
         keyword_hash: None,
         request: None,

@@ -1,4 +1,5 @@
 mod api_server;
+mod data_path;
 mod engine;
 mod foundation;
 mod frontend_ftp;

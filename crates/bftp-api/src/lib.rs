@@ -7,7 +7,8 @@
 //! Routes (all JSON; errors are [`ErrorBody`] with an HTTP status):
 //! - `POST /v1/jobs` with [`SubmitRequest`]; header `Idempotency-Key`. 201 [`SubmitResponse`]
 //!   for a new job, 200 for the same key and parameters again, 409 for the same key with other
-//!   parameters, 400 for bad input, 403 for a host the policy forbids.
+//!   parameters, 400 for bad input, 403 for a host the policy forbids or a relay the daemon
+//!   does not make (`[ftp] relay = false`).
 //! - `GET /v1/jobs?keyword=K&state=S&all=true` → [`JobList`] (the caller's jobs; `all` for admins).
 //! - `GET /v1/jobs/{id}` → [`JobView`]; 404 also for another user's job.
 //! - `POST /v1/jobs/{id}/cancel` → [`JobView`]; 409 if it already finished.
@@ -127,6 +128,12 @@ pub struct SubmitRequest {
     /// The source path is a directory: copy its whole tree, each file by its path below it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recursive: bool,
+    /// How the file bytes travel: `fxp` (server to server only), `relay` (always through
+    /// bftpd), `auto` (server to server first, through bftpd when the pair refuses it);
+    /// absent: the daemon's default. Absent, it is not part of the request's fingerprint, so
+    /// a request key sent before data paths existed still matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_path: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -429,6 +436,16 @@ pub struct JobView {
     /// A recursive job: the source is a directory tree. Absent: not recursive.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recursive: bool,
+    /// The data path the job runs with under the daemon's configuration now: `fxp`, `relay`
+    /// or `auto` (what it asked for, else the daemon's default; `fxp` where the daemon
+    /// forbids relays). Absent where the daemon's configuration is not at hand (a mailed
+    /// report's view).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub data_path: String,
+    /// The data path the job asked for (`fxp`, `relay`, `auto`); absent: none, the job
+    /// takes the daemon's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_path_asked: Option<String>,
     pub members: Vec<MemberView>,
     /// The members counted by state.
     #[serde(default)]
@@ -494,6 +511,59 @@ pub struct VerifyResponse {
     pub checks: Vec<CheckView>,
     /// Commands and replies of both control connections, PASS masked.
     pub transcript: Vec<String>,
+    /// Which way the job's file bytes would travel, and why (SPEC §14). Absent when the
+    /// checks stopped before the data connections (a login failed, a server refused TYPE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_path: Option<DataPathVerdictView>,
+}
+
+/// `bftp verify`'s finding about the data path: words, for scripts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataPathVerdictView {
+    /// What the job asked for: `fxp`, `relay`, `auto`; null: nothing, the daemon's default.
+    pub asked: Option<String>,
+    /// The path the job would run with: `fxp`, `relay` or `auto` (what it asked for, else
+    /// the daemon's default; `fxp` where the daemon forbids relays).
+    pub path: String,
+    /// How a copy would travel: `fxp` (PASV to the source, PORT to the destination),
+    /// `fxp_roles_swapped` (PASV to the destination), `relay` (through bftpd), or `none`
+    /// (no copy could start: the job would fail).
+    pub would_take: String,
+    /// Why: `accepted` (a PASV and a PORT to it were accepted), `asked` (the job's path is
+    /// `relay`), `refused` (`auto`: both role orders were refused, so a relay), `fxp_only`
+    /// (both role orders were refused and the path allows no relay), `no_passive` (a relay
+    /// needs PASV or EPSV on both servers, and one refused both).
+    pub reason: String,
+    /// The replies behind the reason (the refusals, for `refused`), for people.
+    pub detail: String,
+}
+
+impl DataPathVerdictView {
+    /// One line for people: `relay: the path is auto (the daemon's default); third party
+    /// refused: 500 Illegal PORT command.`
+    pub fn describe(&self) -> String {
+        let path = match &self.asked {
+            Some(asked) if *asked == self.path => format!("the job asked for {asked}"),
+            Some(asked) => format!("the job asked for {asked}, runs as {}", self.path),
+            None => format!("the path is {} (the daemon's default)", self.path),
+        };
+        let why = match self.reason.as_str() {
+            "accepted" => "a PASV and a PORT to it were accepted".to_owned(),
+            "asked" => "a relay was asked for, and both servers accept passive mode".to_owned(),
+            "refused" => "the servers refused the third party".to_owned(),
+            "fxp_only" => {
+                "the servers refused the third party, and the path allows no relay".to_owned()
+            }
+            "no_passive" => "a relay needs passive mode on both servers".to_owned(),
+            other => other.to_owned(),
+        };
+        let mut line = format!("{}: {path}; {why}", self.would_take);
+        if !self.detail.is_empty() {
+            line.push_str(": ");
+            line.push_str(&self.detail);
+        }
+        line
+    }
 }
 
 /// One line of the `POST /v1/transfer` stream.
@@ -572,7 +642,8 @@ pub const STORE_UNAVAILABLE: &str = "store_unavailable";
 /// Every error response.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {
-    /// Machine-readable: `invalid_request`, `forbidden_host`, `forbidden`, `not_found`,
+    /// Machine-readable: `invalid_request`, `forbidden_host`, `relay_forbidden` (HTTP 403:
+    /// the job asks for a relay and the daemon's `[ftp] relay` is false), `forbidden`, `not_found`,
     /// `conflict`, `unavailable`, `store_unavailable` (HTTP 503: the job store's database
     /// cannot be reached, nothing was stored), `insufficient_storage`, `internal`; the CLI
     /// adds `permission_denied` for its own socket errors.
@@ -591,6 +662,33 @@ fn is_zero(n: &u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 29: the request fingerprint (RULES.md §4.5) is a hash of the request's JSON. A
+    /// request that gives no data path encodes as it did before data paths existed, so its
+    /// request key still matches; one that gives a data path carries it.
+    #[test]
+    fn a_request_without_a_data_path_encodes_as_before() {
+        let mut req = SubmitRequest {
+            source: EndpointSpec {
+                host: "src".into(),
+                path: "a".into(),
+                ..Default::default()
+            },
+            destination: Some(EndpointSpec {
+                host: "dst".into(),
+                path: "b".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let before = r#"{"source":{"host":"src","path":"a"},"destination":{"host":"dst","path":"b"},"retry":{},"notify":[]}"#;
+        assert_eq!(serde_json::to_string(&req).unwrap(), before);
+        req.data_path = Some("relay".into());
+        let with = serde_json::to_string(&req).unwrap();
+        assert!(with.ends_with(r#","data_path":"relay"}"#), "{with}");
+        let back: SubmitRequest = serde_json::from_str(before).unwrap();
+        assert_eq!(back.data_path, None);
+    }
 
     /// Issue 27 item 14: the TLS sentence is made from the fields, one way for every field.
     #[test]

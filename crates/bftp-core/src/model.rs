@@ -255,6 +255,9 @@ pub struct JobSpec {
     /// The source path is a directory whose whole tree is copied (`--recursive`): every file
     /// below it is a member, named by its path relative to it.
     pub recursive: bool,
+    /// How the file bytes travel (`--data-path`, SPEC §14): third party only, through bftpd,
+    /// or third party first. `None`: the daemon's default, as configured when the job runs.
+    pub data_path: Option<crate::route::DataPath>,
 }
 
 /// One thing wrong with a request. Field names are the user's words (`source path`, `notify`).
@@ -613,6 +616,7 @@ mod tests {
             keyword: Some("nightly".into()),
             proof: None,
             recursive: false,
+            data_path: None,
         }
     }
 

@@ -19,6 +19,9 @@ pub use engine::{
     RelayStats, SizeCheck, SizeWatch, Skipped, TreeEntry, TreeKind, VerifyReport, VerifyRequest,
     WalkMethod, CHECK_SOURCE_FILE, HASH_RATE_FLOOR,
 };
+pub use engine::{
+    DataPathVerdict, PathReason, WouldTake, CHECK_DATA_CONNECTION, CHECK_RELAY_CONNECTIONS,
+};
 pub use limits::{AddressCheck, AllowAll, Limits, ServerLogin};
 pub use parse::{AddressError, FactError, MlsdError, NameError, ReplyError};
 pub use relay::{

@@ -99,6 +99,8 @@ fn job(outcome: &str, members: Vec<MemberView>) -> JobView {
         has_keyword: true,
         proof: None,
         recursive: false,
+        data_path: String::new(),
+        data_path_asked: None,
         members,
         counts: Default::default(),
         history: vec![

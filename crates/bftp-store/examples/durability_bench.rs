@@ -52,6 +52,7 @@ fn job(i: u64) -> NewJob {
             keyword_present: true,
             proof: None,
             recursive: false,
+            data_path: None,
         },
         keyword_hash: Some(KeyHash([(i % 200) as u8; 32])),
         request: Some(RequestKey {

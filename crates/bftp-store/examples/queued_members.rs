@@ -60,6 +60,7 @@ fn main() {
             keyword_present: false,
             proof: None,
             recursive: false,
+            data_path: None,
         },
         keyword_hash: None,
         request: None,

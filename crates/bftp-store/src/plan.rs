@@ -334,6 +334,7 @@ mod tests {
             keyword_present: false,
             proof: None,
             recursive: false,
+            data_path: None,
         }
     }
 

@@ -159,6 +159,10 @@ pub(crate) struct SpecV1 {
     /// A recursive job (the source path is a directory tree).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recursive: bool,
+    /// The data path the job asked for: `fxp`, `relay`, `auto`; absent (and in every record
+    /// written before data paths): the daemon's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_path: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -961,6 +965,7 @@ impl SpecV1 {
             kw: s.keyword_present,
             proof: s.proof.map(|p| p.as_str().to_owned()),
             recursive: s.recursive,
+            data_path: s.data_path.map(|p| p.as_str().to_owned()),
         }
     }
 }
@@ -1421,6 +1426,14 @@ pub(crate) fn job_to_api(id: JobId, r: &JobV1) -> Result<Job, StoreError> {
                 })
                 .transpose()?,
             recursive: s.recursive,
+            data_path: s
+                .data_path
+                .as_deref()
+                .map(|p| {
+                    p.parse::<bftp_core::route::DataPath>()
+                        .map_err(|_| bad(format!("unknown data path {p:?}")))
+                })
+                .transpose()?,
         },
         state: r.state.to_api(),
         attempts: r.attempts,
@@ -1505,6 +1518,8 @@ mod tests {
         assert_eq!(api.spec.params.structure, FileStructure::Record);
         assert_eq!(api.spec.retry.first_interval, Duration::from_secs(600));
         assert_eq!(api.spec.retry.factor, 1.5);
+        // Written before data paths: the daemon's default.
+        assert_eq!(api.spec.data_path, None);
         assert_eq!(
             api.state,
             JobState::Running {
@@ -1752,6 +1767,10 @@ mod tests {
         job.spec.ty = "Q".into();
         let e = job_to_api(JobId(1), &job).unwrap_err().to_string();
         assert!(e.contains("unknown TYPE \"Q\""), "{e}");
+        job.spec.ty = "I".into();
+        job.spec.data_path = Some("fxp2".into());
+        let e = job_to_api(JobId(1), &job).unwrap_err().to_string();
+        assert!(e.contains("unknown data path \"fxp2\""), "{e}");
     }
 
     /// Issue 29: a member's route is fields, each variant read back as written; an old

@@ -77,6 +77,8 @@ pub struct SealedSpec {
     pub proof: Option<bftp_core::proof::ProofLevel>,
     /// A recursive job (see `JobSpec::recursive`).
     pub recursive: bool,
+    /// The data path the job asked for (see `JobSpec::data_path`); `None`: the daemon's.
+    pub data_path: Option<bftp_core::route::DataPath>,
 }
 
 /// The idempotency key of a submission (RULES.md §4.5), both parts hashed by the daemon.

@@ -17,7 +17,7 @@ pub enum Exit {
     /// answered 503 (shutting down).
     Unreachable = 3,
     /// The request is invalid: rejected by bftpd (HTTP 400, or 403 for a host its policy
-    /// forbids) or by the checks `bftp` makes before sending (URL, time, password file...).
+    /// forbids or a relay it does not make) or by the checks `bftp` makes before sending (URL, time, password file...).
     Invalid = 4,
     /// No such job, or not one of yours (HTTP 404).
     NotFound = 5,
@@ -47,8 +47,8 @@ Exit codes:
     1  unexpected error (I/O failure, bftpd internal error, ...)
     2  usage error (bad command line)
     3  bftpd is not reachable (socket missing or connection refused; bftpd unavailable)
-    4  the request is invalid: rejected by bftpd (HTTP 400, or 403 for a forbidden host)
-       or by bftp's own checks before sending
+    4  the request is invalid: rejected by bftpd (HTTP 400, or 403 for a forbidden host
+       or relay) or by bftp's own checks before sending
     5  not found (HTTP 404): no such job, or not yours
     6  conflict (HTTP 409): request key reused with other parameters, or the job has
        already finished

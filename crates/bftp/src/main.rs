@@ -10,7 +10,7 @@
 //! | 1 | unexpected error (I/O failure, bftpd internal error, ...) |
 //! | 2 | usage error (bad command line) |
 //! | 3 | bftpd is not reachable (socket missing or connection refused; HTTP 503) |
-//! | 4 | the request is invalid: rejected by bftpd (HTTP 400, or 403 for a forbidden host) or by bftp's own checks |
+//! | 4 | the request is invalid: rejected by bftpd (HTTP 400, or 403 for a forbidden host or relay) or by bftp's own checks |
 //! | 5 | not found (HTTP 404): no such job, or not yours |
 //! | 6 | conflict (HTTP 409): request key reused with other parameters, or the job already finished |
 //! | 7 | permission denied on the bftpd socket (EACCES) |
@@ -87,9 +87,10 @@ pub enum Command {
     Cancel(cancel::CancelArgs),
     /// Check a transfer without making it: bftpd logs in to both servers, checks
     /// TYPE/MODE/STRU, the source (what a wildcard matches now), the destination directory,
-    /// and that one side accepts PASV and the other a PORT to it.
+    /// and the data path the job would take: one side accepting PASV and the other a PORT to
+    /// it, else (auto, relay) bftpd relaying the bytes.
     ///
-    /// Prints a line per check. It can take several seconds: a server may wait before it
+    /// Prints a line per check, then which data path the job would take and why. It can take several seconds: a server may wait before it
     /// refuses a wrong password. Options and passwords as for `submit`.
     #[command(after_help = EXIT_CODES_HELP)]
     Verify(Box<verify::VerifyArgs>),

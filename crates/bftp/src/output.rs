@@ -338,6 +338,18 @@ pub fn job_detail(job: &JobView) -> String {
     job_detail_at(job, Some(SystemTime::now()))
 }
 
+/// The data path a job runs with: what it asked for, or `default (auto)`; where the daemon
+/// runs it otherwise (it forbids relays now), both.
+pub fn data_path(job: &JobView) -> String {
+    let path = sanitize(&job.data_path);
+    match job.data_path_asked.as_deref().map(sanitize) {
+        Some(asked) if asked == path || path.is_empty() => asked,
+        Some(asked) => format!("{path} (asked for {asked}; this daemon relays nothing)"),
+        None if path.is_empty() => "default".to_string(),
+        None => format!("default ({path})"),
+    }
+}
+
 /// [`job_detail`], with times relative to `now` beside the absolute ones (none for `None`).
 // Long on purpose: the layout of `bftp status ID` from top to bottom, one block per
 // section of the view.
@@ -397,6 +409,7 @@ pub fn job_detail_at(job: &JobView, now: Option<SystemTime>) -> String {
                 None => "the strongest the servers allow".to_string(),
             },
         ),
+        ("data path", data_path(job)),
         ("owner uid", job.owner_uid.to_string()),
         ("created", when(&job.created_at, now)),
         ("updated", when(&job.updated_at, now)),
@@ -541,6 +554,8 @@ pub(crate) mod tests {
             has_keyword: true,
             proof: None,
             recursive: false,
+            data_path: String::new(),
+            data_path_asked: None,
             members: vec![MemberView {
                 index: 0,
                 name: "a.csv".into(),
@@ -663,6 +678,32 @@ pub(crate) mod tests {
         assert!(
             d.contains("copying #0 a.csv: transferring, 52.4 MB of 1.5 GB (3%), 4.1 MB/s, for 13 s (since 2026-12-01T07:10:00Z (13 s ago))"),
             "{d}"
+        );
+    }
+
+    /// Issue 29: the data path a job asked for, or the daemon's default, by name.
+    #[test]
+    fn detail_names_the_data_path() {
+        let mut j = job(7);
+        j.data_path = "auto".into();
+        assert!(
+            job_detail(&j).contains("data path     default (auto)\n"),
+            "{}",
+            job_detail(&j)
+        );
+        j.data_path = "relay".into();
+        j.data_path_asked = Some("relay".into());
+        assert!(
+            job_detail(&j).contains("data path     relay\n"),
+            "{}",
+            job_detail(&j)
+        );
+        j.data_path = "fxp".into();
+        assert!(
+            job_detail(&j)
+                .contains("data path     fxp (asked for relay; this daemon relays nothing)\n"),
+            "{}",
+            job_detail(&j)
         );
     }
 

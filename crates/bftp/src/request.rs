@@ -73,6 +73,15 @@ pub struct RequestArgs {
     #[arg(long, short = 'r')]
     pub recursive: bool,
 
+    /// How the file bytes travel: fxp (straight from one server to the other, a third-party
+    /// transfer; a pair that refuses it fails the job), relay (always through bftpd, which
+    /// opens a data connection to each server and moves the bytes itself) or auto (third
+    /// party first, through bftpd when the servers refuse it) [default: the daemon's, see
+    /// its [ftp] data_path]. With verify: which path the job would take, and why
+    #[arg(long, value_name = "fxp|relay|auto",
+          value_parser = parse_with::<bftp_core::route::DataPath>)]
+    pub data_path: Option<bftp_core::route::DataPath>,
+
     /// ACCT for the source server
     #[arg(long, value_name = "ACCT")]
     pub source_acct: Option<String>,
@@ -291,6 +300,7 @@ pub fn prepare(
         keyword: schedule.keyword.clone(),
         proof: args.proof,
         recursive: args.recursive,
+        data_path: args.data_path,
     };
     validation_failure(&spec)?;
 
@@ -355,6 +365,7 @@ pub fn prepare(
         keyword: schedule.keyword,
         proof: args.proof.map(|p| p.as_str().to_owned()),
         recursive: args.recursive,
+        data_path: args.data_path.map(|p| p.as_str().to_owned()),
     };
     Ok(Prepared { request, warnings })
 }

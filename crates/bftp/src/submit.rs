@@ -288,6 +288,8 @@ mod tests {
             "da",
             "--proof",
             "HASH",
+            "--data-path",
+            "Relay",
         ])
         .unwrap();
         let want = SubmitRequest {
@@ -326,6 +328,7 @@ mod tests {
             keyword: Some("nightly".into()),
             proof: Some("hash".into()),
             recursive: false,
+            data_path: Some("relay".into()),
         };
         assert_eq!(p.prepared.request, want);
         assert_eq!(p.request_key, "k-123");
@@ -351,6 +354,9 @@ mod tests {
         );
         assert_eq!(r.retry, RetrySpec::default());
         assert!(r.notify.is_empty() && r.keyword.is_none());
+        assert_eq!(r.data_path, None, "the daemon's default data path");
+        let json = serde_json::to_string(r).unwrap();
+        assert!(!json.contains("data_path"), "{json}");
         assert_eq!(p.request_key.len(), 32);
         assert!(p.request_key.bytes().all(|b| b.is_ascii_hexdigit()));
         let again = prep(&["ftp://h/f", "ftp://d/"]).unwrap();
@@ -385,6 +391,30 @@ mod tests {
                 .err()
                 .unwrap_or_else(|| panic!("{bad:?} parsed"));
             assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+    }
+
+    /// Issue 29: `--data-path` takes fxp, relay or auto (any case) on submit, transfer and
+    /// verify; another word is a usage error that names the three.
+    #[test]
+    fn data_path_words() {
+        for (word, want) in [("fxp", "fxp"), ("RELAY", "relay"), ("auto", "auto")] {
+            let p = prep(&["ftp://h/f", "ftp://d/x", "--data-path", word]).unwrap();
+            assert_eq!(p.prepared.request.data_path.as_deref(), Some(want));
+        }
+        for cmd in ["submit", "transfer", "verify"] {
+            let e =
+                Cli::try_parse_from(["bftp", cmd, "ftp://h/f", "ftp://d/x", "--data-path", "fxp2"])
+                    .err()
+                    .unwrap_or_else(|| panic!("{cmd}: fxp2 accepted"));
+            assert_eq!(e.exit_code(), 2, "{cmd}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains("--data-path") && msg.contains("auto, fxp, relay"),
+                "{cmd}: {msg}"
+            );
+            Cli::try_parse_from(["bftp", cmd, "ftp://h/f", "ftp://d/x", "--data-path", "auto"])
+                .unwrap_or_else(|e| panic!("{cmd}: {e}"));
         }
     }
 

@@ -62,6 +62,12 @@ fn human(r: &VerifyResponse, transcript: bool) -> String {
         out.push_str(line.trim_end());
         out.push('\n');
     }
+    if let Some(path) = &r.data_path {
+        out.push_str(&format!(
+            "data path: {}\n",
+            output::sanitize(&path.describe())
+        ));
+    }
     let failed = r.checks.iter().filter(|c| !c.ok).count();
     out.push_str(&match (failed, r.ok) {
         (0, true) => format!("all {} checks passed\n", r.checks.len()),
@@ -115,12 +121,15 @@ mod tests {
                 })
                 .collect(),
             transcript: vec!["S> USER alice".into(), "S< 331 Password\r\x1b[2J".into()],
+            data_path: None,
         }
     }
 
     #[test]
     fn takes_the_endpoint_options_and_no_schedule() {
         let (p, transcript) = prep(&[
+            "--data-path",
+            "auto",
             "ftp://alice@src/pub/*.bin",
             "ftp://d/in/",
             "--move",
@@ -158,6 +167,7 @@ mod tests {
             transfer_type: Some("A".into()),
             mode: Some("S".into()),
             structure: Some("F".into()),
+            data_path: Some("auto".into()),
             ..Default::default()
         };
         assert_eq!(p.request, want);
@@ -192,6 +202,43 @@ ok    PASV/PORT
         );
         let all = response(&[("login source", true, "230")]);
         assert!(human(&all, false).ends_with("all 1 checks passed\n"));
+    }
+
+    /// Issue 29: the path the job would take, and why, after the checks.
+    #[test]
+    fn the_data_path_is_said_after_the_checks() {
+        let mut r = response(&[("third-party data connection", true, "refused")]);
+        r.data_path = Some(bftp_api::DataPathVerdictView {
+            asked: None,
+            path: "auto".into(),
+            would_take: "relay".into(),
+            reason: "refused".into(),
+            detail: "the destination answered PORT with 500 Illegal PORT command.\r".into(),
+        });
+        assert_eq!(
+            human(&r, false),
+            "\
+ok    third-party data connection  refused
+data path: relay: the path is auto (the daemon's default); the servers refused the third party: the destination answered PORT with 500 Illegal PORT command.\\r
+all 1 checks passed
+"
+        );
+        let v = r.data_path.as_mut().unwrap();
+        (v.asked, v.path, v.would_take, v.reason, v.detail) = (
+            Some("fxp".into()),
+            "fxp".into(),
+            "none".into(),
+            "fxp_only".into(),
+            "500 no".into(),
+        );
+        assert!(
+            human(&r, false).contains(
+                "data path: none: the job asked for fxp; the servers refused the third party, \
+                 and the path allows no relay: 500 no\n"
+            ),
+            "{}",
+            human(&r, false)
+        );
     }
 
     #[test]

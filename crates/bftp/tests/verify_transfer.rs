@@ -29,6 +29,7 @@ fn verify_response(failing: bool) -> &'static str {
             },
         ],
         transcript: vec!["D> PASS ****".into(), "D< 530 Login incorrect".into()],
+        data_path: None,
     };
     Box::leak(serde_json::to_string(&r).unwrap().into_boxed_str())
 }

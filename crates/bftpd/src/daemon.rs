@@ -177,8 +177,20 @@ impl Daemon {
                 idle_timeout: config.ftp.pool_idle_timeout,
             },
             store.cluster().and_then(|c| c.host_slots()),
+            // Made once: every relay of the daemon counts against the same caps.
+            config.ftp.relay_gate(),
         );
         hosts.spawn_give_way();
+        let gate = hosts.relay_gate();
+        tracing::info!(
+            data_path = %config.ftp.data_path,
+            relay = config.ftp.relay,
+            relay_max = gate.max_at_once(),
+            relay_bytes_per_second = gate.bytes_per_second(),
+            "data path: jobs that ask for none take {}{}",
+            config.ftp.data_path,
+            if config.ftp.relay { "" } else { "; bftpd relays nothing ([ftp] relay = false)" }
+        );
         Ok(Daemon {
             store,
             secrets,
@@ -209,6 +221,7 @@ impl Daemon {
                 crate::hosts::pairs::DEFAULT_EXPIRY,
             ),
             resume_from: Some(64 << 20),
+            data_paths: config.ftp.data_path_policy(),
         }));
         Scheduler::new(
             self.store.clone(),
@@ -270,6 +283,7 @@ impl Daemon {
             live: self.live.clone(),
             clock: self.clock.clone(),
             key_file: key_file(config),
+            data_paths: config.ftp.data_path_policy(),
         }))
     }
 

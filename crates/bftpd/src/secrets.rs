@@ -312,6 +312,7 @@ impl Secrets {
             keyword_present: spec.keyword.is_some(),
             proof: spec.proof,
             recursive: spec.recursive,
+            data_path: spec.data_path,
         }
     }
 
@@ -333,6 +334,7 @@ impl Secrets {
             keyword: None,
             proof: s.proof,
             recursive: s.recursive,
+            data_path: s.data_path,
         })
     }
 
@@ -437,6 +439,7 @@ mod tests {
             keyword: Some("nightly".into()),
             proof: None,
             recursive: false,
+            data_path: Some(bftp_core::route::DataPath::Relay),
         };
         let sealed = secrets.seal_spec(&spec);
         let stored = format!("{sealed:?}");
@@ -446,6 +449,10 @@ mod tests {
         assert!(sealed.keyword_present);
         let opened = secrets.unseal_spec(&sealed).unwrap();
         assert_eq!(opened.keyword, None, "the keyword is not kept");
+        assert_eq!(
+            opened.data_path, spec.data_path,
+            "the asked data path is kept"
+        );
         assert_eq!(
             opened.source.password.as_ref().unwrap().expose(),
             "s3cret-src"
@@ -534,6 +541,7 @@ mod tests {
                     keyword_present: false,
                     proof: None,
                     recursive: false,
+                    data_path: None,
                 },
                 keyword_hash: None,
                 request: None,

@@ -40,6 +40,7 @@ pub fn submit_one_file_job(store: &dyn JobStore, retry: RetryPolicy) -> JobId {
         keyword_present: false,
         proof: None,
         recursive: false,
+        data_path: None,
     };
     let job = NewJob {
         owner_uid: 1000,
@@ -55,4 +56,32 @@ pub fn submit_one_file_job(store: &dyn JobStore, retry: RetryPolicy) -> JobId {
         }],
     };
     store.submit(job).unwrap().job().id
+}
+
+/// A one-file copy job as a request makes it: from `127.0.0.1` to `127.0.0.1`, asking for no
+/// data path.
+pub fn job_spec() -> bftp_core::JobSpec {
+    let endpoint = |path: &str| bftp_core::Endpoint {
+        host: "127.0.0.1".into(),
+        port: 21,
+        user: "anonymous".into(),
+        password: None,
+        acct: None,
+        path: path.into(),
+        tls: Default::default(),
+    };
+    bftp_core::JobSpec {
+        source: endpoint("a.bin"),
+        destination: Some(endpoint("b/")),
+        disposition: Disposition::Copy,
+        dest_command: DestCommand::Replace,
+        params: FtpParams::default(),
+        start_at: T0,
+        retry: RetryPolicy::default(),
+        notify: vec![],
+        keyword: None,
+        proof: None,
+        recursive: false,
+        data_path: None,
+    }
 }

@@ -40,7 +40,10 @@ pub use proof::{hash_wait, HashProof, HASH_RATE_FLOOR};
 pub use size_watch::SizeWatch;
 pub use tls_data::DataTls;
 pub use tree::{DirListing, HiddenNames, TreeEntry, TreeKind, WalkMethod};
-pub use verify::{verify, Check, VerifyReport, VerifyRequest, CHECK_SOURCE_FILE};
+pub use verify::{
+    verify, Check, DataPathVerdict, PathReason, VerifyReport, VerifyRequest, WouldTake,
+    CHECK_DATA_CONNECTION, CHECK_RELAY_CONNECTIONS, CHECK_SOURCE_FILE,
+};
 
 use crate::limits::{AddressCheck, Limits, ServerLogin};
 use crate::parse::Reply;

@@ -1,13 +1,17 @@
 //! `bftp verify` (RULES.md §7), run from the daemon, the vantage point of the real
 //! transfer: log in to both servers, check TYPE/MODE/STRU, that the source exists (or
-//! what a wildcard matches now), that the destination directory exists, and that one
-//! side accepts PASV and the other a PORT to it. Nothing is transferred: a PORT
-//! accepted with 200 is as far as it goes.
+//! what a wildcard matches now), that the destination directory exists, and the data
+//! path the job would take (SPEC §14, [`DataPathVerdict`]): for `fxp` and `auto`, that
+//! one side accepts PASV and the other a PORT to it (under `auto`, a pair that refuses
+//! that in both role orders is relayed, if both servers accept passive mode); for
+//! `relay`, that both servers accept PASV or EPSV (bftpd connects to each). Nothing is
+//! transferred: a PORT accepted with 200, a PASV announced, is as far as it goes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bftp_core::reply::{CommandKind, Disposition};
+use bftp_core::route::DataPath;
 use bftp_core::{has_wildcard, FtpParams};
 
 use super::transfer::FXP_SETTINGS;
@@ -30,6 +34,77 @@ pub struct VerifyRequest {
     pub proof: Option<bftp_core::proof::ProofLevel>,
     /// The source path is a directory tree (a recursive job): it is listed, not sized.
     pub recursive: bool,
+    /// The data path the job would run with (what it asked for, else the daemon's default,
+    /// as `bftp_core::route::admit` settles it): what the data connection check looks for.
+    pub data_path: DataPath,
+}
+
+/// How a copy of the job would travel, as `verify` found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WouldTake {
+    /// Third party, PASV to the source and PORT to the destination.
+    Fxp,
+    /// Third party, PASV to the destination and PORT to the source.
+    FxpRolesSwapped,
+    /// Through bftpd.
+    Relay,
+    /// No way: a copy could not start, the job would fail.
+    None,
+}
+
+impl WouldTake {
+    /// `fxp`, `fxp_roles_swapped`, `relay`, `none`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WouldTake::Fxp => "fxp",
+            WouldTake::FxpRolesSwapped => "fxp_roles_swapped",
+            WouldTake::Relay => "relay",
+            WouldTake::None => "none",
+        }
+    }
+}
+
+/// Why a copy would travel the way [`WouldTake`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathReason {
+    /// One server accepted PASV and the other a PORT to it.
+    Accepted,
+    /// The job's path is `relay`, and both servers accept passive mode.
+    Asked,
+    /// The path is `auto` and the servers refused the third party in both role orders: a
+    /// relay (the refusals are the detail).
+    Refused,
+    /// The servers refused the third party in both role orders, and the path (`fxp`)
+    /// allows no relay.
+    FxpOnly,
+    /// A relay needs passive mode (PASV or EPSV) on both servers, and one refused it.
+    NoPassive,
+}
+
+impl PathReason {
+    /// `accepted`, `asked`, `refused`, `fxp_only`, `no_passive`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PathReason::Accepted => "accepted",
+            PathReason::Asked => "asked",
+            PathReason::Refused => "refused",
+            PathReason::FxpOnly => "fxp_only",
+            PathReason::NoPassive => "no_passive",
+        }
+    }
+}
+
+/// Which way the job's bytes would go, and why (SPEC §14: `verify` says which path the job
+/// would take and why).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataPathVerdict {
+    /// The path checked ([`VerifyRequest::data_path`]).
+    pub path: DataPath,
+    pub would_take: WouldTake,
+    pub reason: PathReason,
+    /// The replies behind the reason (for `refused`, the refusals), for people; empty when
+    /// there is nothing to add.
+    pub detail: String,
 }
 
 /// One check and what it found.
@@ -44,6 +119,9 @@ pub struct Check {
 pub struct VerifyReport {
     pub checks: Vec<Check>,
     pub transcript: Transcript,
+    /// The data path the job would take; `None` when the checks stopped before it (a login
+    /// or TYPE/MODE/STRU failed).
+    pub data_path: Option<DataPathVerdict>,
 }
 
 impl VerifyReport {
@@ -64,6 +142,8 @@ pub const CHECK_DESTINATION_PARAMS: &str = "destination TYPE/MODE/STRU";
 pub const CHECK_SOURCE_FILE: &str = "source file";
 pub const CHECK_DESTINATION_DIRECTORY: &str = "destination directory";
 pub const CHECK_DATA_CONNECTION: &str = "third-party data connection";
+/// The check of a `relay` job's data path: both servers accept passive mode.
+pub const CHECK_RELAY_CONNECTIONS: &str = "relay data connections";
 pub const CHECK_PROOF: &str = "proof";
 
 fn check(name: &str, ok: bool, detail: impl Into<String>) -> Check {
@@ -116,10 +196,12 @@ pub async fn verify(
         return VerifyReport {
             checks,
             transcript: recorder.take(),
+            data_path: None,
         };
     };
     let mut pair = Pair::from_sessions(s, d, src, dst, params, limits, addr_check, recorder);
 
+    let mut data_path = None;
     let mut params_ok = true;
     for (name, side) in [
         (CHECK_SOURCE_PARAMS, Side::Source),
@@ -148,12 +230,18 @@ pub async fn verify(
         });
         checks.push(destination_directory(&mut pair, &request.destination_path).await);
         checks.extend(pair.tls_checks().await);
-        checks.push(data_connection(&mut pair).await);
+        let (check, verdict) = data_path_check(&mut pair, request.data_path).await;
+        checks.push(check);
+        data_path = Some(verdict);
         checks.push(proof_check(&mut pair, params, request).await);
     }
     let transcript = pair.recorder.take();
     pair.close().await;
-    VerifyReport { checks, transcript }
+    VerifyReport {
+        checks,
+        transcript,
+        data_path,
+    }
 }
 
 /// Which proof the pair allows each copy, and whether it meets the job's requirement.
@@ -323,46 +411,52 @@ async fn destination_directory(pair: &mut Pair, path: &str) -> Check {
     check(CHECK_DESTINATION_DIRECTORY, false, last)
 }
 
-/// PASV on one side, PORT (or EPRT) to that address on the other: first source
-/// passive, then the other way round. No transfer is started.
-async fn data_connection(pair: &mut Pair) -> Check {
+/// The data path `path` would take. `relay`: PASV (or EPSV) on both sides, no PORT. `fxp`
+/// and `auto`: PASV on one side, PORT (or EPRT) to that address on the other, first source
+/// passive, then the other way round; both refused, `auto` relays if both sides accepted
+/// passive mode, `fxp` fails. No transfer is started.
+async fn data_path_check(pair: &mut Pair, path: DataPath) -> (Check, DataPathVerdict) {
+    let verdict = |would_take, reason, detail: &str| DataPathVerdict {
+        path,
+        would_take,
+        reason,
+        detail: detail.to_owned(),
+    };
     let mut refusals = Vec::new();
-    for passive in [Side::Source, Side::Destination] {
-        let active = passive.other();
-        let peer_ip = pair.session(passive).peer().ip().to_canonical();
-        let mut data = None;
-        for command in ["PASV", "EPSV"] {
-            if command == "PASV" && peer_ip.is_ipv6() {
-                continue;
-            }
-            let result = pair.exchange(passive, command).await;
-            let Ok(reply) = &result else {
-                refusals.push(format!("{command} to the {passive}: {}", describe(&result)));
-                break;
-            };
-            if pair.classify(passive, CommandKind::from_verb(command), &result) != Disposition::Done
-            {
-                refusals.push(format!("the {passive} answered {command} with {reply}"));
-                continue;
-            }
-            let port = if command == "PASV" {
-                reply.parse_numbers(parse_pasv).map(|a| a.port())
-            } else {
-                reply.parse_numbers(parse_epsv)
-            };
-            match port {
-                Ok(port) if !is_privileged_port(port) => {
-                    data = Some(SocketAddr::new(peer_ip, port));
-                    break;
-                }
-                Ok(port) => refusals.push(format!(
-                    "the {passive} announced the privileged port {port} (refused, RFC 2577)"
-                )),
-                Err(e) => refusals.push(format!("the {passive}'s {command} reply: {e}")),
-            }
-            break;
+    if path == DataPath::Relay {
+        let mut passive = Vec::new();
+        for side in [Side::Source, Side::Destination] {
+            passive.push(passive_address(pair, side, &mut refusals).await.is_some());
         }
-        let Some(data) = data else { continue };
+        if passive.iter().all(|ok| *ok) {
+            return (
+                check(
+                    CHECK_RELAY_CONNECTIONS,
+                    true,
+                    "the source and the destination accept passive mode: bftpd would open a \
+                     data connection to each and move the bytes itself; whether they accept \
+                     it shows only in a transfer",
+                ),
+                verdict(WouldTake::Relay, PathReason::Asked, ""),
+            );
+        }
+        let refused = refusals.join("; ");
+        return (
+            check(
+                CHECK_RELAY_CONNECTIONS,
+                false,
+                format!("{refused}: a relay needs passive mode (PASV or EPSV) on both servers"),
+            ),
+            verdict(WouldTake::None, PathReason::NoPassive, &refused),
+        );
+    }
+    let mut passive_ok = [false; 2];
+    for (i, passive) in [Side::Source, Side::Destination].into_iter().enumerate() {
+        let active = passive.other();
+        let Some(data) = passive_address(pair, passive, &mut refusals).await else {
+            continue;
+        };
+        passive_ok[i] = true;
         let mut lines = Vec::new();
         if let Ok(arg) = port_argument(data) {
             lines.push(format!("PORT {arg}"));
@@ -372,22 +466,31 @@ async fn data_connection(pair: &mut Pair) -> Check {
             let result = pair.exchange(active, &line).await;
             let kind = CommandKind::from_verb(&super::verb(&line));
             if pair.classify(active, kind, &result) == Disposition::Done {
-                let order = if passive == Side::Source {
-                    "the source accepts PASV and the destination a PORT to it".to_owned()
+                let (order, would_take) = if passive == Side::Source {
+                    (
+                        "the source accepts PASV and the destination a PORT to it".to_owned(),
+                        WouldTake::Fxp,
+                    )
                 } else {
-                    format!(
-                        "roles swapped: the destination accepts PASV and the source a PORT to it \
-                         ({})",
-                        refusals.join("; ")
+                    (
+                        format!(
+                            "roles swapped: the destination accepts PASV and the source a PORT \
+                             to it ({})",
+                            refusals.join("; ")
+                        ),
+                        WouldTake::FxpRolesSwapped,
                     )
                 };
-                return check(
-                    CHECK_DATA_CONNECTION,
-                    true,
-                    format!(
-                        "{order}; whether the passive server accepts the data connection from \
-                         the other shows only in a transfer"
+                return (
+                    check(
+                        CHECK_DATA_CONNECTION,
+                        true,
+                        format!(
+                            "{order}; whether the passive server accepts the data connection \
+                             from the other shows only in a transfer"
+                        ),
                     ),
+                    verdict(would_take, PathReason::Accepted, &order),
                 );
             }
             refusals.push(format!(
@@ -397,11 +500,78 @@ async fn data_connection(pair: &mut Pair) -> Check {
             ));
         }
     }
-    check(
-        CHECK_DATA_CONNECTION,
-        false,
-        format!("{}. {FXP_SETTINGS}", refusals.join("; ")),
-    )
+    let refused = refusals.join("; ");
+    match path {
+        DataPath::Auto if passive_ok == [true, true] => (
+            check(
+                CHECK_DATA_CONNECTION,
+                true,
+                format!(
+                    "{refused}: the job would relay through bftpd (data path auto; both \
+                     servers accept passive mode)"
+                ),
+            ),
+            verdict(WouldTake::Relay, PathReason::Refused, &refused),
+        ),
+        DataPath::Auto => (
+            check(
+                CHECK_DATA_CONNECTION,
+                false,
+                format!(
+                    "{refused}. {FXP_SETTINGS}; and no relay: it needs passive mode (PASV or \
+                     EPSV) on both servers"
+                ),
+            ),
+            verdict(WouldTake::None, PathReason::NoPassive, &refused),
+        ),
+        _ => (
+            check(
+                CHECK_DATA_CONNECTION,
+                false,
+                format!("{refused}. {FXP_SETTINGS}; or give the job data path auto or relay"),
+            ),
+            verdict(WouldTake::None, PathReason::FxpOnly, &refused),
+        ),
+    }
+}
+
+/// PASV (or, for IPv6 and where PASV is refused, EPSV) on `passive`: the address it
+/// announced (its control connection's peer with the port it named, RFC 2577), or `None`
+/// with why in `refusals`.
+async fn passive_address(
+    pair: &mut Pair,
+    passive: Side,
+    refusals: &mut Vec<String>,
+) -> Option<SocketAddr> {
+    let peer_ip = pair.session(passive).peer().ip().to_canonical();
+    for command in ["PASV", "EPSV"] {
+        if command == "PASV" && peer_ip.is_ipv6() {
+            continue;
+        }
+        let result = pair.exchange(passive, command).await;
+        let Ok(reply) = &result else {
+            refusals.push(format!("{command} to the {passive}: {}", describe(&result)));
+            return None;
+        };
+        if pair.classify(passive, CommandKind::from_verb(command), &result) != Disposition::Done {
+            refusals.push(format!("the {passive} answered {command} with {reply}"));
+            continue;
+        }
+        let port = if command == "PASV" {
+            reply.parse_numbers(parse_pasv).map(|a| a.port())
+        } else {
+            reply.parse_numbers(parse_epsv)
+        };
+        match port {
+            Ok(port) if !is_privileged_port(port) => return Some(SocketAddr::new(peer_ip, port)),
+            Ok(port) => refusals.push(format!(
+                "the {passive} announced the privileged port {port} (refused, RFC 2577)"
+            )),
+            Err(e) => refusals.push(format!("the {passive}'s {command} reply: {e}")),
+        }
+        return None;
+    }
+    None
 }
 
 fn display_dir(dir: &str) -> &str {

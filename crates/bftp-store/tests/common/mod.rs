@@ -198,6 +198,7 @@ pub fn spec() -> SealedSpec {
         keyword_present: true,
         proof: None,
         recursive: false,
+        data_path: None,
     }
 }
 

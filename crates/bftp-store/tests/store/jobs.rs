@@ -395,7 +395,34 @@ fn reopening_after_drop_keeps_everything(fx: &Fixture) {
     }
 }
 
+/// Issue 29: the data path a job asked for is stored and read back, across a reopen; a job
+/// that asked for none reads back as none (the daemon's default, applied when it runs).
+fn asked_data_paths_survive_a_reopen(fx: &Fixture) {
+    use bftp_core::route::DataPath;
+    let ids: Vec<(JobId, Option<DataPath>)> = {
+        let store = fx.open();
+        [
+            None,
+            Some(DataPath::Fxp),
+            Some(DataPath::Relay),
+            Some(DataPath::Auto),
+        ]
+        .into_iter()
+        .map(|path| {
+            let mut j = job(1000);
+            j.spec.data_path = path;
+            (store.submit(j).unwrap().job().id, path)
+        })
+        .collect()
+    };
+    let store = fx.open();
+    for (id, path) in ids {
+        assert_eq!(store.get(id).unwrap().unwrap().spec.data_path, path);
+    }
+}
+
 both_stores!(
+    asked_data_paths_survive_a_reopen,
     submit_then_get_preserves_every_field,
     ids_count_up_and_are_not_reused_after_reopen,
     request_key_same_fingerprint_is_the_same_job_other_fingerprint_is_refused,

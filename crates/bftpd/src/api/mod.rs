@@ -55,6 +55,8 @@ pub struct AppState {
     pub key_file: std::path::PathBuf,
     /// `[ftp.tls]` defaults: the policies of a side a request says nothing about.
     pub tls_defaults: crate::hosts::tls::TlsDefaults,
+    /// `[ftp] data_path`, `relay`: the path a job gets, and the refusal of a relay.
+    pub data_paths: crate::hosts::DataPathPolicy,
 }
 
 pub type Shared = Arc<AppState>;
@@ -240,9 +242,25 @@ async fn checked_spec(app: &Shared, body: &[u8]) -> Result<(SubmitRequest, JobSp
     let mut spec = build_spec(&req, app.retry_defaults, &app.retry_bounds, app.clock.now())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     crate::hosts::tls::apply(&req, &mut spec, &app.tls_defaults).map_err(ApiError::bad_request)?;
+    admit_data_path(&app.data_paths, &spec)?;
     check_hosts(&app.policy, &spec).await?;
     Ok((req, spec))
 }
+
+/// A job that asks for a relay where `[ftp] relay = false` is refused (403, nothing stored).
+/// The spec keeps what was asked (`None` when nothing was): the path is settled when the job
+/// runs, so a change of the daemon's default reaches the jobs that asked for none.
+fn admit_data_path(
+    paths: &crate::hosts::DataPathPolicy,
+    spec: &bftp_core::JobSpec,
+) -> Result<bftp_core::route::DataPath, ApiError> {
+    paths
+        .admit(spec.data_path)
+        .map_err(|e| ApiError::new(StatusCode::FORBIDDEN, RELAY_FORBIDDEN, e.to_string()))
+}
+
+/// The [`bftp_api::ErrorBody::kind`] of a job asking for a relay the daemon does not make.
+const RELAY_FORBIDDEN: &str = "relay_forbidden";
 
 fn address_check(app: &Shared) -> Arc<dyn bftp_ftp::AddressCheck> {
     Arc::new(crate::hosts::PolicyCheck(app.policy.clone()))
@@ -256,7 +274,7 @@ async fn verify(
     let (_, spec) = checked_spec(&app, &body).await?;
     tracing::info!(uid = caller.uid, source = %spec.source.display_url(), "verify");
     Ok(Json(
-        crate::foreground::verify(&spec, &app.limits, address_check(&app)).await,
+        crate::foreground::verify(&spec, &app.limits, address_check(&app), &app.data_paths).await,
     ))
 }
 
@@ -365,15 +383,17 @@ async fn submit(
         created_at: now,
         members,
     };
-    let (store, mail) = (app.store.clone(), app.mail.clone());
+    let (store, mail, paths) = (app.store.clone(), app.mail.clone(), app.data_paths);
     // One trip to the blocking pool: the write, then the answer. A new job's view is built
     // from what was written; an existing one's is read.
     let (created, mut view) = store
         .call(move |store| {
             let members = new.members.clone();
             match store.submit(new)? {
-                Submitted::Created(job) => Ok((true, views::created_view(&job, &members))),
-                Submitted::Existing(job) => Ok((false, views::load_view(store, &mail, &job)?)),
+                Submitted::Created(job) => Ok((true, views::created_view(&job, &members, &paths))),
+                Submitted::Existing(job) => {
+                    Ok((false, views::load_view(store, &mail, &paths, &job)?))
+                }
             }
         })
         .await?;
@@ -391,10 +411,9 @@ async fn submit(
 }
 
 async fn load_view(app: &Shared, job: Job) -> Result<JobView, ApiError> {
-    let store = app.store.clone();
-    let mail = app.mail.clone();
+    let (store, mail, paths) = (app.store.clone(), app.mail.clone(), app.data_paths);
     let mut view = store
-        .call(move |store| views::load_view(store, &mail, &job))
+        .call(move |store| views::load_view(store, &mail, &paths, &job))
         .await?;
     app.live.fill(&mut view);
     Ok(view)
@@ -422,13 +441,14 @@ async fn get_job(
 ) -> Result<Response, ApiError> {
     let id = job_id(path)?;
     let (store, mail, live) = (app.store.clone(), app.mail.clone(), app.live.clone());
+    let paths = app.data_paths;
     // One trip to the blocking pool for the job, its ledger, its history and its report, and
     // for the JSON: a large job's view is megabytes, which would hold a runtime worker (and
     // every request behind it) for as long as it takes to encode.
     let found = store
         .call(move |store| match store.get(JobId(id))? {
             Some(job) if caller.may_access(job.owner_uid) => {
-                let mut view = views::load_view(store, &mail, &job)?;
+                let mut view = views::load_view(store, &mail, &paths, &job)?;
                 live.fill(&mut view);
                 Ok(Some(serde_json::to_vec(&view)))
             }
@@ -476,15 +496,14 @@ async fn list(
         state,
         limit: Some(q.limit.unwrap_or(1000).min(10_000)),
     };
-    let store = app.store.clone();
-    let mail = app.mail.clone();
+    let (store, mail, paths) = (app.store.clone(), app.mail.clone(), app.data_paths);
     // One trip to the blocking pool for the whole list, not one per job.
     let mut views = store
         .call(move |store| {
             store
                 .list(&filter)?
                 .iter()
-                .map(|job| views::load_view(store, &mail, job))
+                .map(|job| views::load_view(store, &mail, &paths, job))
                 .collect::<Result<Vec<_>, StoreError>>()
         })
         .await?;

@@ -120,6 +120,17 @@ pub fn build_spec(
                 .ok()
         }),
         recursive: req.recursive,
+        data_path: req.data_path.as_ref().and_then(|p| {
+            p.parse::<bftp_core::route::DataPath>()
+                .map_err(|_| {
+                    errs.push(ValidationError::UnknownValue {
+                        what: "data path",
+                        value: p.clone(),
+                        expected: "auto fxp relay",
+                    })
+                })
+                .ok()
+        }),
     };
     if let Err(ValidationErrors(more)) = spec.validate() {
         errs.extend(more);
@@ -181,6 +192,23 @@ mod tests {
         let s = build_spec(&r, RetryPolicy::default(), &b, NOW).unwrap();
         assert_eq!(s.retry.first_interval, b.min_first_interval);
         assert_eq!(s.retry.max_attempts, b.max_attempts);
+    }
+
+    #[test]
+    fn the_data_path_is_kept_as_asked() {
+        use bftp_core::route::DataPath;
+        let b = RetryBounds::default();
+        let s = build_spec(&req(), RetryPolicy::default(), &b, NOW).unwrap();
+        assert_eq!(s.data_path, None, "not asked: the daemon's default, later");
+        let mut r = req();
+        r.data_path = Some("Relay".into());
+        let s = build_spec(&r, RetryPolicy::default(), &b, NOW).unwrap();
+        assert_eq!(s.data_path, Some(DataPath::Relay));
+        r.data_path = Some("sideways".into());
+        let e = build_spec(&r, RetryPolicy::default(), &b, NOW)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown data path \"sideways\""), "{e}");
     }
 
     #[test]

@@ -129,6 +129,7 @@ pub(super) mod fake {
                 crate::hosts::pairs::DEFAULT_EXPIRY,
             ),
             resume_from: None,
+            data_paths: Default::default(),
         };
         Run {
             ctx: Arc::new(ctx),

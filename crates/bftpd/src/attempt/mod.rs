@@ -95,6 +95,9 @@ pub struct AttemptCtx {
     /// `[ftp] resume_from`: a replace copy of a file this large or larger is resumable
     /// (`None`: none is).
     pub resume_from: Option<u64>,
+    /// `[ftp] data_path`, `relay`, `pair_memory`: the path each job runs with
+    /// (`DataPathPolicy::effective_data_path`) and how long a refusing pair is remembered.
+    pub data_paths: crate::hosts::DataPathPolicy,
 }
 
 /// The [`Executor`] the scheduler runs: one attempt of one job at a time per job.

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use bftp_api::{CheckView, VerifyResponse};
+use bftp_api::{CheckView, DataPathVerdictView, VerifyResponse};
 use bftp_core::JobSpec;
 use bftp_ftp::{AddressCheck, Limits, Pair, ServerLogin, VerifyRequest};
 
@@ -16,11 +16,14 @@ pub(super) fn logins(spec: &JobSpec) -> Option<(ServerLogin, ServerLogin)> {
     ))
 }
 
-/// `bftp verify`: the engine's checks, from the daemon's vantage point.
+/// `bftp verify`: the engine's checks, from the daemon's vantage point; the data path
+/// checked is the one the job would run with under `paths` (a relay `paths` forbids was
+/// refused before: it is checked as third party only, as the job would run).
 pub async fn verify(
     spec: &JobSpec,
     limits: &Limits,
     check: Arc<dyn AddressCheck>,
+    paths: &crate::hosts::DataPathPolicy,
 ) -> VerifyResponse {
     let Some((src, dst)) = logins(spec) else {
         return VerifyResponse {
@@ -31,6 +34,7 @@ pub async fn verify(
                 detail: "a job without a destination has nothing to verify on a destination".into(),
             }],
             transcript: vec![],
+            data_path: None,
         };
     };
     let request = VerifyRequest {
@@ -43,6 +47,7 @@ pub async fn verify(
         dest_command: spec.dest_command,
         proof: spec.proof,
         recursive: spec.recursive,
+        data_path: paths.effective_data_path(spec),
     };
     let report = bftp_ftp::verify(&src, &dst, spec.params, limits, check.clone(), &request).await;
     let mut checks: Vec<CheckView> = report
@@ -64,6 +69,24 @@ pub async fn verify(
         ok: checks.iter().all(|c| c.ok),
         checks,
         transcript: transcript_lines(&report.transcript),
+        data_path: report
+            .data_path
+            .as_ref()
+            .map(|v| verdict_view(spec.data_path, v)),
+    }
+}
+
+/// The engine's finding about the data path, as words; `asked` is what the job asked for.
+fn verdict_view(
+    asked: Option<bftp_core::route::DataPath>,
+    v: &bftp_ftp::DataPathVerdict,
+) -> DataPathVerdictView {
+    DataPathVerdictView {
+        asked: asked.map(|p| p.as_str().to_owned()),
+        path: v.path.as_str().to_owned(),
+        would_take: v.would_take.as_str().to_owned(),
+        reason: v.reason.as_str().to_owned(),
+        detail: v.detail.clone(),
     }
 }
 

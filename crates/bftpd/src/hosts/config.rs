@@ -1,9 +1,12 @@
 //! `[ftp]` in the config: timeouts, pairs per job, per-host connection slots, the bounds of
-//! listings and trees, reply overrides; and the engine's `Limits` made from them.
+//! listings and trees, reply overrides, the data path and relay caps (SPEC §14); and the
+//! engine's `Limits` made from them.
 
 use std::time::Duration;
 
 use bftp_core::reply::{ReplyCode, ReplyOverride, TreatAs};
+use bftp_core::route::{self, DataPath, RelayForbidden};
+use bftp_core::JobSpec;
 use bftp_ftp::Limits;
 use serde::Deserialize;
 
@@ -58,6 +61,82 @@ pub struct FtpConfig {
     /// `[ftp.tls]`: default TLS policies and per-host certificate checks.
     #[serde(default)]
     pub tls: super::tls::TlsConfig,
+    /// The data path of a job that asks for none (SPEC §14): `fxp` (third party only),
+    /// `relay` (always through bftpd) or `auto` (third party first, through bftpd when the
+    /// pair refuses it). Applied when the job runs, so a change reaches queued jobs that
+    /// asked for none.
+    #[serde(default = "d_data_path", with = "data_path_word")]
+    pub data_path: DataPath,
+    /// Whether bftpd relays file data at all: `false` refuses a job that asks for `relay` at
+    /// submit, and makes `auto` (asked or the default) third party only.
+    #[serde(default = "d_relay")]
+    pub relay: bool,
+    /// Relays running at once over the whole daemon (at least 1); more wait for a place.
+    #[serde(default = "d_relay_max")]
+    pub relay_max: usize,
+    /// The bytes per second all relays together move at most; absent: no cap.
+    #[serde(default)]
+    pub relay_bytes_per_second: Option<u64>,
+    /// How long a pair of servers that refused the third party is remembered as refusing
+    /// it (an `auto` job then relays at once); after that the third party is tried again.
+    #[serde(default = "d_pair_memory", with = "crate::humantime_duration")]
+    pub pair_memory: Duration,
+}
+
+/// `data_path = "auto"`: one of the words of [`DataPath`].
+mod data_path_word {
+    use bftp_core::route::DataPath;
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DataPath, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse()
+            .map_err(|e| serde::de::Error::custom(format!("data_path: {e}")))
+    }
+}
+
+/// What the daemon makes of a job's data path (SPEC §14): its default and whether it relays
+/// at all, with how long a refusing pair is remembered. Small and `Copy`: the API, the views
+/// and the attempts each hold one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataPathPolicy {
+    /// `[ftp] data_path`.
+    pub default: DataPath,
+    /// `[ftp] relay`.
+    pub relay_allowed: bool,
+    /// `[ftp] pair_memory`.
+    pub pair_memory: Duration,
+}
+
+impl Default for DataPathPolicy {
+    fn default() -> Self {
+        FtpConfig::default().data_path_policy()
+    }
+}
+
+impl DataPathPolicy {
+    /// The path a job asking for `asked` gets, or the refusal of a relay this daemon does
+    /// not make (`route::admit`): what submit, verify and transfer check.
+    pub fn admit(&self, asked: Option<DataPath>) -> Result<DataPath, RelayForbidden> {
+        route::admit(asked, self.default, self.relay_allowed)
+    }
+
+    /// The path a stored job asking for `asked` runs with now. A job that asked for `relay`
+    /// before relays were forbidden runs third party only (the daemon relays nothing; a pair
+    /// that refuses the third party fails the job with the servers' settings named).
+    pub fn effective(&self, asked: Option<DataPath>) -> DataPath {
+        self.admit(asked).unwrap_or(DataPath::Fxp)
+    }
+
+    /// The path `spec` runs with now (see [`Self::effective`]).
+    pub fn effective_data_path(&self, spec: &JobSpec) -> DataPath {
+        self.effective(spec.data_path)
+    }
+
+    /// `pair_memory` in milliseconds, as `route::plan` and `route::still_remembered` take it.
+    pub fn pair_memory_ms(&self) -> u64 {
+        u64::try_from(self.pair_memory.as_millis()).unwrap_or(u64::MAX)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -72,6 +151,18 @@ pub struct OverrideConfig {
 
 fn d_pairs() -> usize {
     4
+}
+fn d_data_path() -> DataPath {
+    DataPath::Auto
+}
+fn d_relay() -> bool {
+    true
+}
+fn d_relay_max() -> usize {
+    16
+}
+fn d_pair_memory() -> Duration {
+    Duration::from_secs(7 * 24 * 3600)
 }
 fn d_per_host() -> usize {
     16
@@ -120,12 +211,52 @@ impl Default for FtpConfig {
             max_tree_members: d_tree_members(),
             overrides: Vec::new(),
             tls: Default::default(),
+            data_path: d_data_path(),
+            relay: d_relay(),
+            relay_max: d_relay_max(),
+            relay_bytes_per_second: None,
+            pair_memory: d_pair_memory(),
         }
     }
 }
 
 impl FtpConfig {
+    /// The data path settings (`data_path`, `relay`, `pair_memory`).
+    pub fn data_path_policy(&self) -> DataPathPolicy {
+        DataPathPolicy {
+            default: self.data_path,
+            relay_allowed: self.relay,
+            pair_memory: self.pair_memory,
+        }
+    }
+
+    /// The path `spec` runs with under this config: what it asked for, else `data_path`;
+    /// third party only where `relay = false` (see [`DataPathPolicy::effective`]).
+    pub fn effective_data_path(&self, spec: &JobSpec) -> DataPath {
+        self.data_path_policy().effective_data_path(spec)
+    }
+
+    /// The daemon-wide caps of relays (`relay_max`, `relay_bytes_per_second`), made once at
+    /// start and shared by every pair (`HostLimits::relay_gate`).
+    pub fn relay_gate(&self) -> std::sync::Arc<bftp_ftp::RelayGate> {
+        bftp_ftp::RelayGate::new(self.relay_max, self.relay_bytes_per_second)
+    }
+
+    /// The data path settings' own checks (part of [`Self::limits`]).
+    fn check_data_path(&self) -> anyhow::Result<()> {
+        if self.relay_max == 0 {
+            anyhow::bail!("[ftp] relay_max must be at least 1 (relays running at once)");
+        }
+        if self.relay_bytes_per_second == Some(0) {
+            anyhow::bail!(
+                "[ftp] relay_bytes_per_second must be at least 1; leave it out for no cap"
+            );
+        }
+        Ok(())
+    }
+
     pub fn limits(&self) -> anyhow::Result<Limits> {
+        self.check_data_path()?;
         let mut overrides = Vec::new();
         for o in &self.overrides {
             let code = ReplyCode::new(o.code).ok_or_else(|| {
@@ -166,5 +297,100 @@ impl FtpConfig {
             tls: self.tls.trust()?,
             ..Limits::default()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ftp(toml_text: &str) -> anyhow::Result<FtpConfig> {
+        let c: FtpConfig = toml::from_str(toml_text)?;
+        c.limits()?;
+        Ok(c)
+    }
+
+    #[test]
+    fn data_path_settings_default_parse_and_check() {
+        let d = ftp("").unwrap();
+        assert_eq!(
+            (d.data_path, d.relay, d.relay_max, d.relay_bytes_per_second),
+            (DataPath::Auto, true, 16, None)
+        );
+        assert_eq!(d.pair_memory, Duration::from_secs(7 * 86_400));
+        let c = ftp("data_path = \"FXP\"\nrelay = false\nrelay_max = 2\n\
+             relay_bytes_per_second = 1000000\npair_memory = \"1h\"\n")
+        .unwrap();
+        assert_eq!(
+            (c.data_path, c.relay, c.relay_max, c.relay_bytes_per_second),
+            (DataPath::Fxp, false, 2, Some(1_000_000))
+        );
+        assert_eq!(c.data_path_policy().pair_memory_ms(), 3_600_000);
+        let gate = c.relay_gate();
+        assert_eq!(
+            (gate.max_at_once(), gate.bytes_per_second()),
+            (2, Some(1_000_000))
+        );
+
+        for (bad, needle) in [
+            ("data_path = \"sideways\"", "unknown data path \"sideways\""),
+            ("relay_max = 0", "relay_max must be at least 1"),
+            (
+                "relay_bytes_per_second = 0",
+                "relay_bytes_per_second must be at least 1",
+            ),
+            (
+                "relay_bytes_per_second = \"100M\"",
+                "relay_bytes_per_second",
+            ),
+            ("pair_memory = \"a week\"", "is not a duration"),
+        ] {
+            let e = format!("{:#}", ftp(bad).unwrap_err());
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+    }
+
+    /// A job's path: its own, else the default; third party only where relays are off, also
+    /// for a stored job that asked for a relay before they were.
+    #[test]
+    fn effective_data_paths() {
+        use DataPath::*;
+        let spec = |asked: Option<DataPath>| {
+            let mut s: JobSpec = crate::testkit::job_spec();
+            s.data_path = asked;
+            s
+        };
+        let on = FtpConfig::default();
+        let off = FtpConfig {
+            relay: false,
+            ..FtpConfig::default()
+        };
+        let relay_default = FtpConfig {
+            data_path: Relay,
+            ..FtpConfig::default()
+        };
+        for (config, asked, want) in [
+            (&on, None, Auto),
+            (&on, Some(Fxp), Fxp),
+            (&on, Some(Relay), Relay),
+            (&relay_default, None, Relay),
+            (&relay_default, Some(Auto), Auto),
+            (&off, None, Fxp),
+            (&off, Some(Auto), Fxp),
+            (&off, Some(Relay), Fxp),
+        ] {
+            assert_eq!(
+                config.effective_data_path(&spec(asked)),
+                want,
+                "{asked:?} with default {} and relay = {}",
+                config.data_path,
+                config.relay
+            );
+        }
+        assert_eq!(
+            off.data_path_policy().admit(Some(Relay)),
+            Err(RelayForbidden)
+        );
+        assert_eq!(on.data_path_policy().admit(Some(Relay)), Ok(Relay));
     }
 }

@@ -13,7 +13,7 @@ pub mod unique;
 mod slots;
 
 pub use check::PolicyCheck;
-pub use config::{FtpConfig, OverrideConfig};
+pub use config::{DataPathPolicy, FtpConfig, OverrideConfig};
 pub use slots::Slots;
 use slots::{take_in_cluster, wait_for_release, ClusterHold, CLUSTER_BACKOFF};
 
@@ -39,6 +39,9 @@ pub struct HostLimits {
     pub unique: crate::hosts::unique::UniqueDirs,
     /// Logged-in pairs kept between jobs, holding their slots (`crate::hosts::pool`).
     pub pool: Arc<crate::hosts::pool::PairPool>,
+    /// The daemon-wide caps of relays (`[ftp] relay_max`, `relay_bytes_per_second`), shared
+    /// by every pair of every job and foreground transfer.
+    relay_gate: Arc<bftp_ftp::RelayGate>,
 }
 
 impl HostLimits {
@@ -72,15 +75,29 @@ impl HostLimits {
             max_idle: 0,
             idle_timeout: std::time::Duration::ZERO,
         };
-        HostLimits::with_pool(parallel_pairs, per_host, none, None)
+        HostLimits::with_pool(
+            parallel_pairs,
+            per_host,
+            none,
+            None,
+            bftp_ftp::RelayGate::unlimited(),
+        )
     }
 
-    /// `cluster`: the store's count of all nodes (`Cluster::host_slots`), if shared.
+    /// The daemon-wide caps of relays: a relay holds one of its places while it runs, and
+    /// its bytes pass its rate (`bftp_ftp::RelayOptions::gate`, `Pair::set_relay_gate`).
+    pub(crate) fn relay_gate(&self) -> &Arc<bftp_ftp::RelayGate> {
+        &self.relay_gate
+    }
+
+    /// `cluster`: the store's count of all nodes (`Cluster::host_slots`), if shared;
+    /// `relay_gate`: the daemon's caps of relays (`FtpConfig::relay_gate`).
     pub fn with_pool(
         parallel_pairs: usize,
         per_host: usize,
         pool: crate::hosts::pool::PoolSettings,
         cluster: Option<Arc<dyn HostSlots>>,
+        relay_gate: Arc<bftp_ftp::RelayGate>,
     ) -> Arc<HostLimits> {
         Arc::new(HostLimits {
             parallel_pairs: parallel_pairs.max(1),
@@ -89,6 +106,7 @@ impl HostLimits {
             unique: crate::hosts::unique::UniqueDirs::new(cluster.clone()),
             cluster,
             pool: crate::hosts::pool::PairPool::new(pool),
+            relay_gate,
         })
     }
 

@@ -76,6 +76,7 @@ mod tests {
             keyword: None,
             proof: None,
             recursive: false,
+            data_path: None,
         }
     }
 

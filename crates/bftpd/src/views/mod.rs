@@ -9,13 +9,18 @@ use bftp_store::{HistoryEvent, Job, JobStore, LastReply, Member, SealedEndpoint,
 
 use report::MailSettings;
 
-/// The whole view of a job: its ledger, its history and, once final, its report. Blocking.
+use crate::hosts::DataPathPolicy;
+
+/// The whole view of a job: its ledger, its history, the data path it runs with under
+/// `paths` and, once final, its report. Blocking.
 pub fn load_view(
     store: &dyn JobStore,
     mail: &MailSettings,
+    paths: &DataPathPolicy,
     job: &Job,
 ) -> Result<JobView, StoreError> {
     let mut view = job_view(job, &store.members(job.id)?, &store.history(job.id)?);
+    with_data_path(&mut view, job, paths);
     if matches!(job.state, JobState::Running { .. }) {
         if let Some(cluster) = store.cluster() {
             view.node = cluster.job_node(job.id)?;
@@ -31,13 +36,25 @@ pub fn load_view(
 
 /// The view of a job `submit` has just created with `members`: what [`load_view`] would read
 /// back, built without reading (a new job has its members as given and one history event).
-pub fn created_view(job: &Job, members: &[bftp_store::NewMember]) -> JobView {
+pub fn created_view(
+    job: &Job,
+    members: &[bftp_store::NewMember],
+    paths: &DataPathPolicy,
+) -> JobView {
     let members: Vec<Member> = members
         .iter()
         .enumerate()
         .map(|(i, m)| m.as_written(i as u32, job.created_at))
         .collect();
-    job_view(job, &members, &[HistoryEvent::submitted(job.created_at)])
+    let mut view = job_view(job, &members, &[HistoryEvent::submitted(job.created_at)]);
+    with_data_path(&mut view, job, paths);
+    view
+}
+
+/// The data path `job` runs with under `paths` (what it asked for, else the default), in
+/// its view. [`job_view`] alone has only what the job asked for.
+fn with_data_path(view: &mut JobView, job: &Job, paths: &DataPathPolicy) {
+    view.data_path = paths.effective(job.spec.data_path).as_str().to_owned();
 }
 
 fn endpoint_view(e: &SealedEndpoint) -> EndpointView {
@@ -137,6 +154,8 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
         has_keyword: job.keyword_hash.is_some(),
         proof: job.spec.proof.map(|p| p.as_str().to_owned()),
         recursive: job.spec.recursive,
+        data_path: String::new(),
+        data_path_asked: job.spec.data_path.map(|p| p.as_str().to_owned()),
         members: members
             .iter()
             .map(|m| MemberView {
@@ -270,9 +289,10 @@ mod created_view_tests {
             panic!("not created")
         };
         let mail = report::MailSettings::new(&bftp_mail::MailConfig::default());
+        let paths = DataPathPolicy::default();
         assert_eq!(
-            created_view(&job, &members),
-            load_view(&*store, &mail, &job).unwrap()
+            created_view(&job, &members, &paths),
+            load_view(&*store, &mail, &paths, &job).unwrap()
         );
     }
 
@@ -319,6 +339,42 @@ mod created_view_tests {
             view(&swapped).map(|r| r.describe()).as_deref(),
             Some("fxp roles swapped")
         );
+    }
+
+    /// Issue 29: the view names the path the job runs with now, what it asked for apart: a
+    /// job that asked for none follows the daemon's default (and a change of it).
+    #[test]
+    fn the_view_names_the_data_path() {
+        use bftp_core::route::DataPath;
+        let (_dir, store) = testkit::store();
+        let id = testkit::submit_one_file_job(&*store, RetryPolicy::default());
+        let mut asked = template(&*store, id);
+        asked.spec.data_path = Some(DataPath::Relay);
+        let relay_job = store.submit(asked).unwrap().job().clone();
+        let default_job = store.get(id).unwrap().unwrap();
+        let mail = report::MailSettings::new(&bftp_mail::MailConfig::default());
+        let view = |job: &Job, paths: DataPathPolicy| {
+            let v = load_view(&*store, &mail, &paths, job).unwrap();
+            (v.data_path, v.data_path_asked)
+        };
+        let on = DataPathPolicy::default();
+        let fxp = DataPathPolicy {
+            default: DataPath::Fxp,
+            ..on
+        };
+        let off = DataPathPolicy {
+            relay_allowed: false,
+            ..on
+        };
+        let s = |w: &str| w.to_string();
+        assert_eq!(view(&default_job, on), (s("auto"), None));
+        assert_eq!(view(&default_job, fxp), (s("fxp"), None));
+        assert_eq!(view(&relay_job, on), (s("relay"), Some(s("relay"))));
+        assert_eq!(view(&relay_job, off), (s("fxp"), Some(s("relay"))));
+        let json =
+            serde_json::to_value(load_view(&*store, &mail, &on, &default_job).unwrap()).unwrap();
+        assert_eq!(json["data_path"], "auto", "{json}");
+        assert!(json.get("data_path_asked").is_none(), "{json}");
     }
 
     /// A job like `id`, to submit again as a new one.
