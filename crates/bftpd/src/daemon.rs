@@ -218,9 +218,9 @@ impl Daemon {
             clock: self.clock.clone(),
             pairs: crate::hosts::pairs::PairMemories::new(
                 self.store.clone(),
-                crate::hosts::pairs::DEFAULT_EXPIRY,
+                config.ftp.pair_memory,
             ),
-            resume_from: Some(64 << 20),
+            resume_from: config.ftp.resumable_from(),
             data_paths: config.ftp.data_path_policy(),
         }));
         Scheduler::new(

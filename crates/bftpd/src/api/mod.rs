@@ -292,6 +292,14 @@ async fn transfer(
         )));
     }
     tracing::info!(uid = caller.uid, source = %spec.source.display_url(), "foreground transfer");
+    let routing = crate::lanes::routing::Routing::plan(
+        &spec,
+        app.data_paths.effective_data_path(&spec),
+        crate::hosts::pairs::PairMemories::new(app.store.clone(), app.data_paths.pair_memory),
+        app.hosts.relay_gate().clone(),
+        app.clock.clone(),
+    )
+    .await;
     let (tx, rx) = tokio::sync::mpsc::channel::<bftp_api::TransferEvent>(64);
     tokio::spawn(crate::foreground::transfer(
         spec,
@@ -299,6 +307,7 @@ async fn transfer(
         address_check(&app),
         app.hosts.clone(),
         tx,
+        routing,
     ));
     let lines = futures_util::stream::unfold(rx, |mut rx| async move {
         let event = rx.recv().await?;

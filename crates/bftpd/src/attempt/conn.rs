@@ -141,6 +141,7 @@ pub(super) mod fake {
             first: Mutex::default(),
             batch: crate::attempt::ledger_batch::Batch::new(store, clock, id),
             gate: None,
+            routing: std::sync::OnceLock::new(),
         }
     }
 }

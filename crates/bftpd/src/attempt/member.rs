@@ -57,6 +57,9 @@ impl Run {
         self.keep(outcome.take_transcript());
         let report = outcome.report().clone();
         self.remember_resume_refusal(spec, &report).await;
+        if let Some(routing) = self.routing.get() {
+            routing.routed(&report).await;
+        }
         let mut replies = replies(m, &report);
         // Prove.
         let proven = self.prove(pair, &mc, &outcome).await;

@@ -132,6 +132,7 @@ impl Executor for FtpExecutor {
                 .cluster()
                 .and_then(|c| c.lease(job.id))
                 .map(|cell| Arc::new(crate::attempt::fence::LeaseGate::new(cell))),
+            routing: std::sync::OnceLock::new(),
         };
         let abort = signals.abort;
         let log = run.log.clone();
@@ -210,6 +211,8 @@ struct Run {
     /// On a shared store, this node's lease on the job, asked before each command sent for
     /// it (RULES.md §4.8, `crate::attempt::fence`); none with a store of one node.
     gate: Option<Arc<crate::attempt::fence::LeaseGate>>,
+    /// How the attempt's copies travel (`crate::lanes::routing`), set before the first pair.
+    routing: std::sync::OnceLock<crate::lanes::routing::Routing>,
 }
 
 /// A member left pending by this attempt: why, and whether it is worth a second try within
@@ -353,8 +356,11 @@ impl Run {
         )
         .await;
         match opened {
-            Ok(pair) => {
+            Ok(mut pair) => {
                 pair.set_label(label);
+                if let Some(routing) = self.routing.get() {
+                    routing.ready(&mut pair);
+                }
                 Ok(pair)
             }
             Err(mut e) => {

@@ -21,6 +21,16 @@ impl Run {
             .destination
             .as_ref()
             .map_or(spec.source.host.as_str(), |d| d.host.as_str());
+        let routing = crate::lanes::routing::Routing::plan(
+            &spec,
+            self.ctx.data_paths.effective_data_path(&spec),
+            self.ctx.pairs.clone(),
+            self.ctx.hosts.relay_gate().clone(),
+            self.ctx.clock.clone(),
+        )
+        .await;
+        // One routing per attempt: set once, here.
+        let _ = self.routing.set(routing);
         let pair = self.first_pair(&spec, job.owner_uid, dst_host).await?;
         let (pair, members) = self.before_files(pair, &spec, job).await?;
         let work: VecDeque<Member> = members.into_iter().filter(needs_work).collect();
@@ -85,6 +95,9 @@ impl Run {
             crate::hosts::pool::Acquired::Kept(mut pair, slots, origin) => {
                 pair.set_label("p1");
                 pair.set_gate(self.send_gate());
+                if let Some(routing) = self.routing.get() {
+                    routing.ready(&mut pair);
+                }
                 *self.first.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some((key, slots, origin.used_by(id)));
                 Ok(*pair)
@@ -106,8 +119,18 @@ impl Run {
         if spec.proof.is_none() || spec.disposition == Disposition::Delete {
             return Ok(());
         }
-        match crate::lanes::proof::check_required(pair, spec, false).await {
-            Ok(_) => Ok(()),
+        let Some(routing) = self.routing.get() else {
+            return Ok(());
+        };
+        match crate::lanes::proof::check_required(pair, spec, routing.may_relay()).await {
+            Ok(false) => Ok(()),
+            Ok(true) => {
+                let why = "the servers offer no common hash: bftpd hashes each relayed stream";
+                pair.note(Side::Source, why);
+                routing.relay_for_proof(why);
+                routing.ready(pair);
+                Ok(())
+            }
             Err(reason) => {
                 self.keep(pair.take_transcript());
                 Err(AttemptEnd::JobPermanent { reason })
@@ -212,12 +235,31 @@ impl Run {
         files: usize,
     ) -> Vec<crate::lanes::Opening<'a, Pair, crate::hosts::Slots>> {
         let lanes = self.ctx.hosts.parallel_pairs.min(files).max(1);
-        let mut openings = vec![crate::lanes::ready(pair, crate::hosts::Slots::default())];
-        let extra = self
-            .ctx
-            .hosts
-            .extra_slots(&spec.source.host, dst_host, lanes - 1)
+        let hosts = &self.ctx.hosts;
+        let relaying = self.routing.get().is_some_and(|r| r.relaying());
+        let src_host = &spec.source.host;
+        // A relaying pair holds a data connection on each host besides its control
+        // connection: it counts two slots on each (the first pair's second one when one is
+        // free; the first pair relays either way).
+        let mut first_slots = crate::hosts::Slots::default();
+        if relaying {
+            if let Some(data) = hosts.extra_slots(src_host, dst_host, 1).await.pop() {
+                first_slots = first_slots.with(data);
+            }
+        }
+        let mut openings = vec![crate::lanes::ready(pair, first_slots)];
+        let per_pair = if relaying { 2 } else { 1 };
+        let mut taken = hosts
+            .extra_slots(src_host, dst_host, (lanes - 1) * per_pair)
             .await;
+        let mut extra = Vec::new();
+        while taken.len() >= per_pair {
+            let slots = taken.pop().expect("one at least");
+            extra.push(match per_pair {
+                2 => slots.with(taken.pop().expect("two at least")),
+                _ => slots,
+            });
+        }
         for (n, slots) in extra.into_iter().enumerate() {
             let (run, label) = (self, format!("p{}", n + 2));
             openings.push(crate::lanes::opening(async move {

@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use super::verify::logins;
 use crate::hosts::{HostLimits, Slots};
 use crate::lanes::paths::copy_request;
+use crate::lanes::routing::Routing;
 use crate::lanes::work::{data_connection_failed, WorkQueue};
 use crate::lanes::{self, Step};
 use crate::views::engine::{file_result, transcript_lines};
@@ -25,12 +26,13 @@ pub async fn transfer(
     check: Arc<dyn AddressCheck>,
     hosts: Arc<HostLimits>,
     tx: mpsc::Sender<TransferEvent>,
+    routing: Routing,
 ) {
     let started = Instant::now();
     let closed = tx.clone();
     tokio::select! {
         _ = closed.closed() => tracing::info!("transfer client hung up; transfer abandoned"),
-        _ = run_transfer(&spec, &limits, check, hosts, &tx, started) => {}
+        _ = run_transfer(&spec, &limits, (check, &routing), hosts, &tx, started) => {}
     }
 }
 
@@ -50,7 +52,7 @@ fn empty_summary() -> TransferSummary {
 async fn run_transfer(
     spec: &JobSpec,
     limits: &Limits,
-    check: Arc<dyn AddressCheck>,
+    (check, routing): (Arc<dyn AddressCheck>, &Routing),
     hosts: Arc<HostLimits>,
     tx: &mpsc::Sender<TransferEvent>,
     started: Instant,
@@ -82,13 +84,24 @@ async fn run_transfer(
             return;
         }
     };
-    // A proof the pair cannot give refuses the transfer before any file moves.
+    routing.ready(&mut pair);
+    // A proof the pair cannot give refuses the transfer before any file moves, unless a
+    // relay with its stream hashed can.
     if spec.proof.is_some() {
-        if let Err(reason) = crate::lanes::proof::check_required(&mut pair, spec, false).await {
-            let transcript = transcript_lines(&pair.take_transcript());
-            pair.close().await;
-            let _ = tx.send(fail(reason, transcript)).await;
-            return;
+        match crate::lanes::proof::check_required(&mut pair, spec, routing.may_relay()).await {
+            Ok(false) => {}
+            Ok(true) => {
+                routing.relay_for_proof(
+                    "the servers offer no common hash: bftpd hashes each relayed stream",
+                );
+                routing.ready(&mut pair);
+            }
+            Err(reason) => {
+                let transcript = transcript_lines(&pair.take_transcript());
+                pair.close().await;
+                let _ = tx.send(fail(reason, transcript)).await;
+                return;
+            }
         }
     }
     let mut early = early_pairs(spec, &src, &dst, limits, &check, &hosts).await;
@@ -122,7 +135,7 @@ async fn run_transfer(
     let lanes = hosts.parallel_pairs.clamp(1, names.len());
     close_early(early.split_off(early.len().min(lanes - 1)));
     let mut openings = vec![lanes::ready(pair, slots)];
-    openings.extend(early.into_iter().map(early_lane));
+    openings.extend(early.into_iter().map(|e| early_lane(e, routing)));
     let work = Transfer {
         spec,
         src: &src,
@@ -132,6 +145,7 @@ async fn run_transfer(
         hosts: &hosts,
         tx,
         summary: Mutex::new(summary),
+        routing,
     };
     let queue = WorkQueue::new(names.into_iter().map(|name| File { name, first: None }));
     lanes::run(&work, openings, queue).await;
@@ -289,10 +303,16 @@ async fn early_pairs(
 }
 
 /// The lane of an extra pair, once its login is done.
-fn early_lane<'a>(opening: JoinHandle<EarlyPair>) -> lanes::Opening<'a, Pair, Slots> {
+fn early_lane<'a>(
+    opening: JoinHandle<EarlyPair>,
+    routing: &'a Routing,
+) -> lanes::Opening<'a, Pair, Slots> {
     lanes::opening(async move {
         match opening.await {
-            Ok((slots, Ok(pair))) => Some((pair, slots)),
+            Ok((slots, Ok(mut pair))) => {
+                routing.ready(&mut pair);
+                Some((pair, slots))
+            }
             // One lane fewer: the others do its share.
             Ok((_, Err(e))) => {
                 tracing::info!(error = %e, "an extra connection pair failed to open");
@@ -380,6 +400,7 @@ struct Transfer<'a> {
     hosts: &'a HostLimits,
     tx: &'a mpsc::Sender<TransferEvent>,
     summary: Mutex<TransferSummary>,
+    routing: &'a Routing,
 }
 
 impl Transfer<'_> {
@@ -483,7 +504,7 @@ impl lanes::Work for Transfer<'_> {
     }
 
     async fn reopen(&self, _old: Pair) -> Result<Pair, ()> {
-        Pair::open(
+        let mut pair = Pair::open(
             self.src,
             self.dst,
             self.spec.params,
@@ -491,7 +512,9 @@ impl lanes::Work for Transfer<'_> {
             self.check.clone(),
         )
         .await
-        .map_err(|e| self.fail(&e))
+        .map_err(|e| self.fail(&e))?;
+        self.routing.ready(&mut pair);
+        Ok(pair)
     }
 
     async fn item(&self, pair: &mut Pair, file: File, _second: bool) -> Step<File, ()> {
@@ -529,6 +552,9 @@ impl lanes::Work for Transfer<'_> {
             }
         }
         drop(dir);
+        if let Ok(o) = &outcome {
+            self.routing.routed(o.report()).await;
+        }
         let outcome = match outcome {
             Ok(o) => o,
             Err(e) => {

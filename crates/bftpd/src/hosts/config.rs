@@ -81,6 +81,11 @@ pub struct FtpConfig {
     /// it (an `auto` job then relays at once); after that the third party is tried again.
     #[serde(default = "d_pair_memory", with = "crate::humantime_duration")]
     pub pair_memory: Duration,
+    /// A replace copy of a file of this many bytes or more is resumable (SPEC §14): it keeps
+    /// what it began from and its partial file, and a later try goes on with `REST` where it
+    /// stopped. 0 makes no copy resumable.
+    #[serde(default = "d_resume_from")]
+    pub resume_from: u64,
 }
 
 /// `data_path = "auto"`: one of the words of [`DataPath`].
@@ -161,6 +166,9 @@ fn d_relay() -> bool {
 fn d_relay_max() -> usize {
     16
 }
+fn d_resume_from() -> u64 {
+    64 << 20
+}
 fn d_pair_memory() -> Duration {
     Duration::from_secs(7 * 24 * 3600)
 }
@@ -216,11 +224,17 @@ impl Default for FtpConfig {
             relay_max: d_relay_max(),
             relay_bytes_per_second: None,
             pair_memory: d_pair_memory(),
+            resume_from: d_resume_from(),
         }
     }
 }
 
 impl FtpConfig {
+    /// `resume_from` as the attempt takes it (`None`: no copy is resumable).
+    pub fn resumable_from(&self) -> Option<u64> {
+        (self.resume_from > 0).then_some(self.resume_from)
+    }
+
     /// The data path settings (`data_path`, `relay`, `pair_memory`).
     pub fn data_path_policy(&self) -> DataPathPolicy {
         DataPathPolicy {

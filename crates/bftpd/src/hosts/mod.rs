@@ -155,6 +155,7 @@ impl HostLimits {
                 return Slots {
                     _local: local,
                     _cluster: cluster,
+                    more: Vec::new(),
                 };
             }
             drop(local);
@@ -224,6 +225,7 @@ impl HostLimits {
         Some(Slots {
             _local: vec![local],
             _cluster: cluster,
+            more: Vec::new(),
         })
     }
 
@@ -249,6 +251,7 @@ impl HostLimits {
         Some(Slots {
             _local: local,
             _cluster: cluster,
+            more: Vec::new(),
         })
     }
 

@@ -14,6 +14,16 @@ pub struct Slots {
     // Held for their drop alone.
     pub(super) _local: Vec<tokio::sync::OwnedSemaphorePermit>,
     pub(super) _cluster: Option<ClusterHold>,
+    /// More slots held with these: a relaying pair's data connections, one on each host.
+    pub(super) more: Vec<Slots>,
+}
+
+impl Slots {
+    /// These slots and `more`, held and given back together.
+    pub fn with(mut self, more: Slots) -> Slots {
+        self.more.push(more);
+        self
+    }
 }
 
 /// Slots taken in the store's count of all nodes, given back when dropped.

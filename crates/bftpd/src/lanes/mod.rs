@@ -26,6 +26,7 @@
 pub mod paths;
 pub mod proof;
 pub mod route;
+pub mod routing;
 pub mod walk;
 pub mod work;
 
