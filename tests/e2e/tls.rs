@@ -523,8 +523,9 @@ fn tls_fxp_on_every_ordered_pair_with_proftpd_is_byte_exact_and_encrypted() {
 }
 
 /// vsftpd and Pure-FTPd can only be TLS servers of a data connection: under data policy
-/// `required` their copy fails permanently with the explanation; under `preferred` it
-/// moves in clear and the file's ledger line says so.
+/// `required` their third-party copy (`--data-path fxp`) fails permanently with the
+/// explanation (under `auto` it is relayed: see below); under `preferred` it moves in clear
+/// and the file's ledger line says so.
 #[test]
 fn vsftpd_and_pure_ftpd_cannot_encrypt_their_data_required_fails_preferred_says_clear() {
     let pki = Pki::new().unwrap();
@@ -538,7 +539,14 @@ fn vsftpd_and_pure_ftpd_cannot_encrypt_their_data_required_fails_preferred_says_
         &d,
         (&vs.url("out/f.bin"), vs.password()),
         (&pure.url("in/"), pure.password()),
-        &["--tls", "required", "--data-tls", "required"],
+        &[
+            "--tls",
+            "required",
+            "--data-tls",
+            "required",
+            "--data-path",
+            "fxp",
+        ],
     );
     let v = wait_final(&d, id, Duration::from_secs(30));
     let shown = v.to_string();
