@@ -22,6 +22,7 @@ mod proof;
 mod protocol;
 mod readme;
 mod relay;
+mod relay_jobs;
 mod scheduler;
 mod service;
 mod slow;

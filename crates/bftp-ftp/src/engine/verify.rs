@@ -249,8 +249,18 @@ async fn proof_check(pair: &mut Pair, params: FtpParams, request: &VerifyRequest
     let plan = pair
         .proof_plan(params.transfer_type, request.dest_command)
         .await;
-    match bftp_core::proof::require(request.proof, &plan) {
-        Ok(()) => check(CHECK_PROOF, true, plan.describe()),
+    let image = params.transfer_type == bftp_core::TransferType::Image;
+    let may_relay = request.data_path.may_relay();
+    match bftp_core::proof::require_or_relay(request.proof, &plan, may_relay, image) {
+        Ok(false) => check(CHECK_PROOF, true, plan.describe()),
+        Ok(true) => check(
+            CHECK_PROOF,
+            true,
+            format!(
+                "hash, by relaying each copy with its stream hashed (SHA-256): the servers                  can give only {}",
+                plan.describe()
+            ),
+        ),
         Err(why) => check(CHECK_PROOF, false, why),
     }
 }
