@@ -76,7 +76,11 @@ fn wildcard_jobs_relay_under_auto_and_the_second_sends_no_port() {
     let v = wait_final(&d, id, Duration::from_secs(90));
     assert_eq!(v["outcome"], "succeeded", "{v:#}");
     for (name, data) in &files {
-        assert_eq!(&dst.read_file(&format!("in1/{name}")).unwrap(), data, "{name}");
+        assert_eq!(
+            &dst.read_file(&format!("in1/{name}")).unwrap(),
+            data,
+            "{name}"
+        );
     }
     for m in members(&v) {
         let route = &m["route"];
@@ -92,7 +96,11 @@ fn wildcard_jobs_relay_under_auto_and_the_second_sends_no_port() {
     let v = wait_final(&d, id, Duration::from_secs(90));
     assert_eq!(v["outcome"], "succeeded", "{v:#}");
     for (name, data) in &files {
-        assert_eq!(&dst.read_file(&format!("in2/{name}")).unwrap(), data, "{name}");
+        assert_eq!(
+            &dst.read_file(&format!("in2/{name}")).unwrap(),
+            data,
+            "{name}"
+        );
     }
     for m in members(&v) {
         assert_eq!(m["route"]["path"], "relay", "{m:#}");
@@ -129,9 +137,19 @@ fn a_tree_relays_under_auto_and_fails_under_fxp() {
         let copied = path.replacen("t/", "copy/", 1);
         assert_eq!(&dst.read_file(&copied).unwrap(), data, "{copied}");
     }
-    assert!(members(&v).iter().all(|m| m["route"]["path"] == "relay"), "{v:#}");
+    assert!(
+        members(&v).iter().all(|m| m["route"]["path"] == "relay"),
+        "{v:#}"
+    );
 
-    let id = submit(&d, &src, &dst, "t", "copy2/", &["--recursive", "--data-path", "fxp"]);
+    let id = submit(
+        &d,
+        &src,
+        &dst,
+        "t",
+        "copy2/",
+        &["--recursive", "--data-path", "fxp"],
+    );
     let v = wait_final(&d, id, Duration::from_secs(90));
     assert_eq!(v["outcome"], "failed", "{v:#}");
     let shown = v.to_string();
@@ -149,7 +167,14 @@ fn a_hash_proof_the_servers_cannot_give_is_met_by_the_relayed_stream() {
     src.put_file("out/h.bin", &data).unwrap();
     dst.mkdir("in").unwrap();
     let d = Bftpd::start().unwrap();
-    let id = submit(&d, &src, &dst, "out/h.bin", "in/h.bin", &["--proof", "hash"]);
+    let id = submit(
+        &d,
+        &src,
+        &dst,
+        "out/h.bin",
+        "in/h.bin",
+        &["--proof", "hash"],
+    );
     let v = wait_final(&d, id, Duration::from_secs(60));
     assert_eq!(v["outcome"], "succeeded", "{v:#}");
     assert_eq!(dst.read_file("in/h.bin").unwrap(), data);
@@ -161,10 +186,20 @@ fn a_hash_proof_the_servers_cannot_give_is_met_by_the_relayed_stream() {
     assert_eq!(m["route"]["bytes"], data.len() as u64, "{m:#}");
 
     let d = Bftpd::start_with(config_plus("[ftp]\nrelay = false\n")).unwrap();
-    let id = submit(&d, &src, &dst, "out/h.bin", "in/h2.bin", &["--proof", "hash"]);
+    let id = submit(
+        &d,
+        &src,
+        &dst,
+        "out/h.bin",
+        "in/h2.bin",
+        &["--proof", "hash"],
+    );
     let v = wait_final(&d, id, Duration::from_secs(60));
     assert_eq!(v["outcome"], "failed", "{v:#}");
-    assert!(dst.read_file("in/h2.bin").is_err(), "a file moved without its proof");
+    assert!(
+        dst.read_file("in/h2.bin").is_err(),
+        "a file moved without its proof"
+    );
 }
 
 /// A relay cut by kill -9 of bftpd, three times: the job ends byte-exact. Where both servers
@@ -214,10 +249,16 @@ fn a_relay_cut_by_kill_9_goes_on_where_both_servers_allow_it() {
         }
         let v = wait_final(&d, id, Duration::from_secs(120));
         assert_eq!(v["outcome"], "succeeded", "{dst_kind}: {v:#}");
-        assert!(dst.read_file("in/cut.bin").unwrap() == data, "{dst_kind}: differs");
+        assert!(
+            dst.read_file("in/cut.bin").unwrap() == data,
+            "{dst_kind}: differs"
+        );
         let history = v["history"].to_string();
         if resumes {
-            assert!(history.contains("resumed"), "{dst_kind}: {history} (cut at {cut_at:?})");
+            assert!(
+                history.contains("resumed"),
+                "{dst_kind}: {history} (cut at {cut_at:?})"
+            );
             let log = std::fs::read_to_string(src.log_file()).unwrap_or_default();
             assert!(log.contains("REST "), "the source's log shows no REST");
         } else {

@@ -5,6 +5,7 @@
 mod engine;
 mod package;
 mod pg;
+mod relay;
 mod scheduler;
 mod tree;
 mod unique;

@@ -114,12 +114,28 @@ fn check_invariants(when: &str, src: &FtpServer, dst: &FtpServer, append: &Job, 
 /// before its copy was proven.
 #[test]
 fn kill9_at_random_moments_neither_skips_nor_duplicates_nor_deletes_unproven_sources() {
+    kill9_at_random_moments(true);
+}
+
+/// The same with both servers refusing the third party (stock): every copy is relayed
+/// through bftpd (RULES.md §14), and the same rules hold (an interrupted relayed APPE is
+/// resolved from the destination's size as a third-party one is).
+#[test]
+fn kill9_at_random_moments_during_relays_neither_skips_nor_duplicates() {
+    kill9_at_random_moments(false);
+}
+
+fn kill9_at_random_moments(fxp: bool) {
     let seed = seed();
     eprintln!("seed {seed} (BFTP_TEST_SEED={seed} replays the file sizes and kill moments)");
     let mut rng = Rng(seed);
     let started = Instant::now();
-    let src = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
-    let dst = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let options = FtpOptions {
+        fxp,
+        ..FtpOptions::default()
+    };
+    let src = FtpServer::start(ServerKind::PureFtpd, options.clone()).unwrap();
+    let dst = FtpServer::start(ServerKind::Vsftpd, options).unwrap();
     let replace_files = make_files(&mut rng, &src, "r", REPLACE_FILES);
     let append_files = make_files(&mut rng, &src, "a", APPEND_FILES);
     let move_files = make_files(&mut rng, &src, "m", MOVE_FILES);
@@ -254,6 +270,15 @@ fn kill9_at_random_moments_neither_skips_nor_duplicates_nor_deletes_unproven_sou
             dst.read_file(&format!("r/{name}")).unwrap() == *data,
             "r/{name} differs"
         );
+    }
+    if !fxp {
+        let relayed = v["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["route"]["path"] == "relay")
+            .count();
+        assert_eq!(relayed, job.files.len(), "not every file was relayed");
     }
 
     // Append: never more than once.
