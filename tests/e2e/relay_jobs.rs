@@ -266,3 +266,46 @@ fn a_relay_cut_by_kill_9_goes_on_where_both_servers_allow_it() {
         }
     }
 }
+
+/// A relaying pair holds a data connection on each host besides its control connection, and
+/// the per-host limit counts both: with 4 connections per host and 4 pairs per job, a job
+/// relaying from the start opens 2 pairs (2 × 2 connections on each server), not 4.
+#[test]
+fn a_relaying_job_counts_its_data_connections_in_the_per_host_limit() {
+    let src = stock(Vsftpd);
+    // On a host of its own: each server's slots are its own.
+    let dst = FtpServer::start(
+        Proftpd,
+        FtpOptions {
+            fxp: false,
+            host: std::net::Ipv4Addr::new(127, 0, 0, 3),
+            ..FtpOptions::default()
+        },
+    )
+    .unwrap();
+    for i in 0..16 {
+        src.put_file(&format!("out/s{i:02}.bin"), &payload(20_000, i as u8))
+            .unwrap();
+    }
+    dst.mkdir("in").unwrap();
+    let d = Bftpd::start_with(config_plus(
+        "[ftp]\nmax_connections_per_host = 4\nparallel_pairs = 4\npool_max_idle = 0\n",
+    ))
+    .unwrap();
+    let id = submit(
+        &d,
+        &src,
+        &dst,
+        "out/*.bin",
+        "in/",
+        &["--data-path", "relay"],
+    );
+    let v = wait_final(&d, id, Duration::from_secs(90));
+    assert_eq!(v["outcome"], "succeeded", "{v:#}");
+    let log = std::fs::read_to_string(src.log_file()).unwrap_or_default();
+    let logins = log.lines().filter(|l| l.contains("\"USER ")).count();
+    assert_eq!(
+        logins, 2,
+        "pairs opened to the source (each relaying pair holds 2 of its 4 slots)"
+    );
+}
