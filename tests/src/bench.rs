@@ -210,3 +210,16 @@ pub fn bftp_outcome(run: &ChildRun, files: u64) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// bftpd's `[ftp.tls]` section trusting the test CA at `ca_file` for each of `servers`.
+pub fn tls_hosts(servers: &[&FtpServer], ca_file: &Path) -> String {
+    let mut hosts = String::from("[ftp.tls]\n");
+    for s in servers {
+        hosts.push_str(&format!(
+            "[[ftp.tls.hosts]]\nhost = \"{}\"\nca_file = \"{}\"\n",
+            s.host(),
+            ca_file.display()
+        ));
+    }
+    hosts
+}
