@@ -61,7 +61,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -832,12 +832,24 @@ fn main() -> Result<()> {
             .is_ok_and(|st| st.success()),
         "lftp missing: run tests/install-deps"
     );
-    if s.tools.iter().any(|t| matches!(t, Tool::Bftp(_))) {
-        let _ = (bin("bftpd"), bin("bftp"));
-    }
+    // Both binaries must be there when bftp runs (release builds, unless BFTP_TEST_PROFILE).
+    let bftp = match s.tools.iter().any(|t| matches!(t, Tool::Bftp(_))) {
+        true => {
+            let _ = bin("bftpd");
+            format!(
+                "{} ({} build) with {}",
+                bin("bftp").display(),
+                std::env::var("BFTP_TEST_PROFILE").unwrap_or_default(),
+                s.data_path
+                    .as_ref()
+                    .map_or("no --data-path".into(), |p| format!("--data-path {p}"))
+            )
+        }
+        false => "not run".into(),
+    };
     println!(
         "bench-relay: {} MiB file and {} x {SMALL_SIZE} B files; RTTs {:?} ms (control \
-         connections only); tools {}; {} round(s); bftp {} ({} build) with {}; files under {}; \
+         connections only); tools {}; {} round(s); bftp {bftp}; files under {}; \
          {} CPUs, loadavg {}",
         s.big_mib,
         s.small,
@@ -848,11 +860,6 @@ fn main() -> Result<()> {
             .collect::<Vec<_>>()
             .join(", "),
         s.rounds,
-        bin_path("bftp").display(),
-        std::env::var("BFTP_TEST_PROFILE").unwrap_or_default(),
-        s.data_path
-            .as_ref()
-            .map_or("no --data-path".into(), |p| format!("--data-path {p}")),
         s.roots
             .as_deref()
             .map_or("the temporary directory".into(), |d| d
@@ -940,13 +947,4 @@ fn main() -> Result<()> {
     );
     print!("{}", goals(&rows, &s));
     Ok(())
-}
-
-/// Where `bin` looks, without its check (for the header when no bftp run is asked for).
-fn bin_path(name: &str) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
-        .join(std::env::var("BFTP_TEST_PROFILE").unwrap_or_default())
-        .join(name)
 }
