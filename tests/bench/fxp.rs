@@ -48,24 +48,23 @@
 //! system calls, `BENCH_PERF=DIR` a perf profile of bftpd (both slow them down: not for the
 //! numbers).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use bftp_tests::bench::{env_or, server_kind};
+use bftp_tests::bench::{
+    bftp_outcome, clean_destination, env_list, env_or, event, server_kind, settle, write_big,
+    write_small,
+};
 use bftp_tests::daemon::{bin, Bftpd};
+use bftp_tests::measure::{run_child, ChildRun, Tap, TcpTotals};
 use bftp_tests::procstat::{
     cpu_jiffies, cpu_seconds, load1, proc_io, server_cpu, server_master, status_kib, steal_jiffies,
-    time_wait_count,
 };
 use bftp_tests::{FtpOptions, FtpServer, ServerKind};
 
@@ -82,67 +81,8 @@ const TRASH_DIR: &str = "dst-done";
 /// seconds have passed).
 const SETTLED_TIME_WAIT: usize = 200;
 
-fn env_list(name: &str, default: &str) -> Vec<String> {
-    env_or(name, default.to_string())
-        .split(',')
-        .map(|s| s.trim().to_string())
-        .collect()
-}
-
 // ---- the data ----
 
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut s = seed;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        v.extend_from_slice(&splitmix(&mut s).to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
-
-/// The big file: a 1 MiB pseudo-random block, stamped every 4 KiB with the block number and
-/// offset, so that no two 4 KiB pieces of the file are equal (a misplaced or repeated
-/// piece shows in the compare). 1 MiB writes: disk speed, no /dev/urandom, no holes.
-fn write_big(src: &FtpServer, mib: u64) -> Result<u64> {
-    const BLOCK: usize = 1 << 20;
-    src.mkdir(BIG_DIR)?;
-    let path = src.path(&format!("{BIG_DIR}/{BIG_NAME}"));
-    let mut block = pattern(0xb16_f11e, BLOCK);
-    let mut f = std::io::BufWriter::with_capacity(BLOCK, File::create(&path)?);
-    for i in 0..mib {
-        for off in (0..BLOCK).step_by(4096) {
-            let stamp = (i << 20 | off as u64) ^ 0x5a5a_5a5a_5a5a_5a5a;
-            block[off..off + 8].copy_from_slice(&stamp.to_le_bytes());
-        }
-        f.write_all(&block)?;
-    }
-    f.into_inner()?.sync_all()?;
-    // Owned like the root, so the server's session may read it.
-    let root = std::fs::metadata(src.root())?;
-    std::os::unix::fs::chown(&path, Some(root.uid()), Some(root.gid()))?;
-    Ok(mib * BLOCK as u64)
-}
-
-fn write_small(src: &FtpServer, count: usize) -> Result<u64> {
-    for i in 0..count {
-        src.put_file(
-            &format!("{SMALL_DIR}/f{i:06}.dat"),
-            &pattern(i as u64 + 1, SMALL_SIZE),
-        )?;
-    }
-    Ok((count * SMALL_SIZE) as u64)
-}
-
-/// Byte-for-byte compare, 4 MiB at a time.
 fn same_contents(a: &Path, b: &Path) -> Result<()> {
     const CHUNK: usize = 4 << 20;
     let (mut fa, mut fb) = (File::open(a)?, File::open(b)?);
@@ -172,358 +112,6 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> Result<usize> {
         }
     }
     Ok(n)
-}
-
-// ---- the TCP tap ----
-
-/// Payload bytes over the TCP connections of a process.
-#[derive(Clone, Copy, Default, Debug)]
-struct TcpTotals {
-    sockets: u32,
-    /// Connections to one of `control_ports` (the servers' control ports).
-    control: u32,
-    sent: u64,
-    received: u64,
-}
-
-impl TcpTotals {
-    fn bytes(&self) -> u64 {
-        self.sent + self.received
-    }
-}
-
-/// Counts the TCP payload of a process: scans /proc/PID/fd every `interval`, takes a
-/// duplicate of each new TCP socket (pidfd_getfd(2)), and once the process no longer has it
-/// (or at the end) reads its TCP_INFO bytes_acked/bytes_received and closes the duplicate.
-/// Two costs: a socket opened and closed between two scans is missed (the count of sockets
-/// says so), and the duplicate delays the FIN of a socket the process closed by up to two
-/// intervals (held to the end, it would stall a server that waits for the client's FIN,
-/// as proFTPD does after a listing, for its 10 s TimeoutLinger).
-struct Tap {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<TcpTotals>,
-}
-
-fn getsockopt_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int) -> Option<libc::c_int> {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: v and len are valid out-parameters of the right size.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some(v)
-}
-
-fn is_tcp(fd: &OwnedFd) -> bool {
-    let domain = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN);
-    let proto = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL);
-    matches!(domain, Some(libc::AF_INET | libc::AF_INET6)) && proto == Some(libc::IPPROTO_TCP)
-}
-
-fn inode_of(fd: &OwnedFd) -> Option<u64> {
-    // SAFETY: zeroed stat is a valid out-parameter.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid fd and out-parameter.
-    (unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0).then_some(st.st_ino)
-}
-
-fn pidfd_open(pid: u32) -> Result<OwnedFd> {
-    // SAFETY: pidfd_open(2) takes no pointers; a non-negative result is a new fd we own.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    ensure!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
-    // SAFETY: fd was just returned by pidfd_open and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
-}
-
-/// What the tap holds of one socket.
-struct Held {
-    fd: OwnedFd,
-    /// Taken while the socket was surely connected (a reset one has no peer).
-    peer: Option<u16>,
-    /// Whole scans of the fd table in a row that did not find it.
-    misses: u8,
-}
-
-impl Held {
-    fn add_to(self, totals: &mut TcpTotals, control_ports: &[u16]) {
-        // SAFETY: zeroed tcp_info is a valid out-parameter; len says its size.
-        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-        // SAFETY: a valid fd and out-parameters.
-        let r = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_INFO,
-                (&mut info as *mut libc::tcp_info).cast(),
-                &mut len,
-            )
-        };
-        if r != 0 {
-            return;
-        }
-        if std::env::var_os("BENCH_TAP_DEBUG").is_some() {
-            eprintln!(
-                "tap: peer port {:?} state {} sent {} received {}",
-                self.peer.or_else(|| peer_port(&self.fd)),
-                info.tcpi_state,
-                info.tcpi_bytes_acked,
-                info.tcpi_bytes_received
-            );
-        }
-        totals.sockets += 1;
-        totals.sent += info.tcpi_bytes_acked;
-        totals.received += info.tcpi_bytes_received;
-        if self
-            .peer
-            .or_else(|| peer_port(&self.fd))
-            .is_some_and(|p| control_ports.contains(&p))
-        {
-            totals.control += 1;
-        }
-    }
-}
-
-/// The socket inodes in a process's fd table, with an fd number of each; None when the
-/// table could not be read whole (an fd closed while being read, the process gone).
-fn socket_fds(pid: u32) -> Option<BTreeMap<u64, i32>> {
-    let mut out = BTreeMap::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/fd")).ok()? {
-        let e = e.ok()?;
-        let target = std::fs::read_link(e.path()).ok()?;
-        let inode = target
-            .to_str()
-            .and_then(|t| t.strip_prefix("socket:["))
-            .and_then(|t| t.strip_suffix(']'))
-            .and_then(|t| t.parse::<u64>().ok());
-        let num = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok());
-        if let (Some(inode), Some(num)) = (inode, num) {
-            out.insert(inode, num);
-        }
-    }
-    Some(out)
-}
-
-impl Tap {
-    fn start(pid: u32, interval: Duration, control_ports: [u16; 2]) -> Result<Tap> {
-        let pidfd = pidfd_open(pid)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut totals = TcpTotals::default();
-            let mut seen = HashSet::new();
-            let mut held: BTreeMap<u64, Held> = BTreeMap::new();
-            loop {
-                let last = flag.load(Ordering::SeqCst);
-                let scan = socket_fds(pid);
-                let now = scan.clone().unwrap_or_default();
-                for (&inode, &num) in &now {
-                    if seen.contains(&inode) {
-                        continue;
-                    }
-                    // SAFETY: pidfd_getfd(2) takes no pointers; a non-negative result
-                    // is a new fd we own.
-                    let fd =
-                        unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), num, 0) };
-                    if fd < 0 {
-                        continue;
-                    }
-                    // SAFETY: a new fd nothing else owns.
-                    let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
-                    // The fd number may have been reused since the readlink: trust the dup.
-                    let Some(real) = inode_of(&fd) else { continue };
-                    if seen.insert(real) && is_tcp(&fd) {
-                        let peer = peer_port(&fd);
-                        held.insert(
-                            real,
-                            Held {
-                                fd,
-                                peer,
-                                misses: 0,
-                            },
-                        );
-                    }
-                }
-                // Gone: missing from two whole scans in a row (or the end).
-                if let Some(scan) = &scan {
-                    for (inode, h) in held.iter_mut() {
-                        h.misses = if scan.contains_key(inode) {
-                            0
-                        } else {
-                            h.misses + 1
-                        };
-                    }
-                }
-                let gone: Vec<u64> = held
-                    .iter()
-                    .filter(|(_, h)| last || h.misses >= 2)
-                    .map(|(i, _)| *i)
-                    .collect();
-                for inode in gone {
-                    if let Some(h) = held.remove(&inode) {
-                        h.add_to(&mut totals, &control_ports);
-                    }
-                }
-                if last {
-                    return totals;
-                }
-                std::thread::sleep(interval);
-            }
-        });
-        Ok(Tap { stop, thread })
-    }
-
-    /// One last scan; every socket still held is counted and released.
-    fn finish(self) -> TcpTotals {
-        self.stop.store(true, Ordering::SeqCst);
-        self.thread.join().unwrap_or_default()
-    }
-}
-
-fn peer_port(fd: &OwnedFd) -> Option<u16> {
-    // SAFETY: zeroed sockaddr_storage is a valid out-parameter; len says its size.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: valid fd and out-parameters.
-    let r = unsafe {
-        libc::getpeername(
-            fd.as_raw_fd(),
-            (&mut ss as *mut libc::sockaddr_storage).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return None;
-    }
-    match ss.ss_family as libc::c_int {
-        libc::AF_INET => {
-            // SAFETY: the kernel filled a sockaddr_in.
-            let sin: &libc::sockaddr_in =
-                unsafe { &*(&ss as *const _ as *const libc::sockaddr_in) };
-            Some(u16::from_be(sin.sin_port))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the kernel filled a sockaddr_in6.
-            let sin6: &libc::sockaddr_in6 =
-                unsafe { &*(&ss as *const _ as *const libc::sockaddr_in6) };
-            Some(u16::from_be(sin6.sin6_port))
-        }
-        _ => None,
-    }
-}
-
-// ---- a measured child ----
-
-/// What a child command cost, measured by its parent.
-struct ChildRun {
-    wall: Duration,
-    success: bool,
-    timed_out: bool,
-    /// user+system seconds, its waited-for children included (wait4's rusage).
-    cpu: f64,
-    /// Its peak RSS (VmHWM), sampled every 5 ms until it exits. Not ru_maxrss: that also
-    /// holds the RSS of the image the child was forked from (this benchmark's).
-    hwm_kib: u64,
-    /// /proc/PID/io of the exited (zombie) process.
-    rchar: u64,
-    wchar: u64,
-    /// Its stdout lines, with when each arrived (since the start).
-    lines: Vec<(Duration, String)>,
-    /// Its own TCP traffic, when tapped.
-    tcp: Option<TcpTotals>,
-}
-
-/// Runs `cmd` to its end, or SIGKILLs it after `limit`: waits on a pidfd (sampling its
-/// VmHWM every 5 ms), reads the zombie's I/O counters, then reaps it with wait4 for its
-/// rusage.
-fn run_child(
-    cmd: &mut Command,
-    limit: Duration,
-    tap: Option<(Duration, [u16; 2])>,
-) -> Result<ChildRun> {
-    cmd.stdout(Stdio::piped());
-    let start = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting {:?}", cmd.get_program()))?;
-    let pid = child.id();
-    let tapped = match tap {
-        Some((interval, ports)) => Some(Tap::start(pid, interval, ports)?),
-        None => None,
-    };
-    let stdout = child.stdout.take().context("stdout")?;
-    let reader = std::thread::spawn(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(|l| l.ok())
-            .map(|l| (start.elapsed(), l))
-            .collect::<Vec<_>>()
-    });
-    let pidfd = pidfd_open(pid)?;
-    // The name it has once it runs the program (before the exec it is a copy of us).
-    let comm: String = Path::new(cmd.get_program())
-        .file_name()
-        .map(|n| n.to_string_lossy().chars().take(15).collect())
-        .unwrap_or_default();
-    let mut hwm_kib = 0;
-    let mut timed_out = false;
-    loop {
-        let execed = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .is_ok_and(|c| c.trim_end() == comm);
-        if execed {
-            hwm_kib = hwm_kib.max(status_kib(pid, "VmHWM:").unwrap_or(0));
-        }
-        let left = limit.saturating_sub(start.elapsed());
-        if left.is_zero() && !timed_out {
-            timed_out = true;
-            // SAFETY: kill(2) on our own unreaped child.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-        }
-        let mut pfd = libc::pollfd {
-            fd: pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = left.as_millis().clamp(1, 5) as libc::c_int;
-        // SAFETY: one valid pollfd.
-        if unsafe { libc::poll(&mut pfd, 1, ms) } > 0 {
-            break;
-        }
-    }
-    let wall = start.elapsed();
-    let (rchar, wchar) = proc_io(pid).unwrap_or_default();
-    let tcp = tapped.map(Tap::finish);
-    let mut status = 0;
-    // SAFETY: zeroed rusage is a valid out-parameter.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: reaps our own child; status and ru are valid out-parameters.
-    let r = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut ru) };
-    ensure!(
-        r == pid as libc::pid_t,
-        "wait4: {}",
-        std::io::Error::last_os_error()
-    );
-    // Reaped here: std's Child must not wait for it again (it does not on drop).
-    drop(child);
-    let lines = reader.join().unwrap_or_default();
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    Ok(ChildRun {
-        wall,
-        success: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        timed_out,
-        cpu: tv(ru.ru_utime) + tv(ru.ru_stime),
-        hwm_kib,
-        rchar,
-        wchar,
-        lines,
-        tcp,
-    })
 }
 
 // ---- server command logs ----
@@ -756,33 +344,8 @@ impl Bench {
         [self.src.port(), self.dst.port()]
     }
 
-    /// An empty destination directory, and nothing dirty in the page cache from the
-    /// previous run to be written back during the next.
-    ///
-    /// The previous run's small files are moved aside, not deleted: ext4's inode allocator
-    /// skips inodes freed in the last 30 s (`recently_deleted`, reading each one's block),
-    /// and after a delete of thousands of files the destination server's CPU per created
-    /// file doubled (perf: proFTPD's time in `recently_deleted` and `find_get_block`), so the
-    /// order of the runs, not the controller, decided the result. They go at the end.
     fn clean_destination(&self) -> Result<()> {
-        let dir = self.dst.path(DST_DIR);
-        if dir.exists() {
-            let trash = self.dst.path(TRASH_DIR);
-            std::fs::create_dir_all(&trash)?;
-            // Big files go now: a few inodes, and gigabytes of disk.
-            for entry in std::fs::read_dir(&dir)? {
-                let entry = entry?;
-                if entry.metadata()?.len() > 1 << 20 {
-                    std::fs::remove_file(entry.path())?;
-                }
-            }
-            let n = std::fs::read_dir(&trash)?.count();
-            std::fs::rename(&dir, trash.join(n.to_string()))?;
-        }
-        self.dst.mkdir(DST_DIR)?;
-        // SAFETY: sync(2) takes no arguments.
-        unsafe { libc::sync() };
-        Ok(())
+        clean_destination(&self.dst, DST_DIR, TRASH_DIR)
     }
 
     /// Every source file is at the destination with the same bytes, and nothing else is.
@@ -822,24 +385,9 @@ impl Bench {
         Ok(())
     }
 
-    /// Waits (at most `settle`) until the TIME_WAIT connections of earlier runs are gone:
-    /// an active server's bind(2) of its data socket searches past every local port they
-    /// hold, and a run right after another paid up to 3x the CPU per file (measured), so
-    /// without this the order of the runs decides the winner. Returns the count at start.
-    fn settle(&self) -> usize {
-        let deadline = Instant::now() + self.settle;
-        loop {
-            let n = time_wait_count();
-            if n <= SETTLED_TIME_WAIT || Instant::now() >= deadline {
-                return n;
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
-
     fn run(&self, data: Data, tool: Tool) -> Result<Row> {
         self.clean_destination()?;
-        let time_wait = self.settle();
+        let time_wait = settle(self.settle, SETTLED_TIME_WAIT);
         let (files, bytes) = self.data_files(data);
         let (src_off, dst_off) = (self.src_log.offset(), self.dst_log.offset());
         let srv_before = (server_cpu(self.src_master), server_cpu(self.dst_master));
@@ -1028,28 +576,6 @@ impl Bench {
             ..Row::new(&run)
         })
     }
-}
-
-fn event(line: &str) -> Option<serde_json::Value> {
-    serde_json::from_str::<serde_json::Value>(line).ok()
-}
-
-/// The CLI's exit and its summary event: every file succeeded.
-fn bftp_outcome(run: &ChildRun, files: u64) -> Result<(), String> {
-    if run.timed_out {
-        return Err("timed out".into());
-    }
-    let summary = run
-        .lines
-        .iter()
-        .rev()
-        .find_map(|(_, l)| event(l).filter(|v| v["event"] == "summary"))
-        .ok_or_else(|| format!("no summary from bftp (exit ok: {})", run.success))?;
-    let (n, ok) = (summary["files"].as_u64(), summary["succeeded"].as_u64());
-    if !run.success || n != Some(files) || ok != Some(files) {
-        return Err(format!("bftp summary: {summary}"));
-    }
-    Ok(())
 }
 
 fn phases(lines: &[(Duration, String)]) -> Option<Phases> {
@@ -1390,12 +916,12 @@ fn main() -> Result<()> {
     let t = Instant::now();
     let wants = |d: Data| want_data.iter().any(|w| w == d.label());
     let big_bytes = if wants(Data::Big) {
-        write_big(&src, big_mib)?
+        write_big(&src, &format!("{BIG_DIR}/{BIG_NAME}"), big_mib)?
     } else {
         0
     };
     let small_bytes = if wants(Data::Small) {
-        write_small(&src, small)?
+        write_small(&src, SMALL_DIR, small, SMALL_SIZE)?
     } else {
         0
     };

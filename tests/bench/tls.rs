@@ -37,7 +37,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use bftp_tests::bench::{children_cpu, env_or, server_kind, sums};
+use bftp_tests::bench::{children_cpu, env_or, server_kind, sums, tls_hosts};
 use bftp_tests::daemon::{bin, http, Bftpd};
 use bftp_tests::pki::{Flaw, Pki};
 use bftp_tests::procstat::cpu_seconds;
@@ -213,15 +213,7 @@ impl Bench {
     }
 
     fn bftpd(&self) -> Result<Bftpd> {
-        let mut hosts = String::from("[ftp.tls]\n");
-        for s in [&self.src, &self.dst] {
-            write!(
-                hosts,
-                "[[ftp.tls.hosts]]\nhost = \"{}\"\nca_file = \"{}\"\n",
-                s.host(),
-                self.pki.ca_file().display()
-            )?;
-        }
+        let hosts = tls_hosts(&[&self.src, &self.dst], &self.pki.ca_file());
         let pairs = self.parallel;
         Bftpd::start_with(|dir| {
             Bftpd::default_config(dir).replace("level = \"debug\"", "level = \"warn\"")

@@ -16,6 +16,7 @@ pub mod files;
 pub mod ftpserver;
 pub mod hostile;
 pub mod jobs;
+pub mod measure;
 pub mod nodes;
 pub mod notify;
 pub mod pki;
