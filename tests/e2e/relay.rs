@@ -353,7 +353,7 @@ fn a_cut_relay_resumes_from_the_destinations_size() -> Result<()> {
             again.resume_at = Some(offset);
             let outcome = pair.copy(&again).await?;
             if dst_kind == Proftpd {
-                let refused = outcome.report().resume_refused.clone();
+                let refused = outcome.report().resume_refused.clone().map(|(_, r)| r);
                 ensure!(!outcome.is_success(), "stock proFTPD took a restarted STOR");
                 ensure!(
                     refused.as_deref().is_some_and(|r| r.contains("after REST")),

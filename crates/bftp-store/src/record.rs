@@ -338,10 +338,10 @@ impl ResumeV1 {
 pub(crate) struct RouteV1 {
     /// `fxp`, `fxp_roles_swapped` or `relay`.
     pub path: String,
-    /// A relay's reason: `asked`, `refused`, `remembered` or `data_tls`.
+    /// A relay's reason: `asked`, `refused`, `remembered`, `data_tls` or `proof`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// The refusing reply (`refused`, `remembered`) or the explanation (`data_tls`).
+    /// The refusing reply (`refused`, `remembered`) or the explanation (`data_tls`, `proof`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     /// `remembered`: when the pair's refusal was seen (ms since the epoch).

@@ -339,8 +339,8 @@ impl Pair {
     }
 
     /// Whether a relayed copy computes the SHA-256 of its stream (the one relay that reads
-    /// the bytes in user space): for a job that asks for a hash proof, or whose servers
-    /// offer none.
+    /// the bytes in user space; bftpd asks it for a job that requires a hash proof). Not for
+    /// a resumed copy: its stream is only the file's tail.
     pub fn set_stream_hash(&mut self, on: bool) {
         self.stream_hash = on;
     }

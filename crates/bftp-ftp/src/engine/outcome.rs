@@ -225,8 +225,8 @@ pub struct AttemptReport {
     /// moved).
     pub resumed_from: Option<u64>,
     /// A resume was asked and a server refused it (`REST`, or the storing command after it):
-    /// the reply, for the caller's refusal memory.
-    pub resume_refused: Option<String>,
+    /// which server, and what it answered, for the caller's refusal memory.
+    pub resume_refused: Option<(Side, String)>,
     /// A relayed copy: what bftpd counted and hashed as the bytes passed.
     pub relayed: Option<RelayStats>,
     pub duration: Duration,

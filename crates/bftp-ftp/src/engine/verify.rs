@@ -257,7 +257,7 @@ async fn proof_check(pair: &mut Pair, params: FtpParams, request: &VerifyRequest
             CHECK_PROOF,
             true,
             format!(
-                "hash, by relaying each copy with its stream hashed (SHA-256): the servers                  can give only {}",
+                "hash, by relaying each copy with its stream hashed (SHA-256): the servers can give only {}",
                 plan.describe()
             ),
         ),

@@ -56,7 +56,7 @@ impl Run {
         let mut outcome = self.copied(pair, &mc, result, &unique).await?;
         self.keep(outcome.take_transcript());
         let report = outcome.report().clone();
-        self.remember_resume_refusal(spec, &report).await;
+        self.resumed(&mc, &report).await;
         if let Some(routing) = self.routing.get() {
             routing.routed(&report).await;
         }

@@ -27,7 +27,13 @@ impl Run {
         let Some(threshold) = self.ctx.resume_from else {
             return Ok(());
         };
-        if spec.dest_command != DestCommand::Replace || spec.disposition == Disposition::Delete {
+        // A job whose proof is the relayed stream's hash needs every byte to pass: a resumed
+        // copy's stream is only the tail.
+        let stream_hash = self.routing.get().is_some_and(|r| r.stream_hash());
+        if spec.dest_command != DestCommand::Replace
+            || spec.disposition == Disposition::Delete
+            || stream_hash
+        {
             return Ok(());
         }
         if m.resume.is_none() && m.size.is_some_and(|s| s < threshold) {
@@ -58,11 +64,7 @@ impl Run {
             };
             match resume::decide(base, &now) {
                 Decision::Resume { offset } => {
-                    self.history(
-                        "resumed",
-                        format!("{}: from byte {offset} of {size} (REST {offset})", m.name),
-                    )
-                    .await;
+                    // The history says so once both servers took the REST (`resumed`).
                     mc.req.resume_at = Some(offset);
                     return Ok(());
                 }
@@ -108,10 +110,27 @@ impl Run {
         }
     }
 
-    /// After a copy whose resume a server refused: remembered for the destination, so that
-    /// its next copies start again at once.
-    pub(super) async fn remember_resume_refusal(&self, spec: &JobSpec, report: &AttemptReport) {
-        let (Some(refused), Some(d)) = (&report.resume_refused, &spec.destination) else {
+    /// After a resumable copy: the job's history says from where it went on (each resumed
+    /// span), or that a server refused the resume; a destination's refusal is remembered, so
+    /// that its next copies start again at once.
+    pub(super) async fn resumed(&self, mc: &MemberCtx<'_>, report: &AttemptReport) {
+        let name = &mc.m.name;
+        if let (Some(offset), Some(size)) = (report.resumed_from, mc.req.source_size) {
+            self.history(
+                "resumed",
+                format!("{name}: bytes {offset}..{size} moved after REST {offset}"),
+            )
+            .await;
+        }
+        let Some((side, refused)) = &report.resume_refused else {
+            return;
+        };
+        self.history(
+            "restarted",
+            format!("{name}: {refused}; the next try starts again"),
+        )
+        .await;
+        let (Side::Destination, Some(d)) = (side, &mc.spec.destination) else {
             return;
         };
         let key = RefusalKey::new(&d.host, d.port, RESTART_COMMAND);

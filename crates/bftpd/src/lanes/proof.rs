@@ -57,8 +57,12 @@ pub async fn check_required(
     proof::require_or_relay(spec.proof, &plan, may_relay, image)
 }
 
-/// What a copy's report says of its relayed stream, for the proof.
+/// What a copy's report says of its relayed stream, for the proof: nothing for a resumed
+/// copy, whose stream is only the file's tail.
 pub fn stream_of(report: &bftp_ftp::AttemptReport) -> Option<proof::Stream> {
+    if report.resumed_from.is_some() {
+        return None;
+    }
     report.relayed.as_ref().map(|r| proof::Stream {
         bytes: r.bytes,
         sha256: r.sha256.clone(),

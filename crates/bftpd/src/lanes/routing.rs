@@ -55,6 +55,11 @@ impl Routing {
         }
     }
 
+    /// Whether relayed streams are hashed (the job's proof may rest on them).
+    pub fn stream_hash(&self) -> bool {
+        self.stream_hash.load(Ordering::Relaxed)
+    }
+
     /// Whether the job's copies may be relayed.
     pub fn may_relay(&self) -> bool {
         self.path.may_relay()

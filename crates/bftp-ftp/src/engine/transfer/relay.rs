@@ -160,7 +160,8 @@ impl Attempt<'_> {
         };
         let mut options = RelayOptions::for_copy(&self.pair.limits, now);
         options.deadline = self.pair.deadline;
-        options.sha256 = self.pair.stream_hash;
+        // A resumed copy's stream is only the file's tail: its hash would prove nothing.
+        options.sha256 = self.pair.stream_hash && self.report.resumed_from.is_none();
         options.gate = gate;
         let relayed = relay::relay(source, destination, &options, std::future::pending()).await;
         self.report.relayed = Some(RelayStats {

@@ -1,7 +1,7 @@
 //! A copy that resumes where a cut one stopped (RULES.md §14): `REST offset` to each server
 //! right before its data command. The caller decides the offset (`bftp_core::resume`); a
-//! server that refuses it ends the copy as transient, its reply reported so that the caller
-//! does not ask again.
+//! server that refuses it ends the copy as transient (a data-connection kind: worth a second
+//! try at once), its reply reported so that the caller does not ask again.
 
 use super::*;
 
@@ -19,12 +19,28 @@ impl Attempt<'_> {
             return Ok(());
         }
         self.report.resumed_from = None;
-        self.report.resume_refused = Some(format!(
-            "the {side} server {} answered {line}: {}",
-            self.pair.host(side),
-            describe(&result)
+        self.report.resume_refused = Some((
+            side,
+            format!(
+                "the {side} server {} answered {line}: {}",
+                self.pair.host(side),
+                describe(&result)
+            ),
         ));
-        Err(self.fail(side, &line, result, None))
+        // Not the file's fault, and not for good: the copy is worth another try at once,
+        // which the caller makes without REST (it remembers the refusal).
+        match result {
+            Ok(reply) => Err(self.transient(
+                TransientKind::DataConnection,
+                Failure::Reply {
+                    side,
+                    host: self.pair.host(side).to_owned(),
+                    command: "REST".into(),
+                    reply,
+                },
+            )),
+            Err(error) => Err(self.fail(side, &line, Err(error), None)),
+        }
     }
 
     /// A storing command refused right after its `REST`: the destination will not take a
@@ -36,10 +52,13 @@ impl Attempt<'_> {
         if let Ok(reply) = result {
             if reply.code().get() >= 400 {
                 self.report.resumed_from = None;
-                self.report.resume_refused = Some(format!(
-                    "the destination server {} refused {} after REST: {reply}",
-                    self.pair.host(Side::Destination),
-                    self.command_verb(Side::Destination)
+                self.report.resume_refused = Some((
+                    Side::Destination,
+                    format!(
+                        "the destination server {} refused {} after REST: {reply}",
+                        self.pair.host(Side::Destination),
+                        self.command_verb(Side::Destination)
+                    ),
                 ));
             }
         }
