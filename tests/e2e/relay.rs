@@ -401,3 +401,112 @@ fn a_cut_relay_resumes_from_the_destinations_size() -> Result<()> {
     ensure!(log.contains("REST"), "the source's log shows no REST");
     Ok(())
 }
+
+/// Resume is not the relay's alone: a third-party copy cut off half-way goes on where it
+/// stopped too, `REST` to both servers before their data commands (FXP allowed on both).
+#[test]
+fn a_cut_third_party_copy_resumes_from_the_destinations_size() -> Result<()> {
+    let src = FtpServer::start(
+        Vsftpd,
+        FtpOptions {
+            max_rate: Some(2_000_000),
+            ..FtpOptions::default()
+        },
+    )?;
+    let dst = FtpServer::start(PureFtpd, FtpOptions::default())?;
+    let data = payload(6 * 1024 * 1024, 23);
+    src.put_file("/out/big.bin", &data)?;
+    dst.mkdir("/in")?;
+    block_on(async {
+        let mut pair = open_pair(&src, &dst, Plan::FxpOnly).await?;
+        let mut first = request("/out/big.bin", "/in/big.bin", DestCommand::Replace);
+        first.resume_at = Some(0);
+        let cut = pair.copy_or_abort(
+            &first,
+            tokio::time::sleep(Duration::from_millis(1200)),
+            "cut",
+        );
+        ensure!(cut.await.is_err(), "the copy was not cut");
+        pair.reopen("after the cut").await?;
+        let offset = pair
+            .size(Side::Destination, "/in/big.bin")
+            .await?
+            .unwrap_or(0);
+        ensure!(offset > 0 && offset < data.len() as u64, "cut at {offset}");
+        let mut again = request("/out/big.bin", "/in/big.bin", DestCommand::Replace);
+        again.resume_at = Some(offset);
+        let outcome = pair.copy(&again).await?;
+        ensure!(outcome.is_success(), "{}", explain(&outcome));
+        let report = outcome.report();
+        ensure!(
+            report.resumed_from == Some(offset),
+            "{:?}",
+            report.resumed_from
+        );
+        ensure!(
+            matches!(report.route, Some(Route::Fxp | Route::FxpRolesSwapped)),
+            "{:?}",
+            report.route
+        );
+        for side in [Side::Source, Side::Destination] {
+            ensure!(
+                report.transcript.count_sent(side, "REST") == 1,
+                "{}",
+                report.transcript
+            );
+        }
+        Ok(())
+    })?;
+    ensure!(dst.read_file("/in/big.bin")? == data, "differs");
+    Ok(())
+}
+
+/// The destination refuses the storing command after the source was asked for the file in
+/// the same round trip: that file fails, both connections stay in step (the source's replies
+/// to the reset transfer are read), and the next copy on the same pair relays.
+#[test]
+fn a_refused_stor_leaves_the_pair_in_step_for_the_next_relay() -> Result<()> {
+    let src = start_stock(Vsftpd)?;
+    let dst = start_stock(Proftpd)?;
+    let data = payload(300_000, 8);
+    src.put_file("/out/a.bin", &data)?;
+    dst.mkdir("/in")?;
+    block_on(async {
+        let mut pair = open_pair(&src, &dst, Plan::Relay(RelayReason::Asked)).await?;
+        let outcome = pair
+            .copy(&request(
+                "/out/a.bin",
+                "/missing/a.bin",
+                DestCommand::Replace,
+            ))
+            .await?;
+        ensure!(!outcome.is_success(), "{}", explain(&outcome));
+        ensure!(
+            matches!(
+                outcome.failure(),
+                Some(bftp_ftp::Failure::Reply {
+                    side: Side::Destination,
+                    ..
+                })
+            ),
+            "{}",
+            explain(&outcome)
+        );
+        for i in 0..3 {
+            let outcome = pair
+                .copy(&request(
+                    "/out/a.bin",
+                    &format!("/in/a{i}.bin"),
+                    DestCommand::Replace,
+                ))
+                .await?;
+            ensure!(
+                outcome.is_success(),
+                "copy {i} after the refusal: {}",
+                explain(&outcome)
+            );
+            ensure!(dst.read_file(&format!("/in/a{i}.bin"))? == data);
+        }
+        Ok(())
+    })
+}

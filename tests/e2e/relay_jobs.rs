@@ -309,3 +309,57 @@ fn a_relaying_job_counts_its_data_connections_in_the_per_host_limit() {
         "pairs opened to the source (each relaying pair holds 2 of its 4 slots)"
     );
 }
+
+/// A source that changed while its copy was cut off: the next try does not go on from the
+/// destination's size (the bytes there are the old file's), it starts again, the history
+/// says why, and the destination ends with the new file.
+#[test]
+fn a_source_changed_since_the_cut_starts_the_copy_again() {
+    let src = FtpServer::start(
+        Vsftpd,
+        FtpOptions {
+            fxp: false,
+            max_rate: Some(3_000_000),
+            ..FtpOptions::default()
+        },
+    )
+    .unwrap();
+    let dst = stock(PureFtpd);
+    dst.mkdir("in").unwrap();
+    let old = payload(9 * 1024 * 1024, 5);
+    src.put_file("out/moving.bin", &old).unwrap();
+    let mut d = Bftpd::start_with(config_plus("[ftp]\nresume_from = 1048576\n")).unwrap();
+    let id = submit(
+        &d,
+        &src,
+        &dst,
+        "out/moving.bin",
+        "in/moving.bin",
+        &["--retry-first", "1s", "--retry-cap", "1s"],
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while dst.read_file("in/moving.bin").map(|f| f.len()).unwrap_or(0) < 1_000_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the copy never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d.kill9();
+    // The source grows while bftpd is down.
+    let new = [old.clone(), payload(100_000, 6)].concat();
+    src.put_file("out/moving.bin", &new).unwrap();
+    d.restart_after_kill9().unwrap();
+    let v = wait_final(&d, id, Duration::from_secs(120));
+    assert_eq!(v["outcome"], "succeeded", "{v:#}");
+    assert!(
+        dst.read_file("in/moving.bin").unwrap() == new,
+        "not the new file"
+    );
+    let history = v["history"].to_string();
+    assert!(
+        history.contains("restarted") && history.contains("the source changed"),
+        "{history}"
+    );
+    assert!(!history.contains("\"resumed\""), "{history}");
+}

@@ -97,7 +97,7 @@ impl Pair {
     /// PROT and SSCN on both servers for the next copy, by the data policies; the plan
     /// taken is kept for [`Pair::data_tls`].
     /// No data protection is in play on this pair.
-    fn plain_data(&self) -> bool {
+    pub(super) fn plain_data(&self) -> bool {
         [self.logins[0].tls.data, self.logins[1].tls.data] == [TlsPolicy::Off, TlsPolicy::Off]
             && !self.src.prot_private()
             && !self.dst.prot_private()

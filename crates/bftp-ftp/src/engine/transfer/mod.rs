@@ -167,6 +167,7 @@ pub(super) async fn run(pair: &mut Pair, request: &CopyRequest) -> Result<CopyOu
         resume: request
             .resume_at
             .filter(|_| request.dest_command == DestCommand::Replace),
+        dst_passive_sent: None,
     };
     let mut phase = Phase::Prepare;
     loop {
@@ -227,6 +228,9 @@ struct Attempt<'a> {
     passive_sent: Option<&'static str>,
     /// The offset this copy resumes at (`REST` to both servers), while it may.
     resume: Option<u64>,
+    /// A relay: the destination's passive command, sent with the source's SIZE; its reply
+    /// is owed until the relay reads it.
+    dst_passive_sent: Option<&'static str>,
 }
 
 impl Attempt<'_> {
@@ -568,6 +572,7 @@ impl Attempt<'_> {
             Ok(()) => {
                 self.pair.owed[index(Side::Source)] += 1;
                 self.passive_sent = Some(verb);
+                self.destination_passive_ahead().await;
                 self.pair.read_reply(Side::Source, "SIZE", deadline).await
             }
             Err(error) => {

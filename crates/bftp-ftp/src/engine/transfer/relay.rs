@@ -76,6 +76,13 @@ impl Attempt<'_> {
         if let Err(end) = self.rest(Side::Destination).await {
             return end;
         }
+        // Both data commands in one round trip, RETR written before STOR's reply is read,
+        // unless the copy resumes (each REST goes right before its command) or is a STOU
+        // (its name is recorded before the source is asked for a byte).
+        let src_line = self.command_line(Side::Source);
+        let together = self.resume.unwrap_or(0) == 0
+            && self.request.dest_command != DestCommand::Unique
+            && self.send_ahead(Side::Source, &src_line).await;
         let dst_line = self.command_line(Side::Destination);
         let result = self.pair.exchange(Side::Destination, &dst_line).await;
         let kind = CommandKind::from_verb(&super::super::verb(&dst_line));
@@ -90,7 +97,18 @@ impl Attempt<'_> {
                 Some(reply)
             }
             (disposition, result) => {
-                drop(dst_tcp);
+                drop((dst_tcp, src_tcp));
+                if together {
+                    // The source was asked already: its reply, and its final one after the
+                    // reset, keep the connection in step.
+                    self.drain_final(Side::Source).await;
+                    if self.pair.last[0].as_ref().is_some_and(|r| {
+                        r.code
+                            .is_some_and(|c| c.class() == bftp_core::reply::ReplyClass::Preliminary)
+                    }) {
+                        self.drain_final(Side::Source).await;
+                    }
+                }
                 self.refused(Side::Destination, &result);
                 self.clean_up().await;
                 return self.fail(Side::Destination, &dst_line, result, Some(disposition));
@@ -106,8 +124,12 @@ impl Attempt<'_> {
             self.clean_up().await;
             return end;
         }
-        let src_line = self.command_line(Side::Source);
-        let result = self.pair.exchange(Side::Source, &src_line).await;
+        let result = if together {
+            let deadline = self.pair.reply_deadline();
+            self.pair.read_reply(Side::Source, "RETR", deadline).await
+        } else {
+            self.pair.exchange(Side::Source, &src_line).await
+        };
         let disposition = self.pair.classify(Side::Source, CommandKind::Retr, &result);
         let src_final = match (disposition, result) {
             (Disposition::Preliminary, Ok(_)) => None,
@@ -250,14 +272,61 @@ impl Attempt<'_> {
         }
     }
 
+    /// A relay of a replace copy in clear: the destination's passive command goes out with
+    /// the source's SIZE (one round trip for both servers' first steps). Only where nothing
+    /// else goes to the destination before the relay reads its reply: no TLS to settle (PROT
+    /// and SSCN are sent without reading owed replies first), its TYPE already the job's, no
+    /// REST to send first.
+    pub(super) async fn destination_passive_ahead(&mut self) {
+        let job_type = self.pair.params.transfer_type;
+        let ready = matches!(self.pair.plan, Plan::Relay(_))
+            && self.request.dest_command == DestCommand::Replace
+            && self.resume.unwrap_or(0) == 0
+            && self.pair.plain_data()
+            && self.pair.types[index(Side::Destination)] == Some(job_type)
+            && self.pair.owed[index(Side::Destination)] == 0;
+        if !ready {
+            return;
+        }
+        let verb = self.pair.passive_commands(Side::Destination)[0];
+        if self
+            .pair
+            .session(Side::Destination)
+            .send(verb)
+            .await
+            .is_ok()
+        {
+            self.pair.owed[index(Side::Destination)] += 1;
+            self.dst_passive_sent = Some(verb);
+        }
+    }
+
+    /// Writes `line` to `side` without reading its reply (read later with `read_reply`):
+    /// whether it went out.
+    async fn send_ahead(&mut self, side: Side, line: &str) -> bool {
+        self.pair.drain_owed(side).await;
+        match self.pair.session(side).send(line).await {
+            Ok(()) => true,
+            Err(error) => {
+                let result = Err(error);
+                self.pair.remember(side, &super::super::verb(line), &result);
+                false
+            }
+        }
+    }
+
     /// The data address of `side` for the relay, checked as for a third-party copy (RFC
     /// 2577); `Err`: the copy's end.
     async fn relay_address(&mut self, side: Side) -> Result<SocketAddr, Phase> {
         let peer_ip = self.pair.session(side).peer().ip().to_canonical();
         let mut refused = Vec::new();
         for &command in self.pair.passive_commands(side) {
-            let result = if side == Side::Source && self.passive_sent == Some(command) {
-                self.passive_sent = None;
+            let sent = match side {
+                Side::Source => &mut self.passive_sent,
+                Side::Destination => &mut self.dst_passive_sent,
+            };
+            let result = if *sent == Some(command) {
+                *sent = None;
                 self.pair.read_owed_step(side, command).await
             } else {
                 self.pair.exchange(side, command).await
