@@ -1,14 +1,19 @@
 //! A copy through bftpd (RULES.md §14): when the servers will not talk to each other,
 //! bftpd opens a passive data connection to each (PASV/EPSV on both, each address checked
 //! as in a third-party copy: the server's control address with the port it announced, never
-//! a port below 1024), sends STOR/APPE/STOU to the destination and then RETR to the source,
-//! and moves the bytes itself ([`crate::relay`]): the kernel on two plain legs, a bounded
-//! buffer on TLS legs or when the stream's hash is asked for.
+//! a port below 1024), sends STOR/APPE/STOU to the destination and RETR to the source, and
+//! moves the bytes itself ([`crate::relay`]): the kernel on two plain legs, a bounded buffer
+//! on TLS legs or when the stream's hash is asked for.
 //!
-//! The destination's command goes first: a refused storing command then costs the source
-//! nothing, and a source that refuses RETR leaves a destination waiting on a data
-//! connection that bftpd resets (never closes cleanly: a clean close is an end of file, and
-//! the server would take an empty or cut stream for the whole file).
+//! Round trips: in clear, the destination's passive command goes out with the source's SIZE
+//! (`destination_passive_ahead`), and the two data commands go out in one round trip (RETR
+//! written before STOR's reply is read). A resumed copy sends each `REST` right before its
+//! command, and a STOU waits for its name to be recorded before the source is asked: those
+//! are sent one after the other, the destination first. Whatever the order, no byte reaches
+//! the destination before both servers accepted their commands, and a side that refuses
+//! leaves the other's data connection reset (never closed cleanly: a clean close is an end of
+//! file, and the server would take an empty or cut stream for the whole file), its replies
+//! read so that the pair stays in step.
 //!
 //! The copy then ends as a third-party one does: both final replies within the watchdog
 //! ([`Attempt::completion`]), then the size check; a relay also has its own count of the
