@@ -136,7 +136,14 @@ impl Run {
         }
         match change.next {
             ledger::Next::Settled(MemberState::Succeeded) => {}
-            ledger::Next::Settled(_) => return Ok(None),
+            ledger::Next::Settled(_) => {
+                if resumable && mc.spec.dest_command == DestCommand::Replace {
+                    // Kept for a next try that will not come: a failed copy's partial file
+                    // goes, as a replace copy's always did.
+                    self.drop_partial(pair, &mc.req.dest_path).await;
+                }
+                return Ok(None);
+            }
             ledger::Next::Pending { second_try } => {
                 return Ok(Some(Pending {
                     reason: change.detail,
@@ -154,6 +161,19 @@ impl Run {
                 .await;
         }
         Ok(None)
+    }
+}
+
+impl Run {
+    /// Deletes a resumable copy's partial file once its member ended without it (best
+    /// effort: noted in the attempt's transcript either way).
+    async fn drop_partial(&self, pair: &mut Pair, path: &str) {
+        let said = match pair.delete(Side::Destination, path).await {
+            Ok(reply) => format!("partial file {path:?} of a resumable copy deleted ({reply})"),
+            Err(e) => format!("partial file {path:?} of a resumable copy NOT deleted: {e}"),
+        };
+        pair.note(Side::Destination, &said);
+        self.keep(pair.take_transcript());
     }
 }
 
