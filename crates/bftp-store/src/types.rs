@@ -1,5 +1,5 @@
 //! The store's own view of a job: what goes in, what comes out. These are API types of the
-//! store, not its disk format (that is `record.rs`), so either can change alone.
+//! store, not its disk format (that is `record/`), so either can change alone.
 
 use std::fmt;
 use std::str::FromStr;

@@ -1,6 +1,6 @@
 //! [`PgStore`]: the [`JobStore`](crate::JobStore) that several daemons (nodes) share, on PostgreSQL.
 //!
-//! The records are the same versioned JSON records as sled's (`record.rs`), one per row, with
+//! The records are the same versioned JSON records as sled's (`record/`), one per row, with
 //! the columns the queries need beside them (state, due time, owner, keyword hash).
 //!
 //! Claims and fencing:
