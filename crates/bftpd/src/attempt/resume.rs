@@ -44,13 +44,13 @@ impl Run {
         let Ok(Some(size)) = pair.size(Side::Source, &src).await else {
             return Ok(());
         };
+        // Asked just now: the copy need not ask again.
+        mc.req.source_size = Some(size);
         if m.resume.is_none() && size < threshold {
             return Ok(());
         }
         let modified = pair.modified(Side::Source, &src).await;
         let dest_size = pair.size(Side::Destination, &dst).await.ok().flatten();
-        // Asked just now: the copy need not ask again.
-        mc.req.source_size = Some(size);
         if let Some(base) = &m.resume {
             let now = resume::Now {
                 size: Some(size),
