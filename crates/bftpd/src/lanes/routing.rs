@@ -22,6 +22,8 @@ pub struct Routing {
     pairs: PairMemories,
     ends: ((String, u16), (String, u16)),
     clock: crate::clock::Clock,
+    /// A third-party copy of this job already asked the pair memory whether to forget.
+    forget_asked: AtomicBool,
 }
 
 impl Routing {
@@ -52,6 +54,7 @@ impl Routing {
             pairs,
             ends: (src, dst),
             clock,
+            forget_asked: AtomicBool::new(false),
         }
     }
 
@@ -98,6 +101,14 @@ impl Routing {
                     reply: reply.clone(),
                 });
             }
+        }
+        // The store is asked once a job whether a pair that moved a file by third party has
+        // a memory to forget, not once a file: no read per copy on the hot path.
+        let proven = crate::hosts::pairs::third_party_proven(report);
+        if report.fxp_refused.is_none()
+            && (!proven || self.forget_asked.swap(true, Ordering::Relaxed))
+        {
+            return;
         }
         let ((sh, sp), (dh, dp)) = &self.ends;
         self.pairs
