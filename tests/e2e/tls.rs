@@ -855,7 +855,7 @@ fn vsftpd_to_pure_ftpd_under_required_relays_on_two_encrypted_legs() {
                 "auto",
             ],
         );
-        let (seen, frames) = capture.finish();
+        let (seen, bytes) = capture.finish();
         assert_eq!(code, Some(0), "{out}");
         assert_eq!(
             pure.read_file(&format!("in/{name}")).unwrap(),
@@ -867,10 +867,14 @@ fn vsftpd_to_pure_ftpd_under_required_relays_on_two_encrypted_legs() {
             .find(|e| e["event"] == "file")
             .cloned()
             .unwrap_or_default();
-        (seen, frames, file, out)
+        (seen, bytes, file, out)
     };
-    let (seen, frames, file, out) = run("required", "f.bin");
-    assert!(frames > 100, "the capture saw {frames} frames: {out}");
+    let (seen, bytes, file, out) = run("required", "f.bin");
+    // The capture was watching: the file crossed loopback at least once while it ran.
+    assert!(
+        bytes >= data.len() as u64,
+        "the capture saw only {bytes} bytes: {out}"
+    );
     assert_eq!(seen, 0, "{seen} frames carried the file in clear: {out}");
     assert_eq!(file["route"]["path"], "relay", "{file:#}");
     assert_eq!(file["route"]["reason"], "data_tls", "{file:#}");
@@ -879,7 +883,7 @@ fn vsftpd_to_pure_ftpd_under_required_relays_on_two_encrypted_legs() {
     let (seen, _, file, out) = run("off", "clear.bin");
     // Both servers here allow a third party: the clear copy goes between them.
     assert!(
-        seen > 10,
+        seen > 0,
         "a copy in clear was not seen by the capture: {out}"
     );
     assert_eq!(file["route"]["path"], "fxp", "{file:#}");

@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 pub struct Capture {
     stop: Arc<AtomicBool>,
     seen: Arc<AtomicU64>,
-    frames: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -53,7 +53,11 @@ impl Capture {
             tv_sec: 0,
             tv_usec: 100_000,
         };
-        let big: libc::c_int = 8 << 20;
+        // SO_RCVBUFFORCE (root) passes net.core.rmem_max, which would cap SO_RCVBUF at a few
+        // hundred KiB: a copy on loopback outruns the reader, and dropped frames would hide
+        // what crossed in clear. Loopback's outgoing copies are skipped: each frame once.
+        let big: libc::c_int = 64 << 20;
+        let one: libc::c_int = 1;
         // SAFETY: valid options of the sizes given.
         unsafe {
             libc::setsockopt(
@@ -66,29 +70,57 @@ impl Capture {
             libc::setsockopt(
                 socket.as_raw_fd(),
                 libc::SOL_SOCKET,
-                libc::SO_RCVBUF,
+                libc::SO_RCVBUFFORCE,
                 std::ptr::addr_of!(big).cast(),
+                std::mem::size_of::<libc::c_int>() as u32,
+            );
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_IGNORE_OUTGOING,
+                std::ptr::addr_of!(one).cast(),
                 std::mem::size_of::<libc::c_int>() as u32,
             );
         }
         let stop = Arc::new(AtomicBool::new(false));
         let seen = Arc::new(AtomicU64::new(0));
-        let frames = Arc::new(AtomicU64::new(0));
+        let bytes = Arc::new(AtomicU64::new(0));
         let marker = marker.to_vec();
         let thread = {
-            let (stop, seen, frames) = (stop.clone(), seen.clone(), frames.clone());
+            let (stop, seen, bytes) = (stop.clone(), seen.clone(), bytes.clone());
             std::thread::spawn(move || {
-                let mut buf = vec![0u8; 1 << 16];
-                while !stop.load(Ordering::Relaxed) {
-                    // SAFETY: `buf` is valid for its length.
+                let mut buf = vec![0u8; 1 << 17];
+                // Until stopped and the socket holds nothing more: frames still queued when
+                // the test stops the capture were sent while it ran, and count. Other tests
+                // keep loopback busy, so the drain after the stop is bounded in time.
+                let mut drain_until = None;
+                loop {
+                    if stop.load(Ordering::Relaxed) {
+                        let until = *drain_until.get_or_insert_with(|| {
+                            std::time::Instant::now() + std::time::Duration::from_secs(2)
+                        });
+                        if std::time::Instant::now() > until {
+                            break;
+                        }
+                    }
+                    // SAFETY: `buf` is valid for its length. MSG_TRUNC makes the call
+                    // return the frame's whole length even when it is longer than `buf`.
                     let n = unsafe {
-                        libc::recv(socket.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0)
+                        libc::recv(
+                            socket.as_raw_fd(),
+                            buf.as_mut_ptr().cast(),
+                            buf.len(),
+                            libc::MSG_TRUNC,
+                        )
                     };
                     if n <= 0 {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
                         continue;
                     }
-                    let frame = &buf[..n as usize];
-                    frames.fetch_add(1, Ordering::Relaxed);
+                    bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    let frame = &buf[..(n as usize).min(buf.len())];
                     if frame.windows(marker.len()).any(|w| w == marker.as_slice()) {
                         seen.fetch_add(1, Ordering::Relaxed);
                     }
@@ -98,17 +130,19 @@ impl Capture {
         Ok(Capture {
             stop,
             seen,
-            frames,
+            bytes,
             thread: Some(thread),
         })
     }
 
-    /// Stops and returns (frames that held the marker, frames seen).
+    /// Stops and returns (frames that held the marker, bytes of all the frames seen).
+    /// Loopback frames can be up to 64 KiB long (segmentation offload), so how many frames
+    /// a copy takes varies with the machine; the bytes they carried do not.
     pub fn finish(mut self) -> (u64, u64) {
         self.stop_thread();
         (
             self.seen.load(Ordering::Relaxed),
-            self.frames.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
         )
     }
 
