@@ -7,6 +7,7 @@
 
 pub mod evidence;
 pub mod ftpurl;
+pub mod glob;
 pub mod intent;
 pub mod lease;
 pub mod ledger;

@@ -24,14 +24,13 @@ pub mod unix_list;
 pub use address::{
     eprt_argument, is_privileged_port, parse_epsv, parse_pasv, port_argument, AddressError,
 };
+pub use bftp_core::glob::{glob_match, is_glob_pattern};
 pub use facts::{parse_mdtm_reply, parse_pwd_reply, parse_size_reply, FactError, ModifyTime};
 pub use listing::{
     parse_mlsd, parse_mlsd_line, parse_nlst, EntryKind, MlsdEntry, MlsdError, MlsdLine,
     MlsdListing, NlstLine, NlstListing, NlstParser, RejectedLine, SkipReason,
 };
-pub use name::{
-    check_argument, glob_match, is_glob_pattern, member_name, validate_server_path, NameError,
-};
+pub use name::{check_argument, member_name, validate_server_path, NameError};
 pub use reply::{parse_reply, stou_file_name, Parsed, Reply, ReplyError, ReplyLimits, ReplyParser};
 
 #[cfg(test)]
