@@ -24,6 +24,7 @@ pub mod state;
 pub mod time;
 pub mod tls;
 pub mod tree;
+pub mod watch;
 
 pub use intent::{Decision, Evidence, Intent, Probe};
 pub use model::*;

@@ -1,0 +1,382 @@
+//! A watch's checkpoint (RULES.md §15, SPEC §15): which files a poll takes, which wait, which
+//! are pruned, and what the checkpoint becomes. The NNTP rule in FTP form:
+//!
+//! - the observation (the listing) is taken before anything is decided from it;
+//! - the checkpoint is a set of identities, never a time: a file is new when its identity
+//!   (path, and the server's own size, modify time and `unique` fact) was never delivered,
+//!   whatever its modify time says, so a file moved in with an old modify time is new and a
+//!   nightly file with the same name but new content is new again;
+//! - an identity joins the checkpoint only when its member's end is durable (the store writes
+//!   it in the transaction that records the member: [`settled`]), so a crash repeats a copy
+//!   (a recognizable duplicate) and never skips one;
+//! - a file is stable when it was seen with the same facts in an earlier listing at least
+//!   `settle` ago by bftpd's own clock: no server clock is read, so skew cannot open a gap;
+//! - identities of files the listing no longer shows are pruned with that listing's record, so
+//!   the checkpoint holds about one entry per file present.
+//!
+//! Pure: the caller passes the previous checkpoint, the listing, `now` and the settings.
+
+use std::collections::BTreeMap;
+
+use crate::glob::glob_match;
+use crate::state::MemberState;
+use crate::Timestamp;
+
+/// Names never taken unless the user says otherwise: partial uploads and editors' and
+/// clients' temporary files (lftp's `xfer:temp-file-name` `.in.*.`, WinSCP's `.filepart`).
+pub const DEFAULT_IGNORE: &[&str] = &[
+    "*.part",
+    "*.tmp",
+    "*.filepart",
+    "*.partial",
+    ".*.swp",
+    ".in.*.",
+    "*.crdownload",
+];
+
+/// What the server says of a file's content: the parts of its identity beside its path.
+/// `modified` is the server's `YYYYMMDDHHMMSS[.sss]` from MLSD's `modify` fact or MDTM,
+/// never LIST's display time (which changes format after six months).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Facts {
+    pub size: Option<u64>,
+    pub modified: Option<String>,
+    /// MLSD's `unique` fact, where the server gives one.
+    pub unique: Option<String>,
+}
+
+impl Facts {
+    /// Whether these facts can tell one content from another: a size or a modify time.
+    pub fn identifies(&self) -> bool {
+        self.size.is_some() || self.modified.is_some()
+    }
+}
+
+/// One plain file of a listing: its path relative to the watched directory (`a.csv`,
+/// `sub/b.csv` in a recursive watch) and its facts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub path: String,
+    pub facts: Facts,
+}
+
+/// What became of a content once its member ended for good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Copied and proven.
+    Delivered,
+    /// Failed permanently: reported on the watch, not tried again (until the content
+    /// changes).
+    Failed,
+    /// An unrepeatable copy whose outcome is unknown: reported, not repeated blindly.
+    Uncertain,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Delivered => "delivered",
+            Outcome::Failed => "failed",
+            Outcome::Uncertain => "uncertain",
+        }
+    }
+}
+
+/// The outcome a member's final state gives its identity, or `None` when the content was not
+/// settled (cancelled, retries exhausted, still pending): the next poll takes it again.
+pub fn outcome_of(state: MemberState) -> Option<Outcome> {
+    match state {
+        MemberState::Succeeded => Some(Outcome::Delivered),
+        MemberState::FailedPermanent | MemberState::Refused => Some(Outcome::Failed),
+        MemberState::Uncertain => Some(Outcome::Uncertain),
+        MemberState::Pending | MemberState::FailedRetriesExhausted | MemberState::Cancelled => None,
+    }
+}
+
+/// The checkpoint's entry for one path: the facts last seen there, since when (bftpd's
+/// clock), and what became of that content (`None`: not yet settled).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub facts: Facts,
+    /// When a listing first showed these facts at this path.
+    pub since: Timestamp,
+    pub outcome: Option<Outcome>,
+    /// A server without MLSD: the LIST line's size and display time when the facts were
+    /// asked (SIZE, MDTM). Only a hint of whether to ask again, never part of the identity.
+    pub hint: Option<String>,
+    /// How many polls gave this content to a job. Taken again while unsettled, it is a
+    /// repeat: an earlier job ended without settling it (a crash, a cancel, retries
+    /// exhausted), and the report names it.
+    pub taken: u32,
+}
+
+/// The checkpoint's entry after a member of a watch's job ended in `state`, or `None` to
+/// write nothing. The store calls this in the transaction that records the member. The entry
+/// changes only when it still holds the facts the member was made from: a path whose content
+/// changed since is new content, which this member did not copy.
+pub fn settled(entry: Option<&Entry>, copied: &Facts, state: MemberState) -> Option<Entry> {
+    let outcome = outcome_of(state)?;
+    match entry {
+        Some(e) if e.facts == *copied => (e.outcome != Some(outcome)).then(|| Entry {
+            outcome: Some(outcome),
+            ..e.clone()
+        }),
+        Some(_) => None,
+        // Pruned while its job ran (it left the listing): nothing to mark.
+        None => None,
+    }
+}
+
+/// Whether a server without MLSD must be asked SIZE and MDTM for a listed file: the path is
+/// new, or its LIST line (size and display time) changed since the facts were asked. A
+/// display time that flips to the year form after six months asks again, and the same facts
+/// come back: the identity is unchanged, nothing is delivered again.
+pub fn needs_facts(entry: Option<&Entry>, hint: &str) -> bool {
+    entry.is_none_or(|e| e.hint.as_deref() != Some(hint))
+}
+
+/// A ready marker: a file is taken only once its marker exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ready {
+    /// A file of this name in the same directory (`READY`, `_SUCCESS`) marks every file
+    /// beside it ready.
+    Beside(String),
+    /// `FILE` followed by this suffix (`a.csv.done` for `.done`) marks `FILE` ready.
+    Suffix(String),
+}
+
+impl Ready {
+    /// Whether `path` is a marker itself (never delivered).
+    pub fn is_marker(&self, path: &str) -> bool {
+        match self {
+            Ready::Beside(name) => last_component(path) == name,
+            Ready::Suffix(suffix) => path.ends_with(suffix.as_str()) && path.len() > suffix.len(),
+        }
+    }
+
+    /// The marker that makes `path` ready.
+    pub fn marker_of(&self, path: &str) -> String {
+        match self {
+            Ready::Beside(name) => match path.rsplit_once('/') {
+                Some((dir, _)) => format!("{dir}/{name}"),
+                None => name.clone(),
+            },
+            Ready::Suffix(suffix) => format!("{path}{suffix}"),
+        }
+    }
+}
+
+/// A watch's settings the rule needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// A file is the watch's when its name (last component) matches one of these.
+    pub patterns: Vec<String>,
+    /// ...and none of these.
+    pub ignore: Vec<String>,
+    /// How long a file's facts must stay the same, by bftpd's clock, before it is taken.
+    pub settle_ms: u64,
+    pub ready: Option<Ready>,
+}
+
+/// One listing of the watched directory (the whole tree for a recursive watch).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// Every plain file listed, with its facts.
+    pub files: Vec<Seen>,
+    /// Directories (relative paths) that could not be listed: what the checkpoint holds
+    /// below them is neither taken nor pruned.
+    pub unlisted: Vec<String>,
+}
+
+/// Why a listed file of the watch is not taken now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Seen with these facts since `since`; taken at a poll from `ready_at` on.
+    Settling {
+        since: Timestamp,
+        ready_at: Timestamp,
+    },
+    /// Its ready marker is not there.
+    NoMarker { marker: String },
+}
+
+/// Why a listed file is not the watch's at all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ignored {
+    /// It matches this ignore pattern.
+    Pattern { pattern: String },
+    /// It is a ready marker.
+    Marker,
+    /// The server gives neither its size nor its modify time: it has no identity, and
+    /// taking it at every poll or never would both be wrong.
+    NoFacts,
+}
+
+/// What one poll decides.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Poll {
+    /// The files to copy now: the members of this poll's job, with the facts they are
+    /// copied for.
+    pub take: Vec<Seen>,
+    /// Taken again although an earlier job had this content and did not settle it: the
+    /// overlap the rule allows (a crash before the member's record, a cancel). The copy may
+    /// repeat one already made; the report names it.
+    pub repeats: Vec<String>,
+    pub waiting: Vec<(String, Wait)>,
+    pub ignored: Vec<(String, Ignored)>,
+    /// Entries to write: new paths, paths whose content changed, and the files taken. A
+    /// path whose entry is unchanged is not written, so a poll writes in proportion to what
+    /// is new.
+    pub put: Vec<(String, Entry)>,
+    /// Paths the listing no longer shows: removed with this poll's record.
+    pub prune: Vec<String>,
+    /// Files the checkpoint holds as settled (delivered, failed or uncertain) and the
+    /// listing still shows unchanged.
+    pub settled: usize,
+}
+
+fn last_component(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+fn under(path: &str, dir: &str) -> bool {
+    dir.is_empty()
+        || path
+            .strip_prefix(dir.trim_end_matches('/'))
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// The watch's files are those whose name matches a pattern (an empty list: every name).
+fn matches(settings: &Settings, name: &str) -> bool {
+    settings.patterns.is_empty() || settings.patterns.iter().any(|p| glob_match(p, name))
+}
+
+/// One poll: the previous checkpoint, the new listing, bftpd's clock now, the settings.
+///
+/// A file of the watch (a pattern matches its name) is taken when all hold:
+/// 1. no ignore pattern matches it and it is not a ready marker;
+/// 2. its facts identify it (a size or a modify time);
+/// 3. the checkpoint does not hold its identity as settled;
+/// 4. the checkpoint saw the same facts at least `settle_ms` before `now` (a new path or
+///    changed facts start the wait: the entry is written with `since = now`);
+/// 5. its ready marker, when one is asked for, is in the listing.
+///
+/// Paths in the checkpoint that the listing does not show (and that are not below a
+/// directory that could not be listed) are pruned.
+pub fn poll(
+    checkpoint: &BTreeMap<String, Entry>,
+    listing: &Listing,
+    now: Timestamp,
+    settings: &Settings,
+) -> Poll {
+    let mut out = Poll::default();
+    let listed: std::collections::HashSet<&str> =
+        listing.files.iter().map(|f| f.path.as_str()).collect();
+    let mut seen_here: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for file in &listing.files {
+        // A listing may name a path twice: the first counts, as a set would.
+        if !seen_here.insert(file.path.as_str()) {
+            continue;
+        }
+        let name = last_component(&file.path);
+        if !matches(settings, name) {
+            continue;
+        }
+        if let Some(pattern) = settings.ignore.iter().find(|p| glob_match(p, name)) {
+            out.ignored.push((
+                file.path.clone(),
+                Ignored::Pattern {
+                    pattern: pattern.clone(),
+                },
+            ));
+            continue;
+        }
+        if settings
+            .ready
+            .as_ref()
+            .is_some_and(|r| r.is_marker(&file.path))
+        {
+            out.ignored.push((file.path.clone(), Ignored::Marker));
+            continue;
+        }
+        if !file.facts.identifies() {
+            out.ignored.push((file.path.clone(), Ignored::NoFacts));
+            continue;
+        }
+        let previous = checkpoint.get(&file.path);
+        let entry = match previous {
+            Some(e) if e.facts == file.facts => {
+                if e.outcome.is_some() {
+                    out.settled += 1;
+                    continue;
+                }
+                e.clone()
+            }
+            // New here, or new content at a known path: the wait starts now.
+            _ => Entry {
+                facts: file.facts.clone(),
+                since: now,
+                outcome: None,
+                hint: previous.and_then(|e| e.hint.clone()),
+                taken: 0,
+            },
+        };
+        let changed = previous != Some(&entry);
+        let ready_at = Timestamp(entry.since.0.saturating_add(settings.settle_ms));
+        let stable = settings.settle_ms == 0 || (entry.since < now && ready_at <= now);
+        let wait = if !stable {
+            Some(Wait::Settling {
+                since: entry.since,
+                ready_at,
+            })
+        } else {
+            settings.ready.as_ref().and_then(|ready| {
+                let marker = ready.marker_of(&file.path);
+                (!listed.contains(marker.as_str())).then_some(Wait::NoMarker { marker })
+            })
+        };
+        match wait {
+            Some(wait) => {
+                out.waiting.push((file.path.clone(), wait));
+                if changed {
+                    out.put.push((file.path.clone(), entry));
+                }
+            }
+            None => {
+                if entry.taken > 0 {
+                    out.repeats.push(file.path.clone());
+                }
+                out.take.push(file.clone());
+                out.put.push((
+                    file.path.clone(),
+                    Entry {
+                        taken: entry.taken.saturating_add(1),
+                        ..entry
+                    },
+                ));
+            }
+        }
+    }
+    for path in checkpoint.keys() {
+        if !listed.contains(path.as_str()) && !listing.unlisted.iter().any(|d| under(path, d)) {
+            out.prune.push(path.clone());
+        }
+    }
+    out
+}
+
+/// A poll's new checkpoint, as the store will hold it once the poll's record is written
+/// (for tests and for the caller's own view; the store applies `put` and `prune` itself).
+pub fn apply(checkpoint: &BTreeMap<String, Entry>, poll: &Poll) -> BTreeMap<String, Entry> {
+    let mut next = checkpoint.clone();
+    for path in &poll.prune {
+        next.remove(path);
+    }
+    for (path, entry) in &poll.put {
+        next.insert(path.clone(), entry.clone());
+    }
+    next
+}
+
+#[cfg(test)]
+mod tests;

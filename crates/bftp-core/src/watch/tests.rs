@@ -1,0 +1,529 @@
+//! The watch rule's table: each row is a checkpoint entry (or none), what the listing shows
+//! of one path, the clock, and what the poll must decide.
+
+use super::*;
+
+const SETTLE: u64 = 30_000;
+
+fn facts(size: u64, modified: &str) -> Facts {
+    Facts {
+        size: Some(size),
+        modified: Some(modified.into()),
+        unique: None,
+    }
+}
+
+fn entry(f: Facts, since: u64, outcome: Option<Outcome>, taken: u32) -> Entry {
+    Entry {
+        facts: f,
+        since: Timestamp(since),
+        outcome,
+        hint: None,
+        taken,
+    }
+}
+
+fn settings() -> Settings {
+    Settings {
+        patterns: vec!["*".into()],
+        ignore: DEFAULT_IGNORE.iter().map(|s| s.to_string()).collect(),
+        settle_ms: SETTLE,
+        ready: None,
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    Take,
+    Repeat,
+    Settling,
+    NoMarker,
+    Ignored,
+    Settled,
+    NotOurs,
+}
+
+fn verdict_of(poll: &Poll, path: &str) -> Verdict {
+    if poll.repeats.iter().any(|p| p == path) {
+        assert!(poll.take.iter().any(|s| s.path == path));
+        return Verdict::Repeat;
+    }
+    if poll.take.iter().any(|s| s.path == path) {
+        return Verdict::Take;
+    }
+    match poll.waiting.iter().find(|(p, _)| p == path) {
+        Some((_, Wait::Settling { .. })) => return Verdict::Settling,
+        Some((_, Wait::NoMarker { .. })) => return Verdict::NoMarker,
+        None => {}
+    }
+    if poll.ignored.iter().any(|(p, _)| p == path) {
+        return Verdict::Ignored;
+    }
+    if poll.settled > 0 {
+        return Verdict::Settled;
+    }
+    Verdict::NotOurs
+}
+
+#[test]
+fn one_file_table() {
+    let a = facts(10, "20260101000000");
+    let a_later = facts(10, "20260101000500");
+    let a_longer = facts(11, "20260101000000");
+    let old = facts(10, "20200101000000");
+    let now = 1_000_000;
+    use Verdict::*;
+    // (name, checkpoint entry, listed facts, expected verdict, entry written?)
+    let rows: Vec<(&str, Option<Entry>, Facts, Verdict, bool)> = vec![
+        // A path never seen: the wait starts now, whatever its modify time says.
+        ("new.csv", None, a.clone(), Settling, true),
+        ("new.csv", None, old.clone(), Settling, true),
+        // Seen with the same facts long enough ago: taken, and its taking written.
+        (
+            "a.csv",
+            Some(entry(a.clone(), now - SETTLE, None, 0)),
+            a.clone(),
+            Take,
+            true,
+        ),
+        // An old modify time does not matter: the identity is new.
+        (
+            "a.csv",
+            Some(entry(old.clone(), now - SETTLE - 1, None, 0)),
+            old.clone(),
+            Take,
+            true,
+        ),
+        // Seen, not long enough ago.
+        (
+            "a.csv",
+            Some(entry(a.clone(), now - SETTLE + 1, None, 0)),
+            a.clone(),
+            Settling,
+            false,
+        ),
+        // Seen at this very clock (bftpd's clock went back): not an earlier listing.
+        (
+            "a.csv",
+            Some(entry(a.clone(), now, None, 0)),
+            a.clone(),
+            Settling,
+            false,
+        ),
+        (
+            "a.csv",
+            Some(entry(a.clone(), now + 3_600_000, None, 0)),
+            a.clone(),
+            Settling,
+            false,
+        ),
+        // Still growing: size changed, the wait starts again.
+        (
+            "a.csv",
+            Some(entry(a.clone(), now - SETTLE * 10, None, 0)),
+            a_longer.clone(),
+            Settling,
+            true,
+        ),
+        // Delivered: not again, however often it is listed.
+        (
+            "a.csv",
+            Some(entry(a.clone(), 0, Some(Outcome::Delivered), 1)),
+            a.clone(),
+            Settled,
+            false,
+        ),
+        (
+            "a.csv",
+            Some(entry(a.clone(), 0, Some(Outcome::Failed), 1)),
+            a.clone(),
+            Settled,
+            false,
+        ),
+        (
+            "a.csv",
+            Some(entry(a.clone(), 0, Some(Outcome::Uncertain), 1)),
+            a.clone(),
+            Settled,
+            false,
+        ),
+        // The same name with new content (a nightly file): new again.
+        (
+            "a.csv",
+            Some(entry(a.clone(), 0, Some(Outcome::Delivered), 1)),
+            a_later.clone(),
+            Settling,
+            true,
+        ),
+        (
+            "a.csv",
+            Some(entry(a.clone(), 0, Some(Outcome::Delivered), 1)),
+            a_longer.clone(),
+            Settling,
+            true,
+        ),
+        // A changed `unique` fact is new content.
+        (
+            "a.csv",
+            Some(entry(a.clone(), 0, Some(Outcome::Delivered), 1)),
+            Facts {
+                unique: Some("ino2".into()),
+                ..a.clone()
+            },
+            Settling,
+            true,
+        ),
+        // Taken before and never settled (a crash, a cancel): taken again, as a repeat.
+        (
+            "a.csv",
+            Some(entry(a.clone(), now - SETTLE, None, 1)),
+            a.clone(),
+            Repeat,
+            true,
+        ),
+        // Ignored by the default patterns: partial uploads and temporary names.
+        ("a.csv.part", None, a.clone(), Ignored, false),
+        ("a.tmp", None, a.clone(), Ignored, false),
+        ("a.csv.filepart", None, a.clone(), Ignored, false),
+        // Hidden temporary names are not matched by `*` at all (see the pattern test).
+        (".a.csv.swp", None, a.clone(), NotOurs, false),
+        (".in.a.csv.", None, a.clone(), NotOurs, false),
+        // A hidden name is not matched by `*`.
+        (".hidden", None, a.clone(), NotOurs, false),
+        // No size and no modify time: no identity, reported.
+        ("bare", None, Facts::default(), Ignored, false),
+        // In a subdirectory of a recursive watch: the name is the last component.
+        (
+            "sub/b.csv",
+            Some(entry(a.clone(), now - SETTLE, None, 0)),
+            a.clone(),
+            Take,
+            true,
+        ),
+        ("sub/b.csv.part", None, a.clone(), Ignored, false),
+    ];
+    for (path, previous, listed, want, written) in rows {
+        let mut checkpoint = BTreeMap::new();
+        if let Some(e) = previous.clone() {
+            checkpoint.insert(path.to_string(), e);
+        }
+        let listing = Listing {
+            files: vec![Seen {
+                path: path.into(),
+                facts: listed.clone(),
+            }],
+            unlisted: vec![],
+        };
+        let poll = poll(&checkpoint, &listing, Timestamp(now), &settings());
+        assert_eq!(
+            verdict_of(&poll, path),
+            want,
+            "{path} {previous:?} {listed:?}"
+        );
+        assert_eq!(
+            poll.put.iter().any(|(p, _)| p == path),
+            written,
+            "written: {path} {previous:?} {listed:?}"
+        );
+        assert!(poll.prune.is_empty(), "{path}: {:?}", poll.prune);
+        // A taken file's entry counts the taking; a new entry starts its wait now.
+        if let Some((_, e)) = poll.put.iter().find(|(p, _)| p == path) {
+            assert_eq!(e.facts, listed);
+            let taken_before = previous
+                .as_ref()
+                .filter(|p| p.facts == listed)
+                .map_or(0, |p| p.taken);
+            let was_taken = matches!(want, Take | Repeat);
+            assert_eq!(e.taken, taken_before + u32::from(was_taken), "{path}");
+            if previous.as_ref().is_none_or(|p| p.facts != listed) {
+                assert_eq!(e.since, Timestamp(now), "{path}");
+                assert_eq!(e.outcome, None, "{path}");
+            }
+        }
+    }
+}
+
+#[test]
+fn settle_zero_takes_at_first_sight() {
+    let s = Settings {
+        settle_ms: 0,
+        ..settings()
+    };
+    let listing = Listing {
+        files: vec![Seen {
+            path: "a".into(),
+            facts: facts(1, "20260101000000"),
+        }],
+        unlisted: vec![],
+    };
+    let p = poll(&BTreeMap::new(), &listing, Timestamp(5), &s);
+    assert_eq!(p.take.len(), 1);
+    assert_eq!(p.put[0].1.taken, 1);
+    assert_eq!(p.put.len(), 1, "one entry, not a sighting and a taking");
+}
+
+#[test]
+fn patterns_choose_the_watchs_files() {
+    let s = Settings {
+        patterns: vec!["*.csv".into(), "report-??.txt".into()],
+        settle_ms: 0,
+        ..settings()
+    };
+    let f = facts(1, "20260101000000");
+    let listing = Listing {
+        files: [
+            "a.csv",
+            "b.txt",
+            "report-01.txt",
+            "report-001.txt",
+            "d/e.csv",
+        ]
+        .iter()
+        .map(|p| Seen {
+            path: p.to_string(),
+            facts: f.clone(),
+        })
+        .collect(),
+        unlisted: vec![],
+    };
+    let p = poll(&BTreeMap::new(), &listing, Timestamp(5), &s);
+    let taken: Vec<&str> = p.take.iter().map(|s| s.path.as_str()).collect();
+    assert_eq!(taken, ["a.csv", "report-01.txt", "d/e.csv"]);
+    assert!(
+        p.ignored.is_empty(),
+        "files not matched are not the watch's"
+    );
+}
+
+#[test]
+fn ready_markers_beside_and_per_file() {
+    let f = facts(1, "20260101000000");
+    let seen = |p: &str| Seen {
+        path: p.into(),
+        facts: f.clone(),
+    };
+    let mut checkpoint = BTreeMap::new();
+    for p in ["d1/a", "d1/READY", "d2/b", "c", "c.done", "e"] {
+        checkpoint.insert(p.to_string(), entry(f.clone(), 0, None, 0));
+    }
+    let files: Vec<Seen> = ["d1/a", "d1/READY", "d2/b"]
+        .iter()
+        .map(|p| seen(p))
+        .collect();
+    let beside = Settings {
+        ready: Some(Ready::Beside("READY".into())),
+        ..settings()
+    };
+    let p = poll(
+        &checkpoint,
+        &Listing {
+            files,
+            unlisted: vec![],
+        },
+        Timestamp(SETTLE + 1),
+        &beside,
+    );
+    assert_eq!(verdict_of(&p, "d1/a"), Verdict::Take);
+    assert_eq!(
+        p.waiting,
+        [(
+            "d2/b".to_string(),
+            Wait::NoMarker {
+                marker: "d2/READY".into()
+            }
+        )]
+    );
+    assert_eq!(p.ignored, [("d1/READY".to_string(), Ignored::Marker)]);
+
+    let files: Vec<Seen> = ["c", "c.done", "e"].iter().map(|p| seen(p)).collect();
+    let suffix = Settings {
+        ready: Some(Ready::Suffix(".done".into())),
+        ..settings()
+    };
+    let p = poll(
+        &checkpoint,
+        &Listing {
+            files,
+            unlisted: vec![],
+        },
+        Timestamp(SETTLE + 1),
+        &suffix,
+    );
+    assert_eq!(
+        p.take.iter().map(|s| s.path.as_str()).collect::<Vec<_>>(),
+        ["c"]
+    );
+    assert_eq!(
+        p.waiting,
+        [(
+            "e".to_string(),
+            Wait::NoMarker {
+                marker: "e.done".into()
+            }
+        )]
+    );
+    assert_eq!(p.ignored, [("c.done".to_string(), Ignored::Marker)]);
+}
+
+#[test]
+fn pruning_follows_the_listing_but_not_below_a_directory_it_could_not_list() {
+    let f = facts(1, "20260101000000");
+    let mut checkpoint = BTreeMap::new();
+    for p in ["gone", "here", "bad/x", "bad/y/z", "badly", "good/x"] {
+        checkpoint.insert(
+            p.to_string(),
+            entry(f.clone(), 0, Some(Outcome::Delivered), 1),
+        );
+    }
+    let listing = Listing {
+        files: vec![Seen {
+            path: "here".into(),
+            facts: f.clone(),
+        }],
+        unlisted: vec!["bad".into()],
+    };
+    let p = poll(&checkpoint, &listing, Timestamp(1), &settings());
+    assert_eq!(p.prune, ["badly", "gone", "good/x"]);
+    assert_eq!(p.settled, 1);
+    let next = apply(&checkpoint, &p);
+    assert_eq!(
+        next.keys().collect::<Vec<_>>(),
+        ["bad/x", "bad/y/z", "here"]
+    );
+    // An unlisted root keeps everything.
+    let all = Listing {
+        files: vec![],
+        unlisted: vec!["".into()],
+    };
+    assert!(poll(&checkpoint, &all, Timestamp(1), &settings())
+        .prune
+        .is_empty());
+}
+
+#[test]
+fn a_path_listed_twice_counts_once() {
+    let f = facts(1, "20260101000000");
+    let s = Seen {
+        path: "a".into(),
+        facts: f,
+    };
+    let listing = Listing {
+        files: vec![s.clone(), s],
+        unlisted: vec![],
+    };
+    let p = poll(
+        &BTreeMap::new(),
+        &listing,
+        Timestamp(1),
+        &Settings {
+            settle_ms: 0,
+            ..settings()
+        },
+    );
+    assert_eq!(p.take.len(), 1);
+    assert_eq!(p.put.len(), 1);
+}
+
+#[test]
+fn a_member_settles_its_identity_only_while_the_checkpoint_holds_that_content() {
+    let a = facts(10, "20260101000000");
+    let b = facts(12, "20260102000000");
+    let taken = entry(a.clone(), 5, None, 1);
+    use MemberState::*;
+    // (entry, facts the member copied, its final state, Some(outcome written) or None)
+    type Row<'a> = (
+        Option<&'a Entry>,
+        &'a Facts,
+        MemberState,
+        Option<Option<Outcome>>,
+    );
+    let rows: Vec<Row> = vec![
+        (Some(&taken), &a, Succeeded, Some(Some(Outcome::Delivered))),
+        (
+            Some(&taken),
+            &a,
+            FailedPermanent,
+            Some(Some(Outcome::Failed)),
+        ),
+        (Some(&taken), &a, Refused, Some(Some(Outcome::Failed))),
+        (Some(&taken), &a, Uncertain, Some(Some(Outcome::Uncertain))),
+        // Not settled: nothing written, the next poll takes it again.
+        (Some(&taken), &a, Cancelled, None),
+        (Some(&taken), &a, FailedRetriesExhausted, None),
+        (Some(&taken), &a, Pending, None),
+        // The path holds other content now: this member did not copy it.
+        (Some(&taken), &b, Succeeded, None),
+        // Pruned meanwhile: nothing to mark.
+        (None, &a, Succeeded, None),
+    ];
+    for (e, copied, state, want) in rows {
+        let got = settled(e, copied, state);
+        match want {
+            None => assert_eq!(got, None, "{state:?} {copied:?}"),
+            Some(outcome) => {
+                let got = got.unwrap_or_else(|| panic!("{state:?}: nothing written"));
+                assert_eq!(got.outcome, outcome);
+                assert_eq!(
+                    (got.facts, got.since, got.taken),
+                    (a.clone(), Timestamp(5), 1)
+                );
+            }
+        }
+    }
+    // Settled twice the same way: the second writes nothing.
+    let done = entry(a.clone(), 5, Some(Outcome::Delivered), 1);
+    assert_eq!(settled(Some(&done), &a, Succeeded), None);
+}
+
+#[test]
+fn facts_are_asked_again_only_when_the_list_line_changed() {
+    let mut e = entry(facts(10, "20250701071000"), 0, Some(Outcome::Delivered), 1);
+    e.hint = Some("10 Jul  1 07:10".into());
+    assert!(needs_facts(None, "10 Jul  1 07:10"));
+    assert!(!needs_facts(Some(&e), "10 Jul  1 07:10"));
+    // The display flips to the year form: asked again; the same facts keep it settled.
+    assert!(needs_facts(Some(&e), "10 Jul  1  2025"));
+    let checkpoint = BTreeMap::from([("a".to_string(), e.clone())]);
+    let listing = Listing {
+        files: vec![Seen {
+            path: "a".into(),
+            facts: e.facts.clone(),
+        }],
+        unlisted: vec![],
+    };
+    let p = poll(&checkpoint, &listing, Timestamp(1), &settings());
+    assert!(p.take.is_empty() && p.put.is_empty() && p.settled == 1);
+}
+
+/// 100 polls over unchanged, delivered content write nothing and take nothing.
+#[test]
+fn a_hundred_polls_over_delivered_content_take_and_write_nothing() {
+    let f = facts(10, "20260101000000");
+    let listing = Listing {
+        files: (0..50)
+            .map(|i| Seen {
+                path: format!("f{i}"),
+                facts: f.clone(),
+            })
+            .collect(),
+        unlisted: vec![],
+    };
+    let s = settings();
+    let mut checkpoint = BTreeMap::new();
+    let mut now = 0;
+    let mut taken = 0;
+    for _ in 0..100 {
+        now += SETTLE;
+        let p = poll(&checkpoint, &listing, Timestamp(now), &s);
+        taken += p.take.len();
+        checkpoint = apply(&checkpoint, &p);
+        // The job delivers every file it was given.
+        for t in &p.take {
+            let e = checkpoint.get(&t.path).cloned();
+            if let Some(next) = settled(e.as_ref(), &t.facts, MemberState::Succeeded) {
+                checkpoint.insert(t.path.clone(), next);
+            }
+        }
+    }
+    assert_eq!(taken, 50, "each file once");
+}
