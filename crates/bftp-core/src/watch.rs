@@ -111,20 +111,24 @@ pub struct Entry {
 }
 
 /// The checkpoint's entry after a member of a watch's job ended in `state`, or `None` to
-/// write nothing. The store calls this in the transaction that records the member. The entry
-/// changes only when it still holds the facts the member was made from: a path whose content
-/// changed since is new content, which this member did not copy.
-pub fn settled(entry: Option<&Entry>, copied: &Facts, state: MemberState) -> Option<Entry> {
+/// write nothing. The store calls this in the transaction that records the member, with the
+/// size and modify time the member holds (those it was made from, or the size its copy
+/// found). The entry changes only when it still holds that content: a path whose content
+/// changed since is new content, which this member did not copy. (`unique` is not on the
+/// member: a poll never changes an entry while the job it made runs, see RULES.md §15.)
+pub fn settled(
+    entry: Option<&Entry>,
+    size: Option<u64>,
+    modified: Option<&str>,
+    state: MemberState,
+) -> Option<Entry> {
     let outcome = outcome_of(state)?;
-    match entry {
-        Some(e) if e.facts == *copied => (e.outcome != Some(outcome)).then(|| Entry {
-            outcome: Some(outcome),
-            ..e.clone()
-        }),
-        Some(_) => None,
-        // Pruned while its job ran (it left the listing): nothing to mark.
-        None => None,
-    }
+    let e = entry?;
+    let same = e.facts.size == size && e.facts.modified.as_deref() == modified;
+    (same && e.outcome != Some(outcome)).then(|| Entry {
+        outcome: Some(outcome),
+        ..e.clone()
+    })
 }
 
 /// Whether a server without MLSD must be asked SIZE and MDTM for a listed file: the path is

@@ -457,7 +457,7 @@ fn a_member_settles_its_identity_only_while_the_checkpoint_holds_that_content() 
         (None, &a, Succeeded, None),
     ];
     for (e, copied, state, want) in rows {
-        let got = settled(e, copied, state);
+        let got = settled(e, copied.size, copied.modified.as_deref(), state);
         match want {
             None => assert_eq!(got, None, "{state:?} {copied:?}"),
             Some(outcome) => {
@@ -472,7 +472,10 @@ fn a_member_settles_its_identity_only_while_the_checkpoint_holds_that_content() 
     }
     // Settled twice the same way: the second writes nothing.
     let done = entry(a.clone(), 5, Some(Outcome::Delivered), 1);
-    assert_eq!(settled(Some(&done), &a, Succeeded), None);
+    assert_eq!(
+        settled(Some(&done), a.size, a.modified.as_deref(), Succeeded),
+        None
+    );
 }
 
 #[test]
@@ -520,7 +523,8 @@ fn a_hundred_polls_over_delivered_content_take_and_write_nothing() {
         // The job delivers every file it was given.
         for t in &p.take {
             let e = checkpoint.get(&t.path).cloned();
-            if let Some(next) = settled(e.as_ref(), &t.facts, MemberState::Succeeded) {
+            let (size, modified) = (t.facts.size, t.facts.modified.as_deref());
+            if let Some(next) = settled(e.as_ref(), size, modified, MemberState::Succeeded) {
                 checkpoint.insert(t.path.clone(), next);
             }
         }
