@@ -17,6 +17,9 @@
 //! - `POST /v1/transfer` with [`SubmitRequest`] → a stream of [`TransferEvent`]s, one JSON
 //!   object per line (`application/x-ndjson`): a foreground copy without the queue. Closing
 //!   the connection aborts it.
+//! - `POST /v1/watches`, `GET /v1/watches`, `GET /v1/watches/{id}`, `POST
+//!   /v1/watches/{id}/pause|resume`, `DELETE /v1/watches/{id}`: watches, recurring transfers
+//!   of what is new in a directory (see [`WatchRequest`], [`WatchView`]).
 //! - `GET /v1/health` → [`Health`].
 //! - `GET /metrics` → Prometheus text (exposition format 0.0.4), not JSON: counters and
 //!   gauges without job data (README, "Metrics and logs").
@@ -24,6 +27,9 @@
 //! Stability: within `/v1` fields are only added; removing or renaming one needs `/v2`.
 
 use serde::{Deserialize, Serialize};
+
+mod watch;
+pub use watch::{ReadyView, WatchList, WatchListQuery, WatchNoteView, WatchRequest, WatchView};
 
 /// The header carrying the request key (RULES.md §4.5).
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
