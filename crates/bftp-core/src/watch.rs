@@ -18,6 +18,8 @@
 
 use std::collections::BTreeMap;
 
+pub mod expect;
+
 use crate::glob::glob_match;
 use crate::state::MemberState;
 use crate::Timestamp;
