@@ -267,6 +267,7 @@ impl Daemon {
         &self,
         config: &Config,
         scheduler: &Arc<Scheduler>,
+        watcher: &Arc<crate::watch::Watcher>,
     ) -> anyhow::Result<Arc<api::AppState>> {
         Ok(Arc::new(api::AppState {
             tls_defaults: config.ftp.tls.defaults()?,
@@ -284,7 +285,22 @@ impl Daemon {
             clock: self.clock.clone(),
             key_file: key_file(config),
             data_paths: config.ftp.data_path_policy(),
+            watcher: Some(watcher.clone()),
         }))
+    }
+
+    /// The task that polls the watches (RULES.md §15).
+    fn watcher(&self, scheduler: &Arc<Scheduler>) -> Arc<crate::watch::Watcher> {
+        crate::watch::Watcher::new(
+            self.store.clone(),
+            self.secrets.clone(),
+            self.hosts.clone(),
+            self.limits.clone(),
+            Arc::new(PolicyCheck(self.policy.clone())),
+            scheduler.clone(),
+            self.clock.clone(),
+            self.metrics.clone(),
+        )
     }
 
     /// The removal of finished jobs past `[store] keep_finished`.
@@ -348,6 +364,7 @@ struct Running {
     serving: JoinHandle<()>,
     metrics_serving: Option<JoinHandle<()>>,
     scheduling: (CancellationToken, JoinHandle<()>),
+    watching: (CancellationToken, JoinHandle<()>),
     retaining: (CancellationToken, JoinHandle<()>),
     mailing: Option<(CancellationToken, JoinHandle<()>)>,
 }
@@ -362,7 +379,8 @@ impl Running {
         scheduler: Arc<Scheduler>,
     ) -> anyhow::Result<Running> {
         let postman = daemon.postman(config, &scheduler)?;
-        let state = daemon.api_state(config, &scheduler)?;
+        let watcher = daemon.watcher(&scheduler);
+        let state = daemon.api_state(config, &scheduler, &watcher)?;
         let admins = identity::AdminPolicy::new(config.admin_group.as_deref())?;
         let (admission, timeouts) = api_bounds(config)?;
         let metrics_listener = match config.metrics.listen {
@@ -403,6 +421,8 @@ impl Running {
         let stop = CancellationToken::new();
         let scheduling = (stop.clone(), tokio::spawn(scheduler.run(stop)));
         let stop = CancellationToken::new();
+        let watching = (stop.clone(), tokio::spawn(watcher.run(stop)));
+        let stop = CancellationToken::new();
         let retaining = (
             stop.clone(),
             tokio::spawn(daemon.retention(config).run(stop)),
@@ -416,6 +436,7 @@ impl Running {
             serving,
             metrics_serving,
             scheduling,
+            watching,
             retaining,
             mailing,
         })
@@ -428,8 +449,11 @@ impl Running {
     async fn stop(self, socket: &std::path::Path) -> anyhow::Result<()> {
         tracing::info!("shutting down: no new work; running attempts get their grace period");
         self.api.cancel();
+        self.watching.0.cancel();
         self.scheduling.0.cancel();
-        let (served, scheduled) = tokio::join!(self.serving, self.scheduling.1);
+        let (served, scheduled, watched) =
+            tokio::join!(self.serving, self.scheduling.1, self.watching.1);
+        watched.context("watch task failed")?;
         served.context("API server task failed")?;
         if let Some(m) = self.metrics_serving {
             m.await.context("metrics listener task failed")?;

@@ -21,5 +21,6 @@ pub mod store;
 #[cfg(test)]
 mod testkit;
 pub mod views;
+pub mod watch;
 
 pub use daemon::run;

@@ -271,6 +271,48 @@ pub fn node_series(node: &str, running: usize) -> String {
     )
 }
 
+/// One series of each kind per watch, read from the store at each scrape (RULES.md §15): the
+/// label is the watch's number, which holds no user data.
+pub fn watch_series(watches: &[bftp_store::Watch], now: bftp_core::Timestamp) -> String {
+    if watches.is_empty() {
+        return String::new();
+    }
+    let mut polls = String::from(
+        "# HELP bftp_watch_polls_total Polls of each watch.\n# TYPE bftp_watch_polls_total counter\n",
+    );
+    let mut delivered = String::from(
+        "# HELP bftp_watch_files_delivered_total Files each watch copied and proved.\n\
+         # TYPE bftp_watch_files_delivered_total counter\n",
+    );
+    let mut failed = String::from(
+        "# HELP bftp_watch_files_failed_total Files of each watch that failed for good.\n\
+         # TYPE bftp_watch_files_failed_total counter\n",
+    );
+    let mut since = String::from(
+        "# HELP bftp_watch_seconds_since_delivery Seconds since each watch last delivered a file (since it was made, before its first).\n\
+         # TYPE bftp_watch_seconds_since_delivery gauge\n",
+    );
+    for w in watches {
+        let id = w.id.0;
+        let st = &w.status;
+        polls.push_str(&format!("bftp_watch_polls_total{{watch=\"{id}\"}} {}\n", st.polls));
+        delivered.push_str(&format!(
+            "bftp_watch_files_delivered_total{{watch=\"{id}\"}} {}\n",
+            st.delivered
+        ));
+        failed.push_str(&format!(
+            "bftp_watch_files_failed_total{{watch=\"{id}\"}} {}\n",
+            st.failed
+        ));
+        let last = st.last_delivery.unwrap_or(w.created_at);
+        since.push_str(&format!(
+            "bftp_watch_seconds_since_delivery{{watch=\"{id}\"}} {}\n",
+            now.saturating_duration_since(last).as_secs()
+        ));
+    }
+    polls + &delivered + &failed + &since
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

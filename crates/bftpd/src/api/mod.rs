@@ -4,6 +4,7 @@ pub mod backup;
 pub mod identity;
 pub mod server;
 pub mod submit;
+pub mod watch;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -57,6 +58,8 @@ pub struct AppState {
     pub tls_defaults: crate::hosts::tls::TlsDefaults,
     /// `[ftp] data_path`, `relay`: the path a job gets, and the refusal of a relay.
     pub data_paths: crate::hosts::DataPathPolicy,
+    /// The watches' task, told when a watch is added or resumed (`None` in tests without it).
+    pub watcher: Option<Arc<crate::watch::Watcher>>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -67,6 +70,10 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(get_job))
         .route("/v1/jobs/{id}/cancel", post(cancel))
+        .route("/v1/watches", post(watch::add).get(watch::list))
+        .route("/v1/watches/{id}", get(watch::show).delete(watch::remove))
+        .route("/v1/watches/{id}/pause", post(watch::pause))
+        .route("/v1/watches/{id}/resume", post(watch::resume))
         .route("/v1/verify", post(verify))
         .route("/v1/transfer", post(transfer))
         .route("/v1/admin/backup", post(crate::api::backup::handle))
@@ -115,7 +122,7 @@ impl ApiError {
             },
         }
     }
-    fn bad_request(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
     }
     fn not_found(id: u64) -> ApiError {
@@ -183,7 +190,7 @@ async fn health() -> Json<Health> {
 
 async fn metrics(State(app): State<Shared>) -> Result<Response, ApiError> {
     let store = app.store.clone();
-    let (jobs, outbox, disk, node) = store
+    let (jobs, outbox, disk, node, watches) = store
         .call(move |store| {
             // A shared store: which node this is, and the jobs under its lease.
             let node = match store.cluster().map(|c| c.node()) {
@@ -195,6 +202,7 @@ async fn metrics(State(app): State<Shared>) -> Result<Response, ApiError> {
                 store.outbox_pending()?,
                 store.upkeep().map_or(Ok(None), |u| u.disk_size())?,
                 node,
+                store.watches(None)?,
             ))
         })
         .await?;
@@ -205,6 +213,7 @@ async fn metrics(State(app): State<Shared>) -> Result<Response, ApiError> {
     if let Some((name, running)) = node {
         text.push_str(&crate::metrics::node_series(&name, running));
     }
+    text.push_str(&crate::metrics::watch_series(&watches, app.clock.now()));
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,
@@ -239,12 +248,18 @@ async fn check_hosts(policy: &HostPolicy, spec: &JobSpec) -> Result<(), ApiError
 async fn checked_spec(app: &Shared, body: &[u8]) -> Result<(SubmitRequest, JobSpec), ApiError> {
     let req: SubmitRequest = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("request body: {e}")))?;
+    let spec = checked_request(app, req.clone()).await?;
+    Ok((req, spec))
+}
+
+/// [`checked_spec`] of a request already parsed (a watch's job).
+pub(crate) async fn checked_request(app: &Shared, req: SubmitRequest) -> Result<JobSpec, ApiError> {
     let mut spec = build_spec(&req, app.retry_defaults, &app.retry_bounds, app.clock.now())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     crate::hosts::tls::apply(&req, &mut spec, &app.tls_defaults).map_err(ApiError::bad_request)?;
     admit_data_path(&app.data_paths, &spec)?;
     check_hosts(&app.policy, &spec).await?;
-    Ok((req, spec))
+    Ok(spec)
 }
 
 /// A job that asks for a relay where `[ftp] relay = false` is refused (403, nothing stored).
@@ -391,6 +406,7 @@ async fn submit(
         request,
         created_at: now,
         members,
+        watch: None,
     };
     let (store, mail, paths) = (app.store.clone(), app.mail.clone(), app.data_paths);
     // One trip to the blocking pool: the write, then the answer. A new job's view is built

@@ -92,6 +92,8 @@ pub struct Scheduler {
     tracker: TaskTracker,
     /// Notified whenever a job may have become final (its report is due): the postman's bell.
     finals: Arc<Notify>,
+    /// The same for the watches: a watch's next poll waits for its last job to be final.
+    watch_bell: Arc<Notify>,
     metrics: Arc<Metrics>,
     clock: Clock,
     /// The draw behind each retry's ±10% jitter.
@@ -116,6 +118,7 @@ impl Scheduler {
             drains: Mutex::new(HashMap::new()),
             tracker: TaskTracker::new(),
             finals: Arc::new(Notify::new()),
+            watch_bell: Arc::new(Notify::new()),
             metrics,
             clock,
             jitter,
@@ -125,6 +128,11 @@ impl Scheduler {
     /// Rings when a job may have become final (an attempt ended, a cancel).
     pub fn finals(&self) -> Arc<Notify> {
         self.finals.clone()
+    }
+
+    /// Rings when a job may have become final, for the watches.
+    pub fn watch_bell(&self) -> Arc<Notify> {
+        self.watch_bell.clone()
     }
 
     /// Whether an attempt of the job is still under way (also after a cancel, until it stops).
@@ -152,6 +160,7 @@ impl Scheduler {
         }
         self.notify();
         self.finals.notify_one();
+        self.watch_bell.notify_one();
     }
 
     fn running_count(&self) -> usize {
@@ -361,6 +370,8 @@ impl Scheduler {
         let Some((job, attempt)) = started else {
             // Finished for its deadline, or cancelled meanwhile: either way a report may be due.
             self.finals.notify_one();
+            self.watch_bell.notify_one();
+        self.watch_bell.notify_one();
             return Ok(());
         };
         let token = parent.child_token();
@@ -397,6 +408,7 @@ impl Scheduler {
             me.drains.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             me.notify();
             me.finals.notify_one();
+            me.watch_bell.notify_one();
         }.instrument(span));
         Ok(())
     }

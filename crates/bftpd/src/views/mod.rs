@@ -2,6 +2,7 @@
 
 pub mod engine;
 pub mod report;
+pub mod watch;
 
 use bftp_api::{EndpointView, EventView, JobView, MemberCounts, MemberView, ReplyView, RetryView};
 use bftp_core::{Endpoint, JobState, MemberState, Timestamp};

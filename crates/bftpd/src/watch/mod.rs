@@ -1,0 +1,208 @@
+//! Watches (RULES.md §15): the task that polls each watch when it is due, one poll at a time
+//! per watch, and the poll itself (`poll.rs`).
+//!
+//! The order of one poll is the NNTP seeds' rule: hold the watch (one node at a time), see
+//! that the job the last poll made is final (polls never overlap) and fold what it settled
+//! into the watch's figures, take the observation (one listing of the source), decide with
+//! `bftp_core::watch::poll`, then write the decision, the new job and the status in one
+//! store transaction (`JobStore::record_poll`). Identities join the checkpoint only when
+//! their member's end is written (by the store, in that member's transaction).
+
+mod poll;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bftp_core::Timestamp;
+use bftp_store::{Watch, WatchId};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::hosts::HostLimits;
+use crate::metrics::Metrics;
+use crate::secrets::Secrets;
+use crate::store::Store;
+
+/// How long a node holds a watch after it looked at it: another node takes over a watch
+/// whose holder stopped looking for this long.
+pub const HOLD: Duration = Duration::from_secs(60);
+
+/// With no watch due sooner, the task looks at the store this often (new watches are
+/// announced by the API's bell; another node's are found here).
+const IDLE_LOOK: Duration = Duration::from_secs(30);
+
+/// What the watcher needs of the daemon.
+pub struct Watcher {
+    pub store: Store,
+    pub secrets: Arc<Secrets>,
+    pub hosts: Arc<HostLimits>,
+    pub limits: bftp_ftp::Limits,
+    pub check: Arc<dyn bftp_ftp::AddressCheck>,
+    pub scheduler: Arc<crate::scheduler::Scheduler>,
+    /// Rung by the API (a watch added, resumed) and when a poll ends.
+    pub bell: Arc<Notify>,
+    /// Rung by the scheduler when a job may have become final.
+    ended: Arc<Notify>,
+    pub clock: Clock,
+    pub metrics: Arc<Metrics>,
+    /// This node's name (the store's, when shared; else `local`).
+    pub node: String,
+    /// Watches whose poll is under way here.
+    busy: Mutex<HashSet<WatchId>>,
+    /// Watches whose last job is not final yet, until when they are left alone (a job's end
+    /// clears them all).
+    parked: Mutex<HashMap<WatchId, Timestamp>>,
+    /// The directories below each recursive watch's destination made so far.
+    made: Mutex<HashSet<(WatchId, String)>>,
+}
+
+/// A watch whose job runs is looked at again this often even if no job's end is heard.
+const PARKED: Duration = Duration::from_secs(5);
+
+impl Watcher {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Store,
+        secrets: Arc<Secrets>,
+        hosts: Arc<HostLimits>,
+        limits: bftp_ftp::Limits,
+        check: Arc<dyn bftp_ftp::AddressCheck>,
+        scheduler: Arc<crate::scheduler::Scheduler>,
+        clock: Clock,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Watcher> {
+        let node = store
+            .cluster()
+            .map(|c| c.node())
+            .unwrap_or_else(|| "local".into());
+        let ended = scheduler.watch_bell();
+        Arc::new(Watcher {
+            bell: Arc::new(Notify::new()),
+            ended,
+            parked: Mutex::new(HashMap::new()),
+            made: Mutex::new(HashSet::new()),
+            store,
+            secrets,
+            hosts,
+            limits,
+            check,
+            scheduler,
+            clock,
+            metrics,
+            node,
+            busy: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Polls due watches until `stop`; a poll under way at the stop is abandoned (nothing of
+    /// it was written: its listing is taken again at the next start).
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let tasks = tokio_util::task::TaskTracker::new();
+        loop {
+            let bell = self.bell.notified();
+            tokio::pin!(bell);
+            bell.as_mut().enable();
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            let now = self.clock.now();
+            let next = match self.store.call(|s| s.watches(None)).await {
+                Ok(watches) => self.start_due(&watches, now, &tasks, &stop),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the watches; looking again soon");
+                    now.saturating_add(Duration::from_secs(5))
+                }
+            };
+            let until = next.min(now.saturating_add(IDLE_LOOK));
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = self.clock.sleep_until(until) => {}
+                () = &mut bell => {}
+                () = &mut ended => self.parked().clear(),
+            }
+        }
+        tasks.close();
+        tasks.wait().await;
+    }
+
+    /// Starts a poll of each due watch not already under way; returns when the next one is due.
+    fn start_due(
+        self: &Arc<Self>,
+        watches: &[Watch],
+        now: Timestamp,
+        tasks: &tokio_util::task::TaskTracker,
+        stop: &CancellationToken,
+    ) -> Timestamp {
+        let mut next = now.saturating_add(IDLE_LOOK);
+        for w in watches.iter().filter(|w| !w.paused) {
+            if w.status.next_poll > now {
+                next = next.min(w.status.next_poll);
+                continue;
+            }
+            if let Some(&until) = self.parked().get(&w.id) {
+                if until > now {
+                    next = next.min(until);
+                    continue;
+                }
+            }
+            if !self.busy().insert(w.id) {
+                continue;
+            }
+            let (me, id, stop) = (self.clone(), w.id, stop.clone());
+            tasks.spawn(async move {
+                let span = tracing::info_span!("watch", watch = id.0);
+                let _ = tracing::Instrument::instrument(
+                    async {
+                        tokio::select! {
+                            () = stop.cancelled() => {}
+                            parked = me.poll_one(id) => {
+                                let mut p = me.parked();
+                                match parked {
+                                    true => p.insert(id, me.clock.now().saturating_add(PARKED)),
+                                    false => p.remove(&id),
+                                };
+                            }
+                        }
+                    },
+                    span,
+                )
+                .await;
+                me.busy().remove(&id);
+                // Its next poll time changed: look again.
+                me.bell.notify_one();
+            });
+        }
+        next
+    }
+
+    fn busy(&self) -> std::sync::MutexGuard<'_, HashSet<WatchId>> {
+        self.busy.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn parked(&self) -> std::sync::MutexGuard<'_, HashMap<WatchId, Timestamp>> {
+        self.parked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Something changed (a watch added or resumed): look again now.
+    pub fn notify(&self) {
+        self.bell.notify_one();
+    }
+}
+
+/// A watch's `expect` words: `daily HH:MM` (UTC) or an interval (humantime).
+pub fn expect_of(words: &str) -> Result<bftp_core::watch::expect::Expect, String> {
+    use bftp_core::watch::expect::{parse_daily, Expect};
+    if let Some(e) = parse_daily(words) {
+        return Ok(e);
+    }
+    match humantime::parse_duration(words.trim()) {
+        Ok(d) if d >= Duration::from_secs(1) => Ok(Expect::Every {
+            ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+        }),
+        _ => Err(format!(
+            "expect {words:?}: write \"daily HH:MM\" (UTC) or an interval such as \"6h\""
+        )),
+    }
+}
