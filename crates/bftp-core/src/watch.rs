@@ -95,6 +95,20 @@ pub fn outcome_of(state: MemberState) -> Option<Outcome> {
     }
 }
 
+/// Whether a watch's job mails its report under the watch's `notify_on` word (`failure`, the
+/// default: only a job that did not copy every file; `always`; `never`). A job that is not
+/// final mails nothing yet.
+pub fn mails_report(notify_on: &str, state: &crate::JobState) -> bool {
+    use crate::{JobOutcome, JobState};
+    match (notify_on, state) {
+        (_, JobState::Queued { .. } | JobState::Running { .. }) => false,
+        ("never", _) => false,
+        ("always", _) => true,
+        (_, JobState::Finished { outcome, .. }) => *outcome != JobOutcome::Succeeded,
+        (_, JobState::Cancelled { .. }) => true,
+    }
+}
+
 /// The checkpoint's entry for one path: the facts last seen there, since when (bftpd's
 /// clock), and what became of that content (`None`: not yet settled).
 #[derive(Clone, Debug, PartialEq, Eq)]

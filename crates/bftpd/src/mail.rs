@@ -136,6 +136,10 @@ impl Postman {
             Ok(m) => m,
             Err(Compose::Store(e)) => return fail(format!("cannot read the job: {e}")),
             Err(Compose::Refused(error)) => return DeliveryTry::GaveUp { error },
+            Err(Compose::NotWanted(why)) => {
+                tracing::debug!(job = id.0, "{why}");
+                return DeliveryTry::GaveUp { error: why };
+            }
         };
         tracing::debug!(job = id.0, to = ?envelope.to(), bytes = message.len(), "delivering the report");
         match self.mailer.send_raw(&envelope, &message).await {
@@ -198,6 +202,16 @@ pub fn report_message(
         .get(id)
         .and_then(|j| j.ok_or(StoreError::NotFound(id)))
         .map_err(Compose::Store)?;
+    if let Some(watch) = job.watch {
+        if let Some(w) = store.watch(watch).map_err(Compose::Store)? {
+            if !bftp_core::watch::mails_report(&w.settings.notify_on, &job.state) {
+                return Err(Compose::NotWanted(format!(
+                    "not mailed: watch {} mails its jobs' reports on {}",
+                    watch.0, w.settings.notify_on
+                )));
+            }
+        }
+    }
     let to = settings.recipients(&job).map_err(Compose::Refused)?;
     let history = store.history(id).map_err(Compose::Store)?;
     let transcript = store
@@ -242,6 +256,9 @@ pub enum Compose {
     Store(StoreError),
     /// The report can never be sent as it is (no mailbox, an address lettre refuses).
     Refused(String),
+    /// A watch's job whose report the watch does not mail (`notify_on`): settled without a
+    /// message, and the reason kept as the entry's last error.
+    NotWanted(String),
 }
 
 #[cfg(test)]

@@ -295,7 +295,10 @@ pub fn watch_series(watches: &[bftp_store::Watch], now: bftp_core::Timestamp) ->
     for w in watches {
         let id = w.id.0;
         let st = &w.status;
-        polls.push_str(&format!("bftp_watch_polls_total{{watch=\"{id}\"}} {}\n", st.polls));
+        polls.push_str(&format!(
+            "bftp_watch_polls_total{{watch=\"{id}\"}} {}\n",
+            st.polls
+        ));
         delivered.push_str(&format!(
             "bftp_watch_files_delivered_total{{watch=\"{id}\"}} {}\n",
             st.delivered

@@ -531,3 +531,30 @@ fn a_hundred_polls_over_delivered_content_take_and_write_nothing() {
     }
     assert_eq!(taken, 50, "each file once");
 }
+
+#[test]
+fn a_watch_job_mails_its_report_by_notify_on() {
+    use crate::{JobOutcome, JobState};
+    let done = |outcome| JobState::Finished {
+        outcome,
+        at: Timestamp(1),
+    };
+    let rows = [
+        ("failure", done(JobOutcome::Succeeded), false),
+        ("failure", done(JobOutcome::Partial), true),
+        ("failure", done(JobOutcome::Failed), true),
+        ("failure", JobState::Cancelled { at: Timestamp(1) }, true),
+        ("always", done(JobOutcome::Succeeded), true),
+        ("never", done(JobOutcome::Failed), false),
+        (
+            "always",
+            JobState::Queued {
+                next_attempt_at: Timestamp(1),
+            },
+            false,
+        ),
+    ];
+    for (word, state, want) in rows {
+        assert_eq!(mails_report(word, &state), want, "{word} {state:?}");
+    }
+}

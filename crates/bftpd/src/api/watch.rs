@@ -224,7 +224,12 @@ async fn set_paused(
         .call(move |s| s.pause_watch(id, paused))
         .await?
         .ok_or_else(|| not_found(id))?;
-    tracing::info!(watch = id.0, uid = caller.uid, paused, "watch paused or resumed");
+    tracing::info!(
+        watch = id.0,
+        uid = caller.uid,
+        paused,
+        "watch paused or resumed"
+    );
     if let Some(w) = &app.watcher {
         w.notify();
     }
@@ -279,7 +284,10 @@ mod tests {
         let s = settings_of(&req(|_| {})).unwrap();
         assert_eq!((s.every_ms, s.settle_ms), (600_000, 30_000));
         assert_eq!(s.ignore.len(), DEFAULT_IGNORE.len());
-        assert_eq!((s.notify_on.as_str(), s.ready, s.expect), ("failure", None, None));
+        assert_eq!(
+            (s.notify_on.as_str(), s.ready, s.expect),
+            ("failure", None, None)
+        );
 
         let s = settings_of(&req(|r| {
             r.settle = Some("0s".into());
@@ -315,7 +323,10 @@ mod tests {
                 }),
                 "not both",
             ),
-            (req(|r| r.notify_on = Some("sometimes".into())), "expected failure"),
+            (
+                req(|r| r.notify_on = Some("sometimes".into())),
+                "expected failure",
+            ),
             (req(|r| r.expect = Some("weekly".into())), "expect"),
         ];
         for (r, want) in bad {

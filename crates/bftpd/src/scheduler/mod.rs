@@ -371,7 +371,7 @@ impl Scheduler {
             // Finished for its deadline, or cancelled meanwhile: either way a report may be due.
             self.finals.notify_one();
             self.watch_bell.notify_one();
-        self.watch_bell.notify_one();
+            self.watch_bell.notify_one();
             return Ok(());
         };
         let token = parent.child_token();

@@ -54,9 +54,8 @@ impl Watcher {
         }
         status.polls += 1;
         status.last_poll = Some(now);
-        status.next_poll = now.saturating_add(std::time::Duration::from_millis(
-            w.settings.every_ms.max(1),
-        ));
+        status.next_poll =
+            now.saturating_add(std::time::Duration::from_millis(w.settings.every_ms.max(1)));
         let mut held = None;
         let record = match self.observe(&w, &mut status, now, &mut held).await {
             Ok(record) => record,
@@ -74,7 +73,11 @@ impl Watcher {
         let made = record.job.is_some();
         match self.store.call(move |s| s.record_poll(id, record)).await {
             Ok((_, Some(job))) if made => {
-                tracing::info!(job = job.id.0, files = job.member_count, "the watch made a job");
+                tracing::info!(
+                    job = job.id.0,
+                    files = job.member_count,
+                    "the watch made a job"
+                );
                 self.scheduler.notify();
                 self.keep_pair(held, job.id).await;
             }
@@ -87,7 +90,10 @@ impl Watcher {
         false
     }
 
-    async fn last_job(&self, id: JobId) -> Result<Option<(Job, Vec<Member>)>, bftp_store::StoreError> {
+    async fn last_job(
+        &self,
+        id: JobId,
+    ) -> Result<Option<(Job, Vec<Member>)>, bftp_store::StoreError> {
         self.store
             .call(move |s| match s.get(id)? {
                 Some(job) if job.state.is_final() => {
@@ -129,7 +135,9 @@ impl Watcher {
             Err(e) => {
                 pair.mark_errored();
                 *held = Some((key, pair, slots));
-                return Err(format!("the source directory {dir:?} could not be listed: {e}"));
+                return Err(format!(
+                    "the source directory {dir:?} could not be listed: {e}"
+                ));
             }
         };
         let settings = bftp_core::watch::Settings {
@@ -192,7 +200,8 @@ impl Watcher {
     /// The job a poll makes: the watch's template over the files taken, its members given.
     fn job_of(&self, w: &Watch, template: &JobSpec, poll: &Poll, now: Timestamp) -> NewJob {
         let mut spec = template.clone();
-        spec.source.path = crate::lanes::paths::join_path(spec.source.path.trim_end_matches('/'), "*");
+        spec.source.path =
+            crate::lanes::paths::join_path(spec.source.path.trim_end_matches('/'), "*");
         if spec.source.path == "/*" && !template.source.path.starts_with('/') {
             spec.source.path = "*".into();
         }
@@ -281,7 +290,10 @@ impl Watcher {
         needed.sort();
         let mut failed: Vec<(String, String)> = Vec::new();
         for dir in needed {
-            if failed.iter().any(|(f, _)| dir.starts_with(&format!("{f}/"))) {
+            if failed
+                .iter()
+                .any(|(f, _)| dir.starts_with(&format!("{f}/")))
+            {
                 continue;
             }
             let key = (w.id, dir.clone());
@@ -368,7 +380,10 @@ fn with_hints(poll: &mut Poll, checkpoint: &BTreeMap<String, Entry>, hints: &[(S
     if hints.is_empty() {
         return;
     }
-    let hints: HashMap<&str, &str> = hints.iter().map(|(p, h)| (p.as_str(), h.as_str())).collect();
+    let hints: HashMap<&str, &str> = hints
+        .iter()
+        .map(|(p, h)| (p.as_str(), h.as_str()))
+        .collect();
     let written: HashSet<String> = poll.put.iter().map(|(p, _)| p.clone()).collect();
     for (path, e) in &mut poll.put {
         if let Some(h) = hints.get(path.as_str()) {
@@ -436,8 +451,14 @@ mod tests {
         let checkpoint = BTreeMap::from([("d/a".to_string(), entry(0, None))]);
         let mut poll = Poll {
             take: vec![
-                Seen { path: "d/a".into(), facts: entry(0, None).facts },
-                Seen { path: "b".into(), facts: entry(0, None).facts },
+                Seen {
+                    path: "d/a".into(),
+                    facts: entry(0, None).facts,
+                },
+                Seen {
+                    path: "b".into(),
+                    facts: entry(0, None).facts,
+                },
             ],
             put: vec![("d/a".into(), entry(1, None)), ("b".into(), entry(1, None))],
             ..Poll::default()
