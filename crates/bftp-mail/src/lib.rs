@@ -30,6 +30,6 @@ pub use ledger::{
     ReportBuilder, FULL_REPORT_MAX_MEMBERS, LEDGER_MAX_BYTES, LEDGER_NOT_COPIED_MARGIN,
     NOT_COPIED_IN_TEXT,
 };
-pub use message::{build_message, message_id, Envelope};
+pub use message::{build_message, build_watch_notice, message_id, Envelope};
 pub use render::{render, Ledger, Report, ReportInput, REPORT_SCHEMA};
 pub use retry::next_delay;

@@ -38,6 +38,65 @@ pub fn message_id(job_id: u64, stamp_ms: u64, domain: &str) -> String {
     format!("<bftp.job-{job_id}.{stamp_ms}@{domain}>")
 }
 
+/// A short notice that is not a job's report (a watch's late-arrival alarm): a plain text
+/// message with the same headers as a report's but `X-BFTP-Watch: <id>` for `X-BFTP-Job`.
+/// The subject's line breaks become spaces; the text is quoted-printable.
+pub fn build_watch_notice(
+    watch_id: u64,
+    subject: &str,
+    text: &str,
+    env: &Envelope,
+) -> Result<Message, MailError> {
+    let mailbox = |field: &'static str, address: &str| -> Result<Mailbox, MailError> {
+        address.parse::<Mailbox>().map_err(|e| MailError::Address {
+            field,
+            address: address.escape_debug().to_string(),
+            reason: e.to_string(),
+        })
+    };
+    if !is_message_id(&env.message_id) {
+        return Err(MailError::MessageId {
+            id: env.message_id.escape_debug().to_string(),
+        });
+    }
+    if env.to.is_empty() {
+        return Err(MailError::NoRecipients { job_id: watch_id });
+    }
+    let mut builder = Message::builder()
+        .from(mailbox("from", &env.from)?)
+        .subject(subject.replace(['\r', '\n'], " "))
+        .date(env.date)
+        .message_id(Some(env.message_id.clone()))
+        .raw_header(HeaderValue::new(
+            HeaderName::new_from_ascii_str("Auto-Submitted"),
+            "auto-generated".to_string(),
+        ))
+        .raw_header(HeaderValue::new(
+            HeaderName::new_from_ascii_str("X-BFTP-Watch"),
+            watch_id.to_string(),
+        ));
+    for to in &env.to {
+        builder = builder.to(mailbox("to", to)?);
+    }
+    let text = text.replace("\r\n", "\n").replace('\n', "\r\n");
+    let body = Body::new_with_encoding(text, ContentTransferEncoding::QuotedPrintable).map_err(
+        |_| MailError::Build {
+            job_id: watch_id,
+            reason: "the text cannot be quoted-printable".into(),
+        },
+    )?;
+    builder
+        .singlepart(
+            SinglePart::builder()
+                .header(ContentType::TEXT_PLAIN)
+                .body(body),
+        )
+        .map_err(|e| MailError::Build {
+            job_id: watch_id,
+            reason: e.to_string(),
+        })
+}
+
 /// The report as a `multipart/mixed` message: the text (UTF-8, quoted-printable), the JSON
 /// as an attachment `bftp-job-<id>.json` (base64) and, for a large job, its ledger
 /// `bftp-job-<id>.members.jsonl.gz` (`application/gzip`, base64). Headers: From, To,

@@ -289,9 +289,21 @@ impl Daemon {
         }))
     }
 
-    /// The task that polls the watches (RULES.md §15).
-    fn watcher(&self, scheduler: &Arc<Scheduler>) -> Arc<crate::watch::Watcher> {
-        crate::watch::Watcher::new(
+    /// The task that polls the watches (RULES.md §15), with its own mailer for the
+    /// late-arrival alarms when `[mail]` is on.
+    fn watcher(
+        &self,
+        config: &Config,
+        scheduler: &Arc<Scheduler>,
+    ) -> anyhow::Result<Arc<crate::watch::Watcher>> {
+        let alarm = match config.mail.enabled {
+            true => Some(crate::watch::Alarm {
+                mailer: bftp_mail::Mailer::new(&config.mail).context("[mail]")?,
+                settings: self.mail.clone(),
+            }),
+            false => None,
+        };
+        Ok(crate::watch::Watcher::new(
             self.store.clone(),
             self.secrets.clone(),
             self.hosts.clone(),
@@ -300,7 +312,8 @@ impl Daemon {
             scheduler.clone(),
             self.clock.clone(),
             self.metrics.clone(),
-        )
+            alarm,
+        ))
     }
 
     /// The removal of finished jobs past `[store] keep_finished`.
@@ -379,7 +392,7 @@ impl Running {
         scheduler: Arc<Scheduler>,
     ) -> anyhow::Result<Running> {
         let postman = daemon.postman(config, &scheduler)?;
-        let watcher = daemon.watcher(&scheduler);
+        let watcher = daemon.watcher(config, &scheduler)?;
         let state = daemon.api_state(config, &scheduler, &watcher)?;
         let admins = identity::AdminPolicy::new(config.admin_group.as_deref())?;
         let (admission, timeouts) = api_bounds(config)?;

@@ -34,19 +34,26 @@ impl MailSettings {
     /// The job's notify addresses, or its owner's login at `owner_domain` (RFC 1068 mailed
     /// the user who asked).
     pub fn recipients(&self, job: &Job) -> Result<Vec<String>, String> {
-        if !job.spec.notify.is_empty() {
-            return Ok(job.spec.notify.clone());
+        self.recipients_of(&job.spec.notify, job.owner_uid, "job")
+    }
+
+    /// `notify`, or the owner's login at `owner_domain`; `what` names the thing mailed about
+    /// (`job`, `watch`).
+    pub fn recipients_of(
+        &self,
+        notify: &[String],
+        owner_uid: u32,
+        what: &str,
+    ) -> Result<Vec<String>, String> {
+        if !notify.is_empty() {
+            return Ok(notify.to_vec());
         }
-        match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(job.owner_uid)) {
+        match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(owner_uid)) {
             Ok(Some(user)) => Ok(vec![format!("{}@{}", user.name, self.owner_domain)]),
             Ok(None) => Err(format!(
-                "the job has no notify address and its owner (uid {}) has no user name to mail",
-                job.owner_uid
+                "the {what} has no notify address and its owner (uid {owner_uid}) has no user name to mail"
             )),
-            Err(e) => Err(format!(
-                "cannot look up the user name of uid {}: {e}",
-                job.owner_uid
-            )),
+            Err(e) => Err(format!("cannot look up the user name of uid {owner_uid}: {e}")),
         }
     }
 

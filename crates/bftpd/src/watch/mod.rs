@@ -54,6 +54,9 @@ pub struct Watcher {
     /// Watches whose last job is not final yet, until when they are left alone (a job's end
     /// clears them all).
     parked: Mutex<HashMap<WatchId, Timestamp>>,
+    /// Mail for the late-arrival alarms (`None` when `[mail]` is off: no alarm is sent,
+    /// and the watch's log says so).
+    alarm: Option<Alarm>,
     /// The directories below each recursive watch's destination made so far.
     made: Mutex<HashSet<(WatchId, String)>>,
 }
@@ -72,6 +75,7 @@ impl Watcher {
         scheduler: Arc<crate::scheduler::Scheduler>,
         clock: Clock,
         metrics: Arc<Metrics>,
+        alarm: Option<Alarm>,
     ) -> Arc<Watcher> {
         let node = store
             .cluster()
@@ -83,6 +87,7 @@ impl Watcher {
             ended,
             parked: Mutex::new(HashMap::new()),
             made: Mutex::new(HashSet::new()),
+            alarm,
             store,
             secrets,
             hosts,
@@ -189,6 +194,102 @@ impl Watcher {
     pub fn notify(&self) {
         self.bell.notify_one();
     }
+}
+
+/// What sends a watch's late-arrival alarm.
+pub struct Alarm {
+    pub mailer: bftp_mail::Mailer,
+    pub settings: crate::views::report::MailSettings,
+}
+
+impl Watcher {
+    /// The late-arrival alarm of `w`, when one is due (`bftp_core::watch::expect`): mailed
+    /// to the watch's notify addresses (else its owner). `true`: sent, so the period has its
+    /// alarm.
+    async fn alarm_if_due(&self, w: &Watch, status: &bftp_store::WatchStatus, now: Timestamp) -> bool {
+        let Some(words) = &w.settings.expect else {
+            return false;
+        };
+        let Ok(expect) = expect_of(words) else {
+            return false;
+        };
+        let Some(deadline) = bftp_core::watch::expect::alarm_due(
+            expect,
+            w.created_at,
+            status.last_delivery,
+            status.last_alarm,
+            now,
+        ) else {
+            return false;
+        };
+        let Some(alarm) = &self.alarm else {
+            tracing::warn!(expect = %words, "no file delivered in time, but [mail] is off: no alarm sent");
+            return true;
+        };
+        let to = match alarm.settings.recipients_of(&w.spec.notify, w.owner_uid, "watch") {
+            Ok(to) => to,
+            Err(e) => {
+                tracing::warn!(error = %e, "the late-arrival alarm has nobody to go to");
+                return true;
+            }
+        };
+        let last = status
+            .last_delivery
+            .map_or_else(|| "never".to_owned(), |t| t.to_rfc3339());
+        let subject = format!("bftp watch {}: no new file by {}", w.id.0, deadline.to_rfc3339());
+        let text = format!(
+            "Watch {id} ({src} to {dst}) expects new files ({words}).\n\
+             No file was delivered by {deadline}.\n\
+             Last delivery: {last}. Polls so far: {polls}. Last error: {error}.\n\
+             This alarm is sent once for this period.\n",
+            id = w.id.0,
+            src = endpoint_url(&w.spec.source),
+            dst = w.spec.destination.as_ref().map_or_else(String::new, endpoint_url),
+            deadline = deadline.to_rfc3339(),
+            polls = status.polls,
+            error = status.last_error.as_deref().unwrap_or("none"),
+        );
+        let env = bftp_mail::Envelope {
+            from: alarm.settings.from.clone(),
+            to,
+            message_id: format!(
+                "<bftp.watch-{}.{}@{}>",
+                w.id.0, deadline.0, alarm.settings.id_domain
+            ),
+            date: now.to_system(),
+        };
+        let message = match bftp_mail::build_watch_notice(w.id.0, &subject, &text, &env) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "the late-arrival alarm cannot be made");
+                return true;
+            }
+        };
+        match alarm.mailer.send(&message).await {
+            Ok(()) => {
+                tracing::info!(deadline = %deadline.to_rfc3339(), "late-arrival alarm sent");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = ?e, "the late-arrival alarm was not sent; trying again at the next poll");
+                false
+            }
+        }
+    }
+}
+
+/// An endpoint's URL without its password.
+fn endpoint_url(e: &bftp_store::SealedEndpoint) -> String {
+    bftp_core::Endpoint {
+        host: e.host.clone(),
+        port: e.port,
+        user: e.user.clone(),
+        password: None,
+        acct: None,
+        path: e.path.clone(),
+        tls: e.tls,
+    }
+    .display_url()
 }
 
 /// A watch's `expect` words: `daily HH:MM` (UTC) or an interval (humantime).

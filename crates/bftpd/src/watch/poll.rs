@@ -52,6 +52,9 @@ impl Watcher {
             }
             status.current_job = None;
         }
+        if self.alarm_if_due(&w, &status, now).await {
+            status.last_alarm = Some(now);
+        }
         status.polls += 1;
         status.last_poll = Some(now);
         status.next_poll =
