@@ -30,6 +30,7 @@ pub mod scenario;
 pub mod smtp;
 pub mod sockdiag;
 pub mod tree;
+pub mod watch;
 
 pub use delay::DelayProxy;
 pub use ftpserver::{Direction, FtpOptions, FtpServer, ServerKind, ServerTls, XferEntry};

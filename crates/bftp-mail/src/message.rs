@@ -79,12 +79,13 @@ pub fn build_watch_notice(
         builder = builder.to(mailbox("to", to)?);
     }
     let text = text.replace("\r\n", "\n").replace('\n', "\r\n");
-    let body = Body::new_with_encoding(text, ContentTransferEncoding::QuotedPrintable).map_err(
-        |_| MailError::Build {
-            job_id: watch_id,
-            reason: "the text cannot be quoted-printable".into(),
-        },
-    )?;
+    let body =
+        Body::new_with_encoding(text, ContentTransferEncoding::QuotedPrintable).map_err(|_| {
+            MailError::Build {
+                job_id: watch_id,
+                reason: "the text cannot be quoted-printable".into(),
+            }
+        })?;
     builder
         .singlepart(
             SinglePart::builder()

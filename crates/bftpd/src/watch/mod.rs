@@ -206,7 +206,12 @@ impl Watcher {
     /// The late-arrival alarm of `w`, when one is due (`bftp_core::watch::expect`): mailed
     /// to the watch's notify addresses (else its owner). `true`: sent, so the period has its
     /// alarm.
-    async fn alarm_if_due(&self, w: &Watch, status: &bftp_store::WatchStatus, now: Timestamp) -> bool {
+    async fn alarm_if_due(
+        &self,
+        w: &Watch,
+        status: &bftp_store::WatchStatus,
+        now: Timestamp,
+    ) -> bool {
         let Some(words) = &w.settings.expect else {
             return false;
         };
@@ -226,7 +231,10 @@ impl Watcher {
             tracing::warn!(expect = %words, "no file delivered in time, but [mail] is off: no alarm sent");
             return true;
         };
-        let to = match alarm.settings.recipients_of(&w.spec.notify, w.owner_uid, "watch") {
+        let to = match alarm
+            .settings
+            .recipients_of(&w.spec.notify, w.owner_uid, "watch")
+        {
             Ok(to) => to,
             Err(e) => {
                 tracing::warn!(error = %e, "the late-arrival alarm has nobody to go to");
@@ -236,7 +244,11 @@ impl Watcher {
         let last = status
             .last_delivery
             .map_or_else(|| "never".to_owned(), |t| t.to_rfc3339());
-        let subject = format!("bftp watch {}: no new file by {}", w.id.0, deadline.to_rfc3339());
+        let subject = format!(
+            "bftp watch {}: no new file by {}",
+            w.id.0,
+            deadline.to_rfc3339()
+        );
         let text = format!(
             "Watch {id} ({src} to {dst}) expects new files ({words}).\n\
              No file was delivered by {deadline}.\n\
@@ -244,7 +256,11 @@ impl Watcher {
              This alarm is sent once for this period.\n",
             id = w.id.0,
             src = endpoint_url(&w.spec.source),
-            dst = w.spec.destination.as_ref().map_or_else(String::new, endpoint_url),
+            dst = w
+                .spec
+                .destination
+                .as_ref()
+                .map_or_else(String::new, endpoint_url),
             deadline = deadline.to_rfc3339(),
             polls = status.polls,
             error = status.last_error.as_deref().unwrap_or("none"),

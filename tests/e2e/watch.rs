@@ -1,0 +1,308 @@
+//! Watches (RULES.md §15) through a running bftpd against real servers: files are taken when
+//! they are whole and only once, whatever their modify times say; new content under an old
+//! name is taken again; a server without MLSD gives identities from SIZE and MDTM; `move`
+//! deletes a source only after its proof; the late-arrival alarm mails once.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bftp_tests::daemon::Bftpd;
+use bftp_tests::watch::{add, copied, copies, show, wait_for, wait_polls};
+use bftp_tests::{payload, FtpOptions, FtpServer, ServerKind, SmtpSink};
+use serde_json::json;
+
+use ServerKind::{Proftpd, PureFtpd, Vsftpd};
+
+fn server(kind: ServerKind) -> FtpServer {
+    FtpServer::start(kind, FtpOptions::default()).unwrap()
+}
+
+/// Sets a file's modify time with `touch -d` (`"2 years ago"`, `"+5 hours"`).
+fn touch(server: &FtpServer, rel: &str, when: &str) {
+    let out = Command::new("touch")
+        .arg("-d")
+        .arg(when)
+        .arg(server.path(rel))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// A producer that writes a file a few KiB at a time, in place, while the watch polls every
+/// second: no copy is made before the file is whole, and it is copied once, byte-exact.
+#[test]
+fn a_file_written_slowly_is_delivered_once_and_whole() {
+    let src = server(Proftpd);
+    let dst = server(PureFtpd);
+    src.mkdir("out").unwrap();
+    dst.mkdir("in").unwrap();
+    let d = Bftpd::start().unwrap();
+    let id = add(
+        &d,
+        (&src, "out"),
+        (&dst, "in"),
+        "1s",
+        json!({"settle": "2s"}),
+    );
+    let data = payload(40 * 1024, 7);
+    let path = src.path("out/slow.bin");
+    let writer = {
+        let data = data.clone();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&path).unwrap();
+            for chunk in data.chunks(4096) {
+                f.write_all(chunk).unwrap();
+                f.flush().unwrap();
+                std::thread::sleep(Duration::from_millis(400));
+            }
+        })
+    };
+    writer.join().unwrap();
+    let w = wait_for(&d, id, Duration::from_secs(30), "slow.bin delivered", |w| {
+        w["delivered"].as_u64() == Some(1)
+    });
+    assert_eq!(dst.read_file("in/slow.bin").unwrap(), data, "{w:#}");
+    // A few polls more: nothing is taken again.
+    let polls = w["polls"].as_u64().unwrap();
+    wait_polls(&d, id, polls + 3, Duration::from_secs(20));
+    assert_eq!(
+        copies(&d, id),
+        [("slow.bin".to_string(), "succeeded".to_string())]
+    );
+}
+
+/// Files moved into the source with a modify time two years old, while the watch polls, are
+/// all delivered, each once: the checkpoint is identities, not a time.
+#[test]
+fn files_moved_in_with_old_modify_times_while_polls_run_are_all_delivered_once() {
+    let src = server(PureFtpd);
+    let dst = server(Proftpd);
+    src.mkdir("out").unwrap();
+    src.mkdir("stage").unwrap();
+    dst.mkdir("in").unwrap();
+    for i in 0..3 {
+        src.put_file(&format!("out/first{i}.dat"), &payload(1000 + i, i as u8))
+            .unwrap();
+    }
+    let d = Bftpd::start().unwrap();
+    let id = add(
+        &d,
+        (&src, "out"),
+        (&dst, "in"),
+        "1s",
+        json!({"settle": "1s"}),
+    );
+    wait_for(&d, id, Duration::from_secs(30), "the first files", |w| {
+        w["delivered"].as_u64() == Some(3)
+    });
+    let mut names = Vec::new();
+    let start = Instant::now();
+    for i in 0..12usize {
+        let name = format!("moved{i:02}.dat");
+        src.put_file(&format!("stage/{name}"), &payload(2000 + i, 50 + i as u8))
+            .unwrap();
+        touch(&src, &format!("stage/{name}"), "2 years ago");
+        std::fs::rename(
+            src.path(&format!("stage/{name}")),
+            src.path(&format!("out/{name}")),
+        )
+        .unwrap();
+        names.push(name);
+        // Arrivals spread over several polls, some during a listing.
+        std::thread::sleep(Duration::from_millis(230));
+    }
+    assert!(start.elapsed() > Duration::from_secs(2));
+    let w = wait_for(&d, id, Duration::from_secs(60), "every moved file", |w| {
+        w["delivered"].as_u64() == Some(15)
+    });
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(
+            dst.read_file(&format!("in/{name}")).unwrap(),
+            payload(2000 + i, 50 + i as u8),
+            "{name}"
+        );
+        assert_eq!(copied(&d, id, name), 1, "{name}: {w:#}");
+    }
+}
+
+/// The same name with new content (another size, or only another modify time) is delivered
+/// again; untouched content is not, however many polls see it.
+#[test]
+fn new_content_under_an_old_name_is_delivered_again_and_unchanged_content_never() {
+    let src = server(Proftpd);
+    let dst = server(Vsftpd);
+    src.mkdir("out").unwrap();
+    dst.mkdir("in").unwrap();
+    src.put_file("out/nightly.csv", b"day one\n").unwrap();
+    let d = Bftpd::start().unwrap();
+    let id = add(
+        &d,
+        (&src, "out"),
+        (&dst, "in"),
+        "1s",
+        json!({"settle": "1s"}),
+    );
+    let w = wait_for(&d, id, Duration::from_secs(30), "day one", |w| {
+        w["delivered"].as_u64() == Some(1)
+    });
+    let polls = w["polls"].as_u64().unwrap();
+    wait_polls(&d, id, polls + 8, Duration::from_secs(30));
+    assert_eq!(
+        copied(&d, id, "nightly.csv"),
+        1,
+        "unchanged content taken again"
+    );
+
+    // Another size.
+    src.put_file("out/nightly.csv", b"day two, longer\n")
+        .unwrap();
+    wait_for(&d, id, Duration::from_secs(30), "day two", |w| {
+        w["delivered"].as_u64() == Some(2)
+    });
+    assert_eq!(
+        dst.read_file("in/nightly.csv").unwrap(),
+        b"day two, longer\n"
+    );
+    // The same size, another modify time.
+    src.put_file("out/nightly.csv", b"day 3, longer!!\n")
+        .unwrap();
+    touch(&src, "out/nightly.csv", "+1 hour");
+    let w = wait_for(&d, id, Duration::from_secs(30), "day three", |w| {
+        w["delivered"].as_u64() == Some(3)
+    });
+    assert_eq!(
+        dst.read_file("in/nightly.csv").unwrap(),
+        b"day 3, longer!!\n"
+    );
+    assert_eq!(copied(&d, id, "nightly.csv"), 3, "{w:#}");
+}
+
+/// vsftpd has no MLSD: identities come from SIZE and MDTM. A file whose LIST date flips from
+/// `Mon dd hh:mm` to the year form while the watch polls (182 days old) is asked again and
+/// not delivered again; files dated hours ahead of and behind the clocks are delivered once.
+#[test]
+fn a_vsftpd_source_gives_identities_by_size_and_mdtm_and_a_flipped_list_date_does_not_redeliver() {
+    let src = server(Vsftpd);
+    let dst = server(Proftpd);
+    src.mkdir("out").unwrap();
+    dst.mkdir("in").unwrap();
+    src.put_file("out/flip.txt", b"flips soon\n").unwrap();
+    src.put_file("out/ahead.txt", b"dated ahead\n").unwrap();
+    src.put_file("out/behind.txt", b"dated behind\n").unwrap();
+    touch(&src, "out/ahead.txt", "+5 hours");
+    touch(&src, "out/behind.txt", "-7 hours");
+    // vsftpd shows the year instead of the time for a file older than 182 days.
+    let flip_at = 182 * 24 * 3600 - 6;
+    touch(&src, "out/flip.txt", &format!("-{flip_at} seconds"));
+    let d = Bftpd::start().unwrap();
+    let id = add(
+        &d,
+        (&src, "out"),
+        (&dst, "in"),
+        "1s",
+        json!({"settle": "0s"}),
+    );
+    let w = wait_for(&d, id, Duration::from_secs(30), "three files", |w| {
+        w["delivered"].as_u64() == Some(3)
+    });
+    let polls = w["polls"].as_u64().unwrap();
+    // Past the flip, and some polls more.
+    std::thread::sleep(Duration::from_secs(7));
+    wait_polls(&d, id, polls + 3, Duration::from_secs(30));
+    for name in ["flip.txt", "ahead.txt", "behind.txt"] {
+        assert_eq!(copied(&d, id, name), 1, "{name}: {:#}", show(&d, id));
+    }
+    assert_eq!(dst.read_file("in/flip.txt").unwrap(), b"flips soon\n");
+}
+
+/// `move`: each source file is deleted after its copy is proven, and never delivered twice.
+#[test]
+fn a_move_watch_deletes_each_source_after_its_proof_and_delivers_it_once() {
+    let src = server(PureFtpd);
+    let dst = server(Proftpd);
+    src.mkdir("out").unwrap();
+    dst.mkdir("in").unwrap();
+    for i in 0..4 {
+        src.put_file(&format!("out/m{i}.bin"), &payload(3000 + i, i as u8))
+            .unwrap();
+    }
+    let d = Bftpd::start().unwrap();
+    let id = add(
+        &d,
+        (&src, "out"),
+        (&dst, "in"),
+        "1s",
+        json!({"settle": "0s", "job": {"disposition": "move"}}),
+    );
+    let w = wait_for(&d, id, Duration::from_secs(30), "four moved", |w| {
+        w["delivered"].as_u64() == Some(4)
+    });
+    for i in 0..4 {
+        assert!(
+            !src.path(&format!("out/m{i}.bin")).exists(),
+            "m{i} still at the source"
+        );
+        assert_eq!(
+            dst.read_file(&format!("in/m{i}.bin")).unwrap(),
+            payload(3000 + i, i as u8)
+        );
+    }
+    let polls = w["polls"].as_u64().unwrap();
+    wait_polls(&d, id, polls + 3, Duration::from_secs(20));
+    assert_eq!(copies(&d, id).len(), 4, "{:#}", show(&d, id));
+}
+
+/// `--expect 6s`: a watch that delivers nothing mails one alarm for the period; one that
+/// delivered a file by then mails none.
+#[test]
+fn expect_mails_one_alarm_when_nothing_came_and_none_when_a_file_did() {
+    let sink = SmtpSink::start().unwrap();
+    let src = server(Proftpd);
+    let dst = server(PureFtpd);
+    src.mkdir("empty").unwrap();
+    src.mkdir("busy").unwrap();
+    dst.mkdir("in").unwrap();
+    src.put_file("busy/one.dat", b"in time\n").unwrap();
+    let d = Bftpd::start_with(|dir| Bftpd::mail_config(dir, sink.port(), "")).unwrap();
+    let quiet = add(
+        &d,
+        (&src, "empty"),
+        (&dst, "in"),
+        "1s",
+        json!({"expect": "6s", "job": {"notify": ["ops@example.com"]}}),
+    );
+    let busy = add(
+        &d,
+        (&src, "busy"),
+        (&dst, "in"),
+        "1s",
+        json!({"expect": "6s", "settle": "0s", "notify_on": "never",
+               "job": {"notify": ["ops@example.com"]}}),
+    );
+    wait_for(&d, busy, Duration::from_secs(20), "one file", |w| {
+        w["delivered"].as_u64() == Some(1)
+    });
+    let mails = sink.wait_for(1, Duration::from_secs(30)).unwrap();
+    let alarms = |mails: &[String], id: u64| {
+        mails
+            .iter()
+            .filter(|m| m.contains(&format!("X-BFTP-Watch: {id}")))
+            .count()
+    };
+    assert_eq!(alarms(&mails, quiet), 1, "{mails:#?}");
+    assert_eq!(alarms(&mails, busy), 0, "{mails:#?}");
+    let m = mails.iter().find(|m| m.contains("X-BFTP-Watch")).unwrap();
+    assert!(
+        m.contains(&format!("bftp watch {quiet}: no new file by")),
+        "{m}"
+    );
+    assert!(!m.contains(src.password()), "a password in the alarm: {m}");
+    // Its job mailed no report either (`notify_on = never`).
+    std::thread::sleep(Duration::from_secs(1));
+    let mails = sink.messages();
+    assert!(
+        mails.iter().all(|m| !m.contains("X-BFTP-Job")),
+        "a report was mailed: {mails:#?}"
+    );
+}
