@@ -313,6 +313,7 @@ impl Daemon {
             self.clock.clone(),
             self.metrics.clone(),
             alarm,
+            config.store.lease,
         ))
     }
 

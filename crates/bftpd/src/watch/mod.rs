@@ -25,10 +25,6 @@ use crate::metrics::Metrics;
 use crate::secrets::Secrets;
 use crate::store::Store;
 
-/// How long a node holds a watch after it looked at it: another node takes over a watch
-/// whose holder stopped looking for this long.
-pub const HOLD: Duration = Duration::from_secs(60);
-
 /// With no watch due sooner, the task looks at the store this often (new watches are
 /// announced by the API's bell; another node's are found here).
 const IDLE_LOOK: Duration = Duration::from_secs(30);
@@ -49,6 +45,9 @@ pub struct Watcher {
     pub metrics: Arc<Metrics>,
     /// This node's name (the store's, when shared; else `local`).
     pub node: String,
+    /// How long a look holds a watch (`[store] lease`, or the watch's interval when longer):
+    /// another node takes over a watch whose holder stopped looking for that long.
+    hold: Duration,
     /// Watches whose poll is under way here.
     busy: Mutex<HashSet<WatchId>>,
     /// Watches whose last job is not final yet, until when they are left alone (a job's end
@@ -76,6 +75,7 @@ impl Watcher {
         clock: Clock,
         metrics: Arc<Metrics>,
         alarm: Option<Alarm>,
+        hold: Duration,
     ) -> Arc<Watcher> {
         let node = store
             .cluster()
@@ -88,6 +88,7 @@ impl Watcher {
             parked: Mutex::new(HashMap::new()),
             made: Mutex::new(HashSet::new()),
             alarm,
+            hold,
             store,
             secrets,
             hosts,

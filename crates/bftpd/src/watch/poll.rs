@@ -23,7 +23,7 @@ impl Watcher {
     /// is still under way (the watch waits for it).
     pub(super) async fn poll_one(&self, id: WatchId) -> bool {
         let now = self.clock.now();
-        let (node, until) = (self.node.clone(), now.saturating_add(super::HOLD));
+        let (node, until) = (self.node.clone(), self.hold_until(now, None));
         let held = self
             .store
             .call(move |s| match s.hold_watch(id, &node, now, until)? {
@@ -74,7 +74,19 @@ impl Watcher {
             }
         };
         let made = record.job.is_some();
-        match self.store.call(move |s| s.record_poll(id, record)).await {
+        // The hold renewed first: a long listing must not let it lapse under the write.
+        let (node, renewed) = (self.node.clone(), self.clock.now());
+        let until = self.hold_until(renewed, Some(w.settings.every_ms));
+        let recorded = self
+            .store
+            .call(move |s| {
+                if !s.hold_watch(id, &node, renewed, until)? {
+                    return Err(bftp_store::StoreError::LeaseLost(bftp_store::JobId(0)));
+                }
+                s.record_poll(id, record)
+            })
+            .await;
+        match recorded {
             Ok((_, Some(job))) if made => {
                 tracing::info!(
                     job = job.id.0,
@@ -91,6 +103,14 @@ impl Watcher {
             }
         }
         false
+    }
+
+    /// Until when a look at `now` holds a watch: the store's lease, or the watch's interval
+    /// when longer, so the holder keeps it from one poll to the next; another node takes it
+    /// over once that passed without a look.
+    fn hold_until(&self, now: Timestamp, every_ms: Option<u64>) -> Timestamp {
+        let every = std::time::Duration::from_millis(every_ms.unwrap_or(0));
+        now.saturating_add(self.hold.max(every))
     }
 
     async fn last_job(
