@@ -153,6 +153,82 @@ impl RequestArgs {
     }
 }
 
+/// What a queued job (and each job of a watch) has beside its transfer: how it is retried,
+/// who hears of it, its label. `verify` and `transfer` run now, once, and have none of it.
+#[derive(Args)]
+pub struct QueueArgs {
+    /// Wait after the first failed attempt, e.g. 10m (bftpd clamps it to its bounds)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
+    pub retry_first: Option<String>,
+
+    /// Each further wait is the previous one times this (>= 1)
+    #[arg(long, value_name = "FACTOR")]
+    pub retry_factor: Option<f64>,
+
+    /// Longest wait between attempts, e.g. 4h
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
+    pub retry_cap: Option<String>,
+
+    /// Attempts in all, the first one included
+    #[arg(long, value_name = "N")]
+    pub max_attempts: Option<u32>,
+
+    /// Start no attempt later than this after the start time, e.g. 3days
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
+    pub deadline: Option<String>,
+
+    /// Mailbox for the report (repeatable) [default: bftpd's choice, e.g. your Unix user]
+    #[arg(long, value_name = "MAILBOX")]
+    pub notify: Vec<String>,
+
+    /// A label to find the job later with `bftp status --keyword`
+    #[arg(long, value_name = "K")]
+    pub keyword: Option<String>,
+}
+
+fn parse_duration_arg(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. 90s, 10m, 4h, 2days)"))?;
+    Ok(s.to_string())
+}
+
+impl QueueArgs {
+    /// The schedule of a job starting at `start_at` (`start` as sent: `None` for now).
+    pub fn schedule(&self, start: Option<String>, start_at: Timestamp) -> Schedule {
+        Schedule {
+            start,
+            start_at,
+            retry: RetrySpec {
+                first_interval: self.retry_first.clone(),
+                factor: self.retry_factor,
+                cap: self.retry_cap.clone(),
+                max_attempts: self.max_attempts,
+                deadline: self.deadline.clone(),
+            },
+            policy: self.local_retry_policy(),
+            notify: self.notify.clone(),
+            keyword: self.keyword.clone(),
+        }
+    }
+
+    /// The user's retry values over core's defaults, for local checks only: bftpd has its
+    /// own defaults and clamps. A cap left to the default never fails against a given first
+    /// interval.
+    fn local_retry_policy(&self) -> RetryPolicy {
+        let d = RetryPolicy::default();
+        let dur = |s: &Option<String>| s.as_deref().and_then(|s| humantime::parse_duration(s).ok());
+        let first_interval = dur(&self.retry_first).unwrap_or(d.first_interval);
+        let cap = dur(&self.retry_cap).unwrap_or(d.cap.max(first_interval));
+        RetryPolicy {
+            first_interval,
+            factor: self.retry_factor.unwrap_or(d.factor),
+            cap,
+            max_attempts: self.max_attempts.unwrap_or(d.max_attempts),
+            deadline: dur(&self.deadline).unwrap_or(d.deadline),
+        }
+    }
+}
+
 /// What only a queued job has: when it starts, how it is retried, who hears of it. `verify`
 /// and `transfer` run now, once, and leave all of it to bftpd's defaults.
 pub struct Schedule {
