@@ -337,6 +337,52 @@ fn validation_failure(spec: &JobSpec) -> Result<(), Failure> {
     spec.validate().map_err(|e| Failure::invalid(e.to_string()))
 }
 
+/// What a request describes, for the local checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A job: its paths as given.
+    Job,
+    /// The template of a watch's jobs (SPEC §15): the source is the watched directory, the
+    /// destination the directory the files go to. It is checked as the job a poll makes,
+    /// `SRC_DIR/*` to `DST_DIR`, never recursive (the watch's own `recursive` says how deep a
+    /// poll lists), and sent with the paths as given.
+    Watch,
+}
+
+/// `dir/*`: the wildcard job a poll of the watched directory `dir` makes.
+fn every_file_of(dir: &str) -> String {
+    match dir {
+        "" => "*".to_string(),
+        d if d.ends_with('/') => format!("{d}*"),
+        d => format!("{d}/*"),
+    }
+}
+
+/// The spec the local checks see: the job itself, or the job a poll of a watch makes.
+fn checked_shape(kind: Kind, spec: &JobSpec) -> Result<JobSpec, Failure> {
+    match kind {
+        Kind::Job => Ok(spec.clone()),
+        Kind::Watch => {
+            if bftp_core::model::has_wildcard(&spec.source.path) {
+                return Err(Failure::invalid(format!(
+                    "the source of a watch is a directory, and {:?} holds a wildcard: \
+                     choose its files with --pattern",
+                    spec.source.path
+                )));
+            }
+            if spec.disposition == Disposition::Delete {
+                return Err(Failure::invalid(
+                    "a watch copies each new file, or moves it (--move); it does not delete one",
+                ));
+            }
+            let mut shape = spec.clone();
+            shape.source.path = every_file_of(&spec.source.path);
+            shape.recursive = false;
+            Ok(shape)
+        }
+    }
+}
+
 /// Parse, find passwords, validate. Passwords are looked for only after the rest checked out,
 /// so that nobody types a password for a request that then fails on a typo.
 pub fn prepare(
@@ -344,8 +390,20 @@ pub fn prepare(
     schedule: Schedule,
     sources: &Sources,
 ) -> anyhow::Result<Prepared> {
+    prepare_as(Kind::Job, args, schedule, sources)
+}
+
+/// [`prepare`] for a job or for a watch's template ([`Kind`]).
+pub fn prepare_as(
+    kind: Kind,
+    args: &RequestArgs,
+    schedule: Schedule,
+    sources: &Sources,
+) -> anyhow::Result<Prepared> {
     let mut warnings = Vec::new();
     let disposition = args.disposition_given();
+    // A watch's `recursive` is its own, not its jobs'.
+    let recursive = args.recursive && kind == Kind::Job;
     let tls = tls_pair("--tls", &args.tls)?;
     let data_tls = tls_pair("--data-tls", &args.data_tls)?;
     let mut source = parse_side(Side::Source, &args.source)?;
@@ -375,10 +433,10 @@ pub fn prepare(
         notify: schedule.notify.clone(),
         keyword: schedule.keyword.clone(),
         proof: args.proof,
-        recursive: args.recursive,
+        recursive,
         data_path: args.data_path,
     };
-    validation_failure(&spec)?;
+    validation_failure(&checked_shape(kind, &spec)?)?;
 
     let mut sides = vec![(
         Side::Source,
@@ -420,7 +478,7 @@ pub fn prepare(
     }
     spec.source = source.endpoint.clone();
     spec.destination = destination.as_ref().map(|d| d.endpoint.clone());
-    validation_failure(&spec)?;
+    validation_failure(&checked_shape(kind, &spec)?)?;
 
     let with_tls = |e: &Endpoint, i: usize| EndpointSpec {
         tls: tls[i].clone(),
@@ -440,7 +498,7 @@ pub fn prepare(
         notify: schedule.notify,
         keyword: schedule.keyword,
         proof: args.proof.map(|p| p.as_str().to_owned()),
-        recursive: args.recursive,
+        recursive,
         data_path: args.data_path.map(|p| p.as_str().to_owned()),
     };
     Ok(Prepared { request, warnings })
@@ -449,6 +507,19 @@ pub fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watched_directory_is_checked_as_its_wildcard_job() {
+        for (dir, want) in [
+            ("", "*"),
+            ("in", "in/*"),
+            ("in/", "in/*"),
+            ("/", "/*"),
+            ("/data/in", "/data/in/*"),
+        ] {
+            assert_eq!(every_file_of(dir), want, "{dir:?}");
+        }
+    }
 
     #[test]
     fn redaction() {
