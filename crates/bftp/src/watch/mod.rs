@@ -13,14 +13,15 @@ mod tests;
 use std::time::Duration;
 
 use anyhow::Context;
-use bftp_api::{WatchList, WatchRequest, WatchView, API_PREFIX};
+use bftp_api::{WatchList, WatchRequest, API_PREFIX};
 use bftp_core::Timestamp;
 use clap::builder::Resettable;
 use clap::{Arg, Args, Subcommand};
 use hyper::Method;
+use serde::de::DeserializeOwned;
 
-use crate::client::{path_with_query, Client};
-use crate::exit::{failure_of, Failure, EXIT_CODES_HELP};
+use crate::client::{self, path_with_query, Client, Reply, TransportError};
+use crate::exit::{Failure, EXIT_CODES_HELP};
 use crate::output;
 use crate::password::Sources;
 use crate::request::{self, Kind, QueueArgs, RequestArgs};
@@ -281,60 +282,53 @@ fn prepare_add(args: &AddArgs, sources: &Sources, now: Timestamp) -> anyhow::Res
 
 /// Sends the action; the text to print: bftpd's JSON under `json`, else [`render`]'s.
 pub async fn run(client: &Client, action: &Action, json: bool) -> anyhow::Result<String> {
+    let text =
+        match action {
+            Action::Remove(id) => client.delete(&action.route().1).await.and_then(|raw| {
+                match (json, raw.is_empty()) {
+                    (true, true) => Ok(String::new()),
+                    (true, false) => output::pretty_json(&raw),
+                    (false, _) => Ok(render::removed(*id)),
+                }
+            }),
+            Action::List { .. } => shown(ask::<WatchList>(client, action).await, json, |l| {
+                render::list(&l.watches)
+            }),
+            Action::Show(_) => shown(ask(client, action).await, json, render::detail),
+            Action::Pause(_) | Action::Resume(_) => {
+                shown(ask(client, action).await, json, render::state_changed)
+            }
+            Action::Add(_) => shown(ask(client, action).await, json, render::added),
+        };
+    text.context(action.doing())
+}
+
+/// The action's request, its answer read as `T`.
+async fn ask<T: DeserializeOwned>(client: &Client, action: &Action) -> anyhow::Result<Reply<T>> {
     let (method, path) = action.route();
-    let doing = action.doing();
-    let text = match action {
-        Action::Remove(id) => {
-            let raw = client.delete(&path).await.context(doing)?;
-            return match (json, raw.is_empty()) {
-                (true, true) => Ok(String::new()),
-                (true, false) => output::pretty_json(&raw),
-                (false, _) => Ok(render::removed(*id)),
-            };
-        }
-        Action::List { .. } => {
-            let reply = client.get::<WatchList>(&path).await.context(doing)?;
-            if json {
-                return output::pretty_json(&reply.raw);
-            }
-            render::list(&reply.value.watches)
-        }
-        Action::Show(_) => {
-            let reply = client.get::<WatchView>(&path).await.context(doing)?;
-            if json {
-                return output::pretty_json(&reply.raw);
-            }
-            render::detail(&reply.value)
-        }
-        Action::Add(_) | Action::Pause(_) | Action::Resume(_) => {
-            let body = match action {
-                Action::Add(w) => {
-                    Some(serde_json::to_vec(&w.request).context("encoding the request")?)
-                }
-                _ => None,
-            };
-            debug_assert_eq!(method, Method::POST);
-            let reply = match client.post::<WatchView>(&path, &[], body).await {
-                Ok(reply) => reply,
-                // No answer (or no readable one) to an `add`: it is not sent again, which
-                // could make a second watch.
-                Err(e) if matches!(action, Action::Add(_)) && failure_of(&e).is_none() => {
-                    return Err(e
-                        .context(
-                            "bftpd may or may not have made the watch; `bftp watch list` shows it",
-                        )
-                        .context(doing));
-                }
-                Err(e) => return Err(e.context(doing)),
-            };
-            if json {
-                return output::pretty_json(&reply.raw);
-            }
-            match action {
-                Action::Add(_) => render::added(&reply.value),
-                _ => render::state_changed(&reply.value),
-            }
-        }
+    let body = match action {
+        Action::Add(w) => Some(serde_json::to_vec(&w.request).context("encoding the request")?),
+        _ => None,
     };
-    Ok(text)
+    match client.exchange(method, &path, &[], body).await {
+        Ok((status, reason, raw)) => client::decode(status, reason, raw),
+        // Sent, and no answer: an `add` is not sent again, which could make a second watch.
+        Err(e @ TransportError::Exchange(_)) if matches!(action, Action::Add(_)) => Err(client
+            .transport_failure(e)
+            .context("bftpd may or may not have made the watch; `bftp watch list` shows it")),
+        Err(e) => Err(client.transport_failure(e)),
+    }
+}
+
+fn shown<T>(
+    reply: anyhow::Result<Reply<T>>,
+    json: bool,
+    text: impl FnOnce(&T) -> String,
+) -> anyhow::Result<String> {
+    let reply = reply?;
+    if json {
+        output::pretty_json(&reply.raw)
+    } else {
+        Ok(text(&reply.value))
+    }
 }
