@@ -110,6 +110,18 @@ impl Client {
         decode(status, reason, body)
     }
 
+    /// A DELETE: the 2xx body as received (empty for a 204), or the error as a [`Failure`].
+    pub async fn delete(&self, path: &str) -> anyhow::Result<Bytes> {
+        let (status, reason, body) = self
+            .exchange(Method::DELETE, path, &[], None)
+            .await
+            .map_err(|e| self.transport_failure(e))?;
+        if !(200..300).contains(&status) {
+            return Err(Failure::from_response(status, reason, &body).into());
+        }
+        Ok(body)
+    }
+
     /// One request on a fresh connection: status, reason phrase and body, whatever the status.
     pub async fn exchange(
         &self,
@@ -469,6 +481,20 @@ mod tests {
             format!("{err:#}"),
             "shutting down [HTTP 503 Service Unavailable]"
         );
+    }
+
+    #[tokio::test]
+    async fn delete_reads_an_empty_answer_and_maps_errors() {
+        let srv = testserver::start(vec![
+            (204, ""),
+            (404, r#"{"kind":"not_found","message":"no watch 3"}"#),
+        ]);
+        let client = Client::new(&srv.socket);
+        assert!(client.delete("/v1/watches/3").await.unwrap().is_empty());
+        let err = client.delete("/v1/watches/3").await.unwrap_err();
+        assert_eq!(crate::exit::exit_of(&err), Exit::NotFound);
+        let req = srv.requests.lock().unwrap()[0].clone();
+        assert_eq!(req.request_line(), "DELETE /v1/watches/3 HTTP/1.1");
     }
 
     #[test]

@@ -32,7 +32,16 @@ mod tests {
             clap_complete::generate(shell, &mut Cli::command(), "bftp", &mut out);
             let script = String::from_utf8(out).unwrap();
             for sub in [
-                "submit", "status", "cancel", "verify", "transfer", "--watch",
+                "submit",
+                "status",
+                "cancel",
+                "verify",
+                "transfer",
+                "--watch",
+                "watch",
+                "resume",
+                "ready-suffix",
+                "no-default-ignore",
             ] {
                 assert!(script.contains(sub), "{shell}: no {sub}");
             }

@@ -19,7 +19,7 @@ pub enum Exit {
     /// The request is invalid: rejected by bftpd (HTTP 400, or 403 for a host its policy
     /// forbids or a relay it does not make) or by the checks `bftp` makes before sending (URL, time, password file...).
     Invalid = 4,
-    /// No such job, or not one of yours (HTTP 404).
+    /// No such job or watch, or not one of yours (HTTP 404).
     NotFound = 5,
     /// Conflict (HTTP 409): the request key was used before with other parameters, or the
     /// job to cancel has already finished.
@@ -49,7 +49,7 @@ Exit codes:
     3  bftpd is not reachable (socket missing or connection refused; bftpd unavailable)
     4  the request is invalid: rejected by bftpd (HTTP 400, or 403 for a forbidden host
        or relay) or by bftp's own checks before sending
-    5  not found (HTTP 404): no such job, or not yours
+    5  not found (HTTP 404): no such job or watch, or not yours
     6  conflict (HTTP 409): request key reused with other parameters, or the job has
        already finished
     7  permission denied on the bftpd socket

@@ -11,7 +11,7 @@
 //! | 2 | usage error (bad command line) |
 //! | 3 | bftpd is not reachable (socket missing or connection refused; HTTP 503) |
 //! | 4 | the request is invalid: rejected by bftpd (HTTP 400, or 403 for a forbidden host or relay) or by bftp's own checks |
-//! | 5 | not found (HTTP 404): no such job, or not yours |
+//! | 5 | not found (HTTP 404): no such job or watch, or not yours |
 //! | 6 | conflict (HTTP 409): request key reused with other parameters, or the job already finished |
 //! | 7 | permission denied on the bftpd socket (EACCES) |
 //! | 8 | verification or transfer found a problem: a `verify` check failed, or a `transfer` did not copy every file |
@@ -30,6 +30,7 @@ mod status;
 mod submit;
 mod transfer;
 mod verify;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -101,6 +102,10 @@ pub enum Command {
     /// passwords as for `submit`.
     #[command(after_help = EXIT_CODES_HELP)]
     Transfer(Box<transfer::TransferArgs>),
+    /// Watch a source directory and copy what is new in it, at an interval, with jobs like
+    /// `submit`'s: add, list, show, pause, resume, remove.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Watch(watch::WatchArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or PowerShell.
     ///
     /// For example `bftp completions bash > /usr/share/bash-completion/completions/bftp`,
@@ -200,6 +205,15 @@ fn run(cli: &Cli) -> anyhow::Result<Exit> {
         Command::Transfer(args) => {
             let prepared = prepare_now(&args.request)?;
             return rt.block_on(transfer::run(&client, &prepared, cli.json));
+        }
+        Command::Watch(args) => {
+            // Outside the runtime: `add` may prompt on the terminal.
+            let action = watch::prepare(&args.command, &password::Sources::from_process(), now())?;
+            warn(action.warnings());
+            (
+                rt.block_on(watch::run(&client, &action, cli.json))?,
+                Exit::Success,
+            )
         }
         Command::Completions(_) | Command::Man(_) => unreachable!("handled above"),
     };

@@ -51,6 +51,7 @@ mod tests {
             "cancel",
             "verify",
             "transfer",
+            "watch",
             "completions",
         ] {
             assert!(
@@ -68,7 +69,15 @@ mod tests {
             dir: Some(dir.path().to_path_buf()),
         })
         .unwrap();
-        for name in ["bftp.1", "bftp-submit.1", "bftp-status.1", "bftp-man.1"] {
+        for name in [
+            "bftp.1",
+            "bftp-submit.1",
+            "bftp-status.1",
+            "bftp-man.1",
+            "bftp-watch.1",
+            "bftp-watch-add.1",
+            "bftp-watch-remove.1",
+        ] {
             let p = dir.path().join(name);
             assert!(std::fs::metadata(&p).is_ok_and(|m| m.len() > 0), "{name}");
         }

@@ -141,7 +141,7 @@ fn relative(at: &str, now: SystemTime) -> Option<String> {
 
 /// The time as bftpd gave it, with how far from `now` it is beside it when `now` is given:
 /// `2026-12-01T08:00:00Z (in 51 s)`.
-fn when(at: &str, now: Option<SystemTime>) -> String {
+pub fn when(at: &str, now: Option<SystemTime>) -> String {
     let shown = sanitize(at);
     match now.and_then(|now| relative(at, now)) {
         Some(r) => format!("{shown} ({r})"),
@@ -219,7 +219,8 @@ pub fn job_list_at(jobs: &[JobView], now: Option<SystemTime>) -> String {
     )
 }
 
-fn endpoint(e: &EndpointView) -> String {
+/// The URL (never with a password), and whether a password and an ACCT are set.
+pub fn endpoint(e: &EndpointView) -> String {
     let mut s = sanitize(&e.url);
     let mut notes = Vec::new();
     if e.has_password {

@@ -153,6 +153,82 @@ impl RequestArgs {
     }
 }
 
+/// What a queued job (and each job of a watch) has beside its transfer: how it is retried,
+/// who hears of it, its label. `verify` and `transfer` run now, once, and have none of it.
+#[derive(Args)]
+pub struct QueueArgs {
+    /// Wait after the first failed attempt, e.g. 10m (bftpd clamps it to its bounds)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
+    pub retry_first: Option<String>,
+
+    /// Each further wait is the previous one times this (>= 1)
+    #[arg(long, value_name = "FACTOR")]
+    pub retry_factor: Option<f64>,
+
+    /// Longest wait between attempts, e.g. 4h
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
+    pub retry_cap: Option<String>,
+
+    /// Attempts in all, the first one included
+    #[arg(long, value_name = "N")]
+    pub max_attempts: Option<u32>,
+
+    /// Start no attempt later than this after the start time, e.g. 3days
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
+    pub deadline: Option<String>,
+
+    /// Mailbox for the report (repeatable) [default: bftpd's choice, e.g. your Unix user]
+    #[arg(long, value_name = "MAILBOX")]
+    pub notify: Vec<String>,
+
+    /// A label to find the job later with `bftp status --keyword`
+    #[arg(long, value_name = "K")]
+    pub keyword: Option<String>,
+}
+
+fn parse_duration_arg(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. 90s, 10m, 4h, 2days)"))?;
+    Ok(s.to_string())
+}
+
+impl QueueArgs {
+    /// The schedule of a job starting at `start_at` (`start` as sent: `None` for now).
+    pub fn schedule(&self, start: Option<String>, start_at: Timestamp) -> Schedule {
+        Schedule {
+            start,
+            start_at,
+            retry: RetrySpec {
+                first_interval: self.retry_first.clone(),
+                factor: self.retry_factor,
+                cap: self.retry_cap.clone(),
+                max_attempts: self.max_attempts,
+                deadline: self.deadline.clone(),
+            },
+            policy: self.local_retry_policy(),
+            notify: self.notify.clone(),
+            keyword: self.keyword.clone(),
+        }
+    }
+
+    /// The user's retry values over core's defaults, for local checks only: bftpd has its
+    /// own defaults and clamps. A cap left to the default never fails against a given first
+    /// interval.
+    fn local_retry_policy(&self) -> RetryPolicy {
+        let d = RetryPolicy::default();
+        let dur = |s: &Option<String>| s.as_deref().and_then(|s| humantime::parse_duration(s).ok());
+        let first_interval = dur(&self.retry_first).unwrap_or(d.first_interval);
+        let cap = dur(&self.retry_cap).unwrap_or(d.cap.max(first_interval));
+        RetryPolicy {
+            first_interval,
+            factor: self.retry_factor.unwrap_or(d.factor),
+            cap,
+            max_attempts: self.max_attempts.unwrap_or(d.max_attempts),
+            deadline: dur(&self.deadline).unwrap_or(d.deadline),
+        }
+    }
+}
+
 /// What only a queued job has: when it starts, how it is retried, who hears of it. `verify`
 /// and `transfer` run now, once, and leave all of it to bftpd's defaults.
 pub struct Schedule {
@@ -261,6 +337,52 @@ fn validation_failure(spec: &JobSpec) -> Result<(), Failure> {
     spec.validate().map_err(|e| Failure::invalid(e.to_string()))
 }
 
+/// What a request describes, for the local checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A job: its paths as given.
+    Job,
+    /// The template of a watch's jobs (SPEC §15): the source is the watched directory, the
+    /// destination the directory the files go to. It is checked as the job a poll makes,
+    /// `SRC_DIR/*` to `DST_DIR`, never recursive (the watch's own `recursive` says how deep a
+    /// poll lists), and sent with the paths as given.
+    Watch,
+}
+
+/// `dir/*`: the wildcard job a poll of the watched directory `dir` makes.
+fn every_file_of(dir: &str) -> String {
+    match dir {
+        "" => "*".to_string(),
+        d if d.ends_with('/') => format!("{d}*"),
+        d => format!("{d}/*"),
+    }
+}
+
+/// The spec the local checks see: the job itself, or the job a poll of a watch makes.
+fn checked_shape(kind: Kind, spec: &JobSpec) -> Result<JobSpec, Failure> {
+    match kind {
+        Kind::Job => Ok(spec.clone()),
+        Kind::Watch => {
+            if bftp_core::model::has_wildcard(&spec.source.path) {
+                return Err(Failure::invalid(format!(
+                    "the source of a watch is a directory, and {:?} holds a wildcard: \
+                     choose its files with --pattern",
+                    spec.source.path
+                )));
+            }
+            if spec.disposition == Disposition::Delete {
+                return Err(Failure::invalid(
+                    "a watch copies each new file, or moves it (--move); it does not delete one",
+                ));
+            }
+            let mut shape = spec.clone();
+            shape.source.path = every_file_of(&spec.source.path);
+            shape.recursive = false;
+            Ok(shape)
+        }
+    }
+}
+
 /// Parse, find passwords, validate. Passwords are looked for only after the rest checked out,
 /// so that nobody types a password for a request that then fails on a typo.
 pub fn prepare(
@@ -268,8 +390,20 @@ pub fn prepare(
     schedule: Schedule,
     sources: &Sources,
 ) -> anyhow::Result<Prepared> {
+    prepare_as(Kind::Job, args, schedule, sources)
+}
+
+/// [`prepare`] for a job or for a watch's template ([`Kind`]).
+pub fn prepare_as(
+    kind: Kind,
+    args: &RequestArgs,
+    schedule: Schedule,
+    sources: &Sources,
+) -> anyhow::Result<Prepared> {
     let mut warnings = Vec::new();
     let disposition = args.disposition_given();
+    // A watch's `recursive` is its own, not its jobs'.
+    let recursive = args.recursive && kind == Kind::Job;
     let tls = tls_pair("--tls", &args.tls)?;
     let data_tls = tls_pair("--data-tls", &args.data_tls)?;
     let mut source = parse_side(Side::Source, &args.source)?;
@@ -299,10 +433,10 @@ pub fn prepare(
         notify: schedule.notify.clone(),
         keyword: schedule.keyword.clone(),
         proof: args.proof,
-        recursive: args.recursive,
+        recursive,
         data_path: args.data_path,
     };
-    validation_failure(&spec)?;
+    validation_failure(&checked_shape(kind, &spec)?)?;
 
     let mut sides = vec![(
         Side::Source,
@@ -344,7 +478,7 @@ pub fn prepare(
     }
     spec.source = source.endpoint.clone();
     spec.destination = destination.as_ref().map(|d| d.endpoint.clone());
-    validation_failure(&spec)?;
+    validation_failure(&checked_shape(kind, &spec)?)?;
 
     let with_tls = |e: &Endpoint, i: usize| EndpointSpec {
         tls: tls[i].clone(),
@@ -364,7 +498,7 @@ pub fn prepare(
         notify: schedule.notify,
         keyword: schedule.keyword,
         proof: args.proof.map(|p| p.as_str().to_owned()),
-        recursive: args.recursive,
+        recursive,
         data_path: args.data_path.map(|p| p.as_str().to_owned()),
     };
     Ok(Prepared { request, warnings })
@@ -373,6 +507,19 @@ pub fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watched_directory_is_checked_as_its_wildcard_job() {
+        for (dir, want) in [
+            ("", "*"),
+            ("in", "in/*"),
+            ("in/", "in/*"),
+            ("/", "/*"),
+            ("/data/in", "/data/in/*"),
+        ] {
+            assert_eq!(every_file_of(dir), want, "{dir:?}");
+        }
+    }
 
     #[test]
     fn redaction() {

@@ -4,16 +4,16 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use bftp_api::{RetrySpec, SubmitResponse, IDEMPOTENCY_KEY_HEADER};
+use bftp_api::{SubmitResponse, IDEMPOTENCY_KEY_HEADER};
 use bftp_core::time::parse_start_time;
-use bftp_core::{RetryPolicy, Timestamp};
+use bftp_core::Timestamp;
 use clap::Args;
 
 use crate::client::{self, Client, TransportError};
 use crate::exit::Failure;
 use crate::output;
 use crate::password::Sources;
-use crate::request::{self, Prepared, RequestArgs, Schedule};
+use crate::request::{self, Prepared, QueueArgs, RequestArgs};
 
 /// No `Debug`: the URLs may hold passwords.
 #[derive(Args)]
@@ -26,44 +26,13 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "TIME")]
     pub start: Option<String>,
 
-    /// Wait after the first failed attempt, e.g. 10m (bftpd clamps it to its bounds)
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
-    pub retry_first: Option<String>,
-
-    /// Each further wait is the previous one times this (>= 1)
-    #[arg(long, value_name = "FACTOR")]
-    pub retry_factor: Option<f64>,
-
-    /// Longest wait between attempts, e.g. 4h
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
-    pub retry_cap: Option<String>,
-
-    /// Attempts in all, the first one included
-    #[arg(long, value_name = "N")]
-    pub max_attempts: Option<u32>,
-
-    /// Start no attempt later than this after the start time, e.g. 3days
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg)]
-    pub deadline: Option<String>,
-
-    /// Mailbox for the report (repeatable) [default: bftpd's choice, e.g. your Unix user]
-    #[arg(long, value_name = "MAILBOX")]
-    pub notify: Vec<String>,
-
-    /// A label to find the job later with `bftp status --keyword`
-    #[arg(long, value_name = "K")]
-    pub keyword: Option<String>,
+    #[command(flatten)]
+    pub queue: QueueArgs,
 
     /// Idempotency key: sending again with the same key and parameters gives the same job
     /// [default: a fresh random key]
     #[arg(long, value_name = "KEY")]
     pub request_key: Option<String>,
-}
-
-fn parse_duration_arg(s: &str) -> Result<String, String> {
-    let s = s.trim();
-    humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. 90s, 10m, 4h, 2days)"))?;
-    Ok(s.to_string())
 }
 
 /// A request and the key it is sent under.
@@ -99,40 +68,11 @@ pub fn prepare(args: &SubmitArgs, sources: &Sources, now: Timestamp) -> anyhow::
     };
     let request_key = args.request_key.clone().unwrap_or_else(random_request_key);
     check_request_key(&request_key)?;
-    let schedule = Schedule {
-        start,
-        start_at,
-        retry: RetrySpec {
-            first_interval: args.retry_first.clone(),
-            factor: args.retry_factor,
-            cap: args.retry_cap.clone(),
-            max_attempts: args.max_attempts,
-            deadline: args.deadline.clone(),
-        },
-        policy: local_retry_policy(args),
-        notify: args.notify.clone(),
-        keyword: args.keyword.clone(),
-    };
+    let schedule = args.queue.schedule(start, start_at);
     Ok(Submission {
         prepared: request::prepare(&args.request, schedule, sources)?,
         request_key,
     })
-}
-
-/// The user's retry values over core's defaults, for local checks only: bftpd has its own
-/// defaults and clamps. A cap left to the default never fails against a given first interval.
-fn local_retry_policy(args: &SubmitArgs) -> RetryPolicy {
-    let d = RetryPolicy::default();
-    let dur = |s: &Option<String>| s.as_deref().and_then(|s| humantime::parse_duration(s).ok());
-    let first_interval = dur(&args.retry_first).unwrap_or(d.first_interval);
-    let cap = dur(&args.retry_cap).unwrap_or(d.cap.max(first_interval));
-    RetryPolicy {
-        first_interval,
-        factor: args.retry_factor.unwrap_or(d.factor),
-        cap,
-        max_attempts: args.max_attempts.unwrap_or(d.max_attempts),
-        deadline: dur(&args.deadline).unwrap_or(d.deadline),
-    }
 }
 
 fn check_request_key(key: &str) -> Result<(), Failure> {
@@ -222,7 +162,7 @@ mod tests {
     use crate::client::testserver;
     use crate::exit::{exit_of, Exit};
     use crate::{Cli, Command};
-    use bftp_api::{EndpointSpec, SubmitRequest};
+    use bftp_api::{EndpointSpec, RetrySpec, SubmitRequest};
     use clap::Parser;
 
     /// 2026-11-30T12:00:00Z

@@ -125,3 +125,133 @@ fn netrc_is_read_from_home() {
     );
     assert!(Path::new(&netrc).exists());
 }
+
+/// A watch as bftpd shows it back.
+const WATCH_VIEW: &str = r#"{"id":3,"owner_uid":1000,"state":"active","created_at":"2026-12-01T07:00:00Z",
+"source":{"host":"src","port":21,"user":"alice","path":"in","has_password":true,"has_acct":false,"url":"ftp://alice@src:21/in"},
+"destination":{"host":"d","port":21,"user":"anonymous","path":"out","has_password":false,"has_acct":false,"url":"ftp://anonymous@d:21/out"},
+"every":"10m","patterns":["*.csv"],"recursive":false,"settle":"30s","ignore":["*.part"],"ready":{"kind":"suffix","name":".done"},
+"disposition":"move","dest_command":"replace","notify":[],"notify_on":"failure","expect":null,"has_keyword":false,
+"proof":null,"data_path_asked":null,"polls":2,"last_poll_at":"2026-12-01T07:50:00Z","next_poll_at":"2026-12-01T08:00:00Z",
+"last_error":null,"current_job":12,"jobs":[11,12],"delivered":4,"failed":0,"repeats":0,"waiting":1,"ignored":0,"refused":0,
+"last_delivery_at":null,"notes":[{"path":"b.csv","kind":"no_marker","detail":"b.csv.done"}]}"#;
+
+#[test]
+fn watch_add_posts_the_template_job_with_the_env_password() {
+    let env = Env::new();
+    let server = env.serve_once(201, WATCH_VIEW);
+    let o = env.bftp(
+        &[
+            "watch",
+            "add",
+            "ftp://alice@src/in",
+            "ftp://d/out",
+            "--every",
+            "10m",
+            "--pattern",
+            "*.csv",
+            "--ready-suffix",
+            ".done",
+            "--move",
+        ],
+        &[("BFTP_SOURCE_PASSWORD", "pw-from-env")],
+    );
+    let (head, body) = server.join().unwrap();
+    assert_eq!(code(&o), 0, "{o:?}");
+    assert!(head.starts_with("POST /v1/watches HTTP/1.1\r\n"), "{head}");
+    let sent: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        sent,
+        serde_json::json!({
+            "job": {
+                "source": {"host": "src", "port": 21, "user": "alice", "password": "pw-from-env",
+                           "path": "in"},
+                "destination": {"host": "d", "port": 21, "user": "anonymous", "path": "out"},
+                "disposition": "move",
+                "retry": {},
+                "notify": [],
+            },
+            "every": "10m",
+            "patterns": ["*.csv"],
+            "ready_suffix": ".done",
+        })
+    );
+    let out = text(&o.stdout);
+    assert!(
+        out.starts_with("watch 3 added: active, every 10m\n"),
+        "{out}"
+    );
+    for stream in [&o.stdout, &o.stderr] {
+        assert!(!text(stream).contains("pw-from-env"));
+    }
+}
+
+#[test]
+fn watch_show_renders_the_answer_and_json_passes_it_through() {
+    let env = Env::new();
+    let server = env.serve_once(200, WATCH_VIEW);
+    let o = env.bftp(&["watch", "show", "3"], &[]);
+    let (head, _) = server.join().unwrap();
+    assert_eq!(code(&o), 0, "{o:?}");
+    assert!(head.starts_with("GET /v1/watches/3 HTTP/1.1\r\n"), "{head}");
+    let out = text(&o.stdout);
+    for want in [
+        "watch 3\n",
+        "  source         ftp://alice@src:21/in (password set)\n",
+        "  transfer       move, replace\n",
+        "  ready          once F.done exists beside each file F\n",
+        "  jobs           11, 12\n",
+        "\nnot taken at the last poll (1):\n  b.csv: no_marker b.csv.done\n",
+    ] {
+        assert!(out.contains(want), "{want:?} not in\n{out}");
+    }
+
+    let env = Env::new();
+    let server = env.serve_once(404, r#"{"kind":"not_found","message":"no watch 4"}"#);
+    let o = env.bftp(&["--json", "watch", "show", "4"], &[]);
+    server.join().unwrap();
+    assert_eq!(code(&o), 5, "{o:?}");
+    let body: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(body["kind"], "not_found");
+    assert_eq!(
+        text(&o.stderr),
+        "bftp: watch 4: no watch 4 [HTTP 404 Not Found]\n"
+    );
+}
+
+#[test]
+fn watch_add_checks_before_connecting() {
+    let env = Env::new();
+    let o = env.bftp(
+        &[
+            "watch",
+            "add",
+            "ftp://s/in",
+            "ftp://d/out",
+            "--every",
+            "often",
+        ],
+        &[],
+    );
+    assert_eq!(code(&o), 4, "{o:?}");
+    assert!(
+        text(&o.stderr).starts_with("bftp: --every \"often\": not a duration"),
+        "{o:?}"
+    );
+    let o = env.bftp(
+        &[
+            "watch",
+            "add",
+            "ftp://s/in",
+            "ftp://d/out",
+            "--every",
+            "1m",
+            "--ready-marker",
+            "R",
+            "--ready-suffix",
+            ".ok",
+        ],
+        &[],
+    );
+    assert_eq!(code(&o), 2, "{o:?}");
+}
