@@ -123,18 +123,22 @@ pub async fn add(
     let req: WatchRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("request body: {e}")))?;
     let settings = settings_of(&req).map_err(ApiError::bad_request)?;
+    // The job is checked as the job each poll makes (`DIR/*`), and keeps the directory.
+    let dir = req.job.source.path.clone();
+    if bftp_core::glob::is_glob_pattern(&dir) {
+        return Err(ApiError::bad_request(
+            "a watch's source is a directory; choose files with --pattern, not a wildcard",
+        ));
+    }
     let mut job = req.job.clone();
     job.recursive = false;
     job.start = None;
-    let spec = checked_request(&app, job).await?;
+    job.source.path = crate::watch::files_of(&dir);
+    let mut spec = checked_request(&app, job).await?;
+    spec.source.path = dir;
     if spec.disposition == Disposition::Delete || spec.destination.is_none() {
         return Err(ApiError::bad_request(
             "a watch copies or moves files: it needs a destination directory",
-        ));
-    }
-    if spec.source.is_wildcard() {
-        return Err(ApiError::bad_request(
-            "a watch's source is a directory; choose files with --pattern, not a wildcard",
         ));
     }
     let new = NewWatch {

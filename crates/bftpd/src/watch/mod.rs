@@ -309,6 +309,17 @@ fn endpoint_url(e: &bftp_store::SealedEndpoint) -> String {
     .display_url()
 }
 
+/// The wildcard of every file in a watched directory, as a watch's job names its source
+/// (`out` and `out/` give `out/*`, the login directory `*`, the root `/*`).
+pub fn files_of(dir: &str) -> String {
+    let trimmed = dir.trim_end_matches('/');
+    if trimmed.is_empty() && dir.starts_with('/') {
+        "/*".into()
+    } else {
+        crate::lanes::paths::join_path(trimmed, "*")
+    }
+}
+
 /// A watch's `expect` words: `daily HH:MM` (UTC) or an interval (humantime).
 pub fn expect_of(words: &str) -> Result<bftp_core::watch::expect::Expect, String> {
     use bftp_core::watch::expect::{parse_daily, Expect};
@@ -322,5 +333,21 @@ pub fn expect_of(words: &str) -> Result<bftp_core::watch::expect::Expect, String
         _ => Err(format!(
             "expect {words:?}: write \"daily HH:MM\" (UTC) or an interval such as \"6h\""
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn files_of_a_directory() {
+        for (dir, files) in [
+            ("out", "out/*"),
+            ("out/", "out/*"),
+            ("", "*"),
+            ("/", "/*"),
+            ("/srv/in//", "/srv/in/*"),
+        ] {
+            assert_eq!(super::files_of(dir), files, "{dir:?}");
+        }
     }
 }

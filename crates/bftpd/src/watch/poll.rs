@@ -223,11 +223,7 @@ impl Watcher {
     /// The job a poll makes: the watch's template over the files taken, its members given.
     fn job_of(&self, w: &Watch, template: &JobSpec, poll: &Poll, now: Timestamp) -> NewJob {
         let mut spec = template.clone();
-        spec.source.path =
-            crate::lanes::paths::join_path(spec.source.path.trim_end_matches('/'), "*");
-        if spec.source.path == "/*" && !template.source.path.starts_with('/') {
-            spec.source.path = "*".into();
-        }
+        spec.source.path = super::files_of(&template.source.path);
         if let Some(dst) = spec.destination.as_mut() {
             if !dst.path.is_empty() && !dst.path.ends_with('/') {
                 dst.path.push('/');
