@@ -30,3 +30,4 @@ mod tls;
 mod tree;
 mod tree_limits;
 mod unique;
+mod watch_listing;
