@@ -7,7 +7,9 @@
 //! - [`Pair::list_source`] lists the source directory and matches a wildcard
 //!   (`listing.rs`);
 //! - [`verify()`] checks a job against the real servers without transferring
-//!   (`verify.rs`).
+//!   (`verify.rs`);
+//! - [`Pair::watch_listing`] lists a watched directory with each file's identity
+//!   (`watch.rs`).
 //!
 //! Every decision about a reply goes through `bftp_core::reply::classify_for_host`
 //! (the per-host overrides of [`Limits`], then the table of RULES.md §5).
