@@ -31,3 +31,4 @@ mod tree;
 mod tree_limits;
 mod unique;
 mod watch;
+mod watch_listing;

@@ -17,7 +17,7 @@ pub use engine::{
     CopyRequest, DataTls, DirListing, Failure, Fallback, HashProof, HiddenNames, JobFailure,
     LastReply, ListError, ListMethod, Listed, Listing, Pair, PairError, Progress, RejectedName,
     RelayStats, SizeCheck, SizeWatch, Skipped, TreeEntry, TreeKind, VerifyReport, VerifyRequest,
-    WalkMethod, CHECK_SOURCE_FILE, HASH_RATE_FLOOR,
+    WalkMethod, WatchListing, CHECK_SOURCE_FILE, HASH_RATE_FLOOR,
 };
 pub use engine::{
     DataPathVerdict, PathReason, WouldTake, CHECK_DATA_CONNECTION, CHECK_RELAY_CONNECTIONS,

@@ -19,7 +19,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 use super::outcome::Fallback;
-use super::{size_answer_of, Pair, SizeAnswer};
+use super::{size_answer_of, verb, Pair, SizeAnswer};
 use crate::parse::{
     check_argument, glob_match, is_privileged_port, parse_epsv, parse_mlsd, parse_nlst, parse_pasv,
     AddressError, EntryKind, ModifyTime, NameError, NlstListing, Reply,
@@ -31,7 +31,7 @@ use crate::transcript::{Side, Transcript};
 /// SIZE commands sent at once while sorting NLST names (see `nlst_members`): replies of
 /// a few dozen bytes each, a window's replies (a few KiB) far below any socket buffer. At
 /// 20 ms a round trip, each window costs one: 300 names took five with 64.
-const SIZE_WINDOW: usize = 256;
+pub(super) const SIZE_WINDOW: usize = 256;
 
 /// One member of a wildcard job, as frozen at the first listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -485,26 +485,17 @@ impl Pair {
         let mut names = names.into_iter().peekable();
         while names.peek().is_some() {
             let window: Vec<String> = names.by_ref().take(SIZE_WINDOW).collect();
-            for name in &window {
-                let line = format!("SIZE {}", join(dir, name));
-                if let Err(error) = self.src.send(&line).await {
-                    let result = Err(error);
-                    self.remember(Side::Source, "SIZE", &result);
-                    let disposition = self.classify(Side::Source, CommandKind::Size, &result);
-                    return Err(self.list_failure("SIZE", result, disposition));
-                }
-            }
+            let lines: Vec<String> = window
+                .iter()
+                .map(|name| format!("SIZE {}", join(dir, name)))
+                .collect();
+            let replies = self.pipelined(&lines).await?;
             // A refusal other than 550 fails the listing, but only after the whole window
             // was read: the connection stays in step.
             let mut failure = None;
-            for name in window {
-                let deadline = self.reply_deadline();
-                let result = self.read_reply(Side::Source, "SIZE", deadline).await;
+            for (name, reply) in window.into_iter().zip(replies) {
+                let result = Ok(reply);
                 let disposition = self.classify(Side::Source, CommandKind::Size, &result);
-                if result.is_err() {
-                    // No reply (the session is closed): the rest cannot be read.
-                    return Err(self.list_failure("SIZE", result, disposition));
-                }
                 let size = match size_answer_of(result, disposition) {
                     SizeAnswer::Size(size) => Some(size),
                     SizeAnswer::Unavailable(_) => None,
@@ -538,7 +529,40 @@ impl Pair {
         Ok(())
     }
 
-    fn list_failure(
+    /// Send `lines` to the source in one go and read one reply per line, in order (RFC 959
+    /// servers read commands one line at a time and answer them in order): a window of
+    /// questions costs one round trip. Keep a window's replies far below a socket buffer
+    /// ([`SIZE_WINDOW`] commands). A line that cannot be sent, or a reply that does not
+    /// come (the session is closed: the rest cannot be read), is the error.
+    pub(super) async fn pipelined(&mut self, lines: &[String]) -> Result<Vec<Reply>, ListError> {
+        for line in lines {
+            if let Err(error) = self.src.send(line).await {
+                let command = verb(line);
+                let result = Err(error);
+                self.remember(Side::Source, &command, &result);
+                let kind = CommandKind::from_verb(&command);
+                let disposition = self.classify(Side::Source, kind, &result);
+                return Err(self.list_failure(&command, result, disposition));
+            }
+        }
+        let mut replies = Vec::with_capacity(lines.len());
+        for line in lines {
+            let command = verb(line);
+            let deadline = self.reply_deadline();
+            match self.read_reply(Side::Source, &command, deadline).await {
+                Ok(reply) => replies.push(reply),
+                Err(error) => {
+                    let result = Err(error);
+                    let kind = CommandKind::from_verb(&command);
+                    let disposition = self.classify(Side::Source, kind, &result);
+                    return Err(self.list_failure(&command, result, disposition));
+                }
+            }
+        }
+        Ok(replies)
+    }
+
+    pub(super) fn list_failure(
         &self,
         command: &str,
         result: Result<Reply, SessionError>,
@@ -595,7 +619,7 @@ impl Pair {
 
     /// CWD to `dir` and back: vsftpd answers NLST of a missing directory with an
     /// empty 226, and several servers answer 450/550 for an empty one.
-    async fn check_directory(&mut self, dir: &str) -> Result<(), ListError> {
+    pub(super) async fn check_directory(&mut self, dir: &str) -> Result<(), ListError> {
         if dir.is_empty() {
             return Ok(());
         }

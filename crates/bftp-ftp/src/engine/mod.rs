@@ -7,7 +7,9 @@
 //! - [`Pair::list_source`] lists the source directory and matches a wildcard
 //!   (`listing.rs`);
 //! - [`verify()`] checks a job against the real servers without transferring
-//!   (`verify.rs`).
+//!   (`verify.rs`);
+//! - [`Pair::watch_listing`] lists a watched directory with each file's identity
+//!   (`watch.rs`).
 //!
 //! Every decision about a reply goes through `bftp_core::reply::classify_for_host`
 //! (the per-host overrides of [`Limits`], then the table of RULES.md §5).
@@ -21,6 +23,7 @@ mod tls_data;
 mod transfer;
 mod tree;
 mod verify;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +31,7 @@ use std::time::Duration;
 use bftp_core::reply::{classify_for_host, CommandKind, Disposition, Outcome};
 use bftp_core::route::{Plan, RelayReason};
 use bftp_core::{DestCommand, FtpParams, TransferType};
-use tokio::sync::watch;
+use tokio::sync::watch as tokio_watch;
 use tokio::time::Instant;
 
 mod actions;
@@ -46,6 +49,7 @@ pub use verify::{
     verify, Check, DataPathVerdict, PathReason, VerifyReport, VerifyRequest, WouldTake,
     CHECK_DATA_CONNECTION, CHECK_RELAY_CONNECTIONS, CHECK_SOURCE_FILE,
 };
+pub use watch::WatchListing;
 
 use crate::limits::{AddressCheck, Limits, ServerLogin};
 use crate::parse::Reply;
@@ -136,7 +140,7 @@ pub struct Pair {
     last: [Option<LastReply>; 2],
     /// The watchdog deadline of the current copy, if one runs.
     deadline: Option<Instant>,
-    progress: watch::Sender<Progress>,
+    progress: tokio_watch::Sender<Progress>,
     dead: Option<String>,
     /// What the last copy's data connection got (TLS or clear, and the TLS client).
     data_tls: Option<DataTls>,
@@ -299,7 +303,7 @@ impl Pair {
         check: Arc<dyn AddressCheck>,
         recorder: Recorder,
     ) -> Pair {
-        let (progress, _) = watch::channel(Progress::Idle);
+        let (progress, _) = tokio_watch::channel(Progress::Idle);
         Pair {
             src: src_session,
             dst: dst_session,
@@ -366,7 +370,7 @@ impl Pair {
     }
 
     /// A receiver of the copy's phase, for a progress line (see [`Progress`]).
-    pub fn progress(&self) -> watch::Receiver<Progress> {
+    pub fn progress(&self) -> tokio_watch::Receiver<Progress> {
         self.progress.subscribe()
     }
 

@@ -9,8 +9,8 @@
 //! LIST and marked [`HiddenNames::NotShown`]. A listing whose final reply says it was cut
 //! (Pure-FTPd's `-L` cap) is an error ([`ListError::Truncated`]), never a whole directory.
 
-use crate::parse::unix_list::{parse_list, ListKind};
-use crate::parse::{check_argument, parse_mlsd, EntryKind};
+use crate::parse::unix_list::{list_hint, parse_list, ListKind};
+use crate::parse::{check_argument, parse_mlsd, EntryKind, ModifyTime};
 use crate::transcript::{Side, Transcript};
 
 use super::listing::{cut_short, DataReply};
@@ -50,6 +50,12 @@ pub struct TreeEntry {
     pub size: Option<u64>,
     /// MLSD's `unique` fact (the same for two paths to one directory), if the server sent it.
     pub unique: Option<String>,
+    /// MLSD's `modify` fact; `None` from LIST, whose display time is not a modify time.
+    pub modified: Option<ModifyTime>,
+    /// LIST only: the line's size and display date as one string
+    /// ([`crate::parse::unix_list::list_hint`]), a sign of change for a server without
+    /// MLSD, never a fact. `None` from MLSD.
+    pub hint: Option<String>,
 }
 
 /// A directory's entries, in listing order, and the lines refused.
@@ -97,6 +103,14 @@ fn list_kind(kind: ListKind) -> TreeKind {
 impl Pair {
     /// Every entry of `dir` on the source, each with its kind (see the module docs).
     pub async fn list_dir(&mut self, dir: &str) -> Result<DirListing, ListError> {
+        let mut listing = self.read_dir(dir).await?;
+        listing.transcript = self.recorder.take();
+        Ok(listing)
+    }
+
+    /// [`Pair::list_dir`] without taking the transcript: a caller listing several
+    /// directories takes it once, at the end.
+    pub(super) async fn read_dir(&mut self, dir: &str) -> Result<DirListing, ListError> {
         if let Some(reason) = self.dead_reason() {
             return Err(ListError::Closed { reason });
         }
@@ -173,6 +187,8 @@ impl Pair {
                         kind: mlsd_kind(e.kind),
                         size: e.size,
                         unique: e.unique,
+                        modified: e.modify,
+                        hint: None,
                     });
                 }
             }
@@ -183,10 +199,12 @@ impl Pair {
                 }
                 for e in parsed.entries {
                     listing.entries.push(TreeEntry {
+                        hint: e.size.map(|size| list_hint(size, &e.date)),
                         name: e.name,
                         kind: list_kind(e.kind),
                         size: e.size,
                         unique: None,
+                        modified: None,
                     });
                 }
             }
@@ -218,7 +236,6 @@ impl Pair {
                 reason: "the name contains one of the job's passwords or ACCT strings".into(),
             });
         }
-        listing.transcript = self.recorder.take();
         Ok(listing)
     }
 
@@ -306,6 +323,8 @@ mod tests {
             kind,
             size,
             unique: None,
+            modified: None,
+            hint: None,
         };
         let mut entries = vec![
             entry("pipe", TreeKind::File, Some(0)),

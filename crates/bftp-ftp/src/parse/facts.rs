@@ -151,6 +151,21 @@ impl ModifyTime {
         self.millis
     }
 
+    /// The time as RFC 3659 writes it (MLSD's `modify` fact, MDTM's reply):
+    /// `YYYYMMDDHHMMSS`, with `.sss` when the milliseconds are not zero. One canonical
+    /// string per time, whatever precision the server wrote (`...00.000` and `...00` are
+    /// both `...00`): what a watch's checkpoint keeps as a file's modify time.
+    pub fn to_rfc3659(self) -> String {
+        let mut out = format!(
+            "{:04}{:02}{:02}{:02}{:02}{:02}",
+            self.year, self.month, self.day, self.hour, self.minute, self.second
+        );
+        if self.millis != 0 {
+            out.push_str(&format!(".{:03}", self.millis));
+        }
+        out
+    }
+
     /// Milliseconds since 1970-01-01T00:00:00Z, negative before. POSIX time has
     /// no leap seconds: second 60 lands on the first second of the next minute.
     pub fn unix_millis(self) -> i64 {
@@ -304,6 +319,21 @@ mod tests {
             parse_mdtm_reply("x"),
             Err(FactError::BadTime { .. })
         ));
+    }
+
+    #[test]
+    fn the_rfc3659_form_is_one_string_per_time() {
+        for (text, canonical) in [
+            ("20240101120000", "20240101120000"),
+            ("20240101120000.000", "20240101120000"),
+            ("20240101120000.5", "20240101120000.500"),
+            ("20240101120000.123456", "20240101120000.123"),
+            ("00010101000000", "00010101000000"),
+        ] {
+            let time = ModifyTime::parse(text).unwrap();
+            assert_eq!(time.to_rfc3659(), canonical, "{text}");
+            assert_eq!(ModifyTime::parse(canonical), Ok(time), "{text}");
+        }
     }
 
     #[test]

@@ -40,6 +40,17 @@ pub struct ListEntry {
     pub kind: ListKind,
     /// The size column (for a file, its size in bytes).
     pub size: Option<u64>,
+    /// The date columns as displayed, one space between them (`Jul 1 07:10`, `Jan 5 2024`):
+    /// `ls` shows the time of day for six months, then the year, and in the server's zone,
+    /// so this is never a modify time; only a sign that a file may have changed.
+    pub date: String,
+}
+
+/// What a LIST line says of a file without MDTM: its size and its display date as one
+/// string (`1320000 Jul 1 07:10`). Two lines with the same hint may show the same content;
+/// a different hint is asked SIZE and MDTM again (`bftp_core::watch::needs_facts`).
+pub fn list_hint(size: u64, date: &str) -> String {
+    format!("{size} {date}")
 }
 
 /// Why a LIST line was refused.
@@ -147,6 +158,7 @@ fn parse_line(line: &str, listed_dir: &str) -> Result<Line, ListLineError> {
         .ok_or(ListLineError::NotUnix("no name"))?;
     let type_char = mode.as_bytes()[0];
     let size = parse_size(w[at - 1].0).ok();
+    let date = format!("{} {} {}", w[at].0, w[at + 1].0, w[at + 2].0);
     let (name, kind) = match type_char {
         b'-' => (raw_name, ListKind::File),
         b'd' => (raw_name, ListKind::Dir),
@@ -181,6 +193,7 @@ fn parse_line(line: &str, listed_dir: &str) -> Result<Line, ListLineError> {
         name,
         kind,
         size: size.filter(|_| !matches!(type_char, b'c' | b'b')),
+        date,
     }))
 }
 
@@ -217,11 +230,12 @@ pub fn parse_list(listing: &[u8], listed_dir: &str) -> UnixListing {
 mod tests {
     use super::*;
 
-    fn entry(name: &str, kind: ListKind, size: Option<u64>) -> ListEntry {
+    fn entry(name: &str, kind: ListKind, size: Option<u64>, date: &str) -> ListEntry {
         ListEntry {
             name: name.into(),
             kind,
             size,
+            date: date.into(),
         }
     }
 
@@ -239,17 +253,18 @@ drwxr-xr-x    3 1000     1000         4096 Dec 01 23:00 sub dir\r\n";
         assert_eq!(
             l.entries,
             vec![
-                entry("empty", ListKind::Dir, Some(4096)),
-                entry("a b  c.dat", ListKind::File, Some(1234)),
-                entry("ü.dat", ListKind::File, Some(0)),
+                entry("empty", ListKind::Dir, Some(4096), "Dec 01 23:00"),
+                entry("a b  c.dat", ListKind::File, Some(1234), "Dec 01 23:00"),
+                entry("ü.dat", ListKind::File, Some(0), "Jan 05 2024"),
                 entry(
                     "link",
                     ListKind::Symlink {
                         target: "a.dat".into()
                     },
-                    Some(5)
+                    Some(5),
+                    "Dec 01 23:00"
                 ),
-                entry("sub dir", ListKind::Dir, Some(4096)),
+                entry("sub dir", ListKind::Dir, Some(4096), "Dec 01 23:00"),
             ]
         );
     }
@@ -293,43 +308,103 @@ drwxr-xr-x    2 1003     1004         4096 Dec 04 17:46 .dotdir\r\n\
             // Text owner and group, one-digit day, ACL and SELinux marks.
             (
                 "-rw-r--r--+  1 alice staff 77 Jun  7 09:05 notes.txt",
-                Some(entry("notes.txt", ListKind::File, Some(77))),
+                Some(entry("notes.txt", ListKind::File, Some(77), "Jun 7 09:05")),
             ),
             (
                 "drwxr-xr-x.  4 root root 4096 Feb 29  2020 old",
-                Some(entry("old", ListKind::Dir, Some(4096))),
+                Some(entry("old", ListKind::Dir, Some(4096), "Feb 29 2020")),
             ),
             // No group column.
             (
                 "-rw-r--r-- 1 ftp 42 Mar 10 2021 nogroup.bin",
-                Some(entry("nogroup.bin", ListKind::File, Some(42))),
+                Some(entry(
+                    "nogroup.bin",
+                    ListKind::File,
+                    Some(42),
+                    "Mar 10 2021",
+                )),
             ),
             // A name that looks like a date is still the name.
             (
                 "-rw-r--r-- 1 u g 9 Mar 10 12:00 Dec 25 2020",
-                Some(entry("Dec 25 2020", ListKind::File, Some(9))),
+                Some(entry(
+                    "Dec 25 2020",
+                    ListKind::File,
+                    Some(9),
+                    "Mar 10 12:00",
+                )),
             ),
             // Devices, pipes, sockets: special, never files.
             (
                 "crw-rw----   1 root tty 4, 0 Dec  1 10:00 tty0",
-                Some(entry("tty0", ListKind::Special('c'), None)),
+                Some(entry("tty0", ListKind::Special('c'), None, "Dec 1 10:00")),
             ),
             (
                 "prw-r--r--   1 u g 0 Dec  1 10:00 fifo",
-                Some(entry("fifo", ListKind::Special('p'), Some(0))),
+                Some(entry(
+                    "fifo",
+                    ListKind::Special('p'),
+                    Some(0),
+                    "Dec 1 10:00",
+                )),
             ),
             (
                 "srwxrwxrwx   1 u g 0 Dec  1 10:00 sock",
-                Some(entry("sock", ListKind::Special('s'), Some(0))),
+                Some(entry(
+                    "sock",
+                    ListKind::Special('s'),
+                    Some(0),
+                    "Dec 1 10:00",
+                )),
             ),
             (
                 "-rwsr-xr-T   1 u g 18446744073709551615 Dec  1 10:00 big",
-                Some(entry("big", ListKind::File, Some(u64::MAX))),
+                Some(entry("big", ListKind::File, Some(u64::MAX), "Dec 1 10:00")),
             ),
         ];
         for (line, want) in rows {
             assert_eq!(parse_list_line(line, "").unwrap(), want, "{line:?}");
         }
+    }
+
+    /// The hint is the size and the display date, whatever the padding of the columns
+    /// (`ls` widens them to the longest size or owner in the directory): a line that shows the
+    /// same size and date gives the same hint, a changed size or date a different one.
+    #[test]
+    fn a_list_hint_is_the_size_and_the_display_date() {
+        let hint = |line: &str| {
+            let e = parse_list_line(line, "").unwrap().unwrap();
+            list_hint(e.size.unwrap(), &e.date)
+        };
+        let vsftpd = "-rw-r--r--    1 1000     1000      1320000 Jul 01 07:10 a.csv";
+        assert_eq!(hint(vsftpd), "1320000 Jul 01 07:10");
+        assert_eq!(
+            hint("-rw-r--r-- 1 alice staff 1320000 Jul  1 07:10 a.csv"),
+            "1320000 Jul 1 07:10"
+        );
+        assert_eq!(
+            hint("-rw-r--r--   1 alice  staff  1320000  Jul  1  07:10 a.csv"),
+            hint("-rw-r--r-- 1 alice staff 1320000 Jul 1 07:10 a.csv"),
+        );
+        // Six months on, the same file shows its year: another hint (asked again, and the
+        // same facts come back).
+        assert_eq!(
+            hint("-rw-r--r-- 1 u g 1320000 Jul  1  2026 a.csv"),
+            "1320000 Jul 1 2026"
+        );
+        assert_ne!(
+            hint("-rw-r--r-- 1 u g 1320001 Jul  1 07:10 a.csv"),
+            hint("-rw-r--r-- 1 u g 1320000 Jul  1 07:10 a.csv")
+        );
+        assert_ne!(
+            hint("-rw-r--r-- 1 u g 1320000 Jul  1 07:11 a.csv"),
+            hint("-rw-r--r-- 1 u g 1320000 Jul  1 07:10 a.csv")
+        );
+        // A name that looks like a date does not enter the hint.
+        assert_eq!(
+            hint("-rw-r--r-- 1 u g 9 Mar 10 12:00 Dec 25 2020"),
+            "9 Mar 10 12:00"
+        );
     }
 
     #[test]

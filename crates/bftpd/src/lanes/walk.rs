@@ -411,6 +411,8 @@ mod tests {
             kind,
             size: Some(3),
             unique: None,
+            modified: None,
+            hint: None,
         };
         let listing = DirListing {
             entries: vec![
@@ -490,6 +492,8 @@ mod tests {
             kind: TreeKind::File,
             size: Some(1),
             unique: None,
+            modified: None,
+            hint: None,
         };
         let listing = |n: usize| DirListing {
             entries: (0..n).map(|i| file(&format!("f{i}"))).collect(),
@@ -646,6 +650,8 @@ mod tests {
                         kind: TreeKind::Dir,
                         size: None,
                         unique: unique.map(Into::into),
+                        modified: None,
+                        hint: None,
                     })
                     .collect(),
                 rejected: vec![],
