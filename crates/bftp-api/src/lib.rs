@@ -463,6 +463,9 @@ pub struct JobView {
     /// With several nodes on one store: the node running the job (whose lease it is under).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// The watch whose poll made this job; absent for every other job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<u64>,
 }
 
 /// Where a final job's report stands.

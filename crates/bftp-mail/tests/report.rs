@@ -110,6 +110,7 @@ fn job(outcome: &str, members: Vec<MemberView>) -> JobView {
         ],
         report: None,
         node: None,
+        watch: None,
     }
 }
 

@@ -584,6 +584,7 @@ pub(crate) mod tests {
             }],
             report: None,
             node: None,
+            watch: None,
         }
     }
 

@@ -190,6 +190,7 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
             .collect(),
         report: None,
         node: None,
+        watch: job.watch.map(|w| w.0),
     }
 }
 
