@@ -9,6 +9,7 @@ mod relay;
 mod scheduler;
 mod tree;
 mod unique;
+mod watch;
 
 use bftp_tests::daemon::{text, Bftpd};
 use serde_json::Value;
