@@ -371,7 +371,8 @@ pub trait JobStore: Send + Sync {
     /// Records one poll in one transaction: the entries of `poll.prune` removed, those of
     /// `poll.put` written, the job submitted (as `submit` does, linked to the watch: its
     /// `watch` is set to `id`) and the status written, with `current_job` the new job and
-    /// the job pushed to `jobs` (the last [`WATCH_JOBS_KEPT`] kept). A watch that does not
+    /// the job pushed to `jobs` (the list is the store's, the caller's is not read; the last
+    /// [`WATCH_JOBS_KEPT`] kept). A watch that does not
     /// exist is `WatchNotFound`; on a shared store, a node that does not hold the watch
     /// ([`JobStore::hold_watch`]) is `LeaseLost`, and nothing is written. Durable before it
     /// returns.

@@ -329,9 +329,11 @@ pub(crate) fn checkpoint_mark(
     )
 }
 
-/// A watch's status after a poll that made job `job`: it is the current job and the newest
-/// of the last [`WATCH_JOBS_KEPT`].
-pub(crate) fn polled(mut status: WatchStatus, job: Option<JobId>) -> WatchStatus {
+/// A watch's status after a poll: the caller's `status`, but its list of jobs is the
+/// store's (`jobs`, the stored status's), with the job the poll made (`job`) the newest of
+/// the last [`WATCH_JOBS_KEPT`] and the current job.
+pub(crate) fn polled(jobs: &[JobId], mut status: WatchStatus, job: Option<JobId>) -> WatchStatus {
+    status.jobs = jobs.to_vec();
     if let Some(id) = job {
         status.current_job = Some(id);
         status.jobs.retain(|j| *j != id);
@@ -751,17 +753,24 @@ mod tests {
 
     #[test]
     fn a_poll_makes_its_job_current_and_keeps_the_last_twenty() {
-        let mut status = WatchStatus {
+        let status = WatchStatus {
             polls: 4,
+            current_job: Some(JobId(20)),
+            jobs: vec![JobId(99)],
             ..WatchStatus::default()
         };
-        assert_eq!(polled(status.clone(), None), status);
-        status.jobs = (1..=20).map(JobId).collect();
-        status.current_job = Some(JobId(20));
-        let after = polled(status, Some(JobId(21)));
+        let kept: Vec<JobId> = (1..=20).map(JobId).collect();
+        // No job: the caller's status, the store's list of jobs.
+        let same = polled(&kept, status.clone(), None);
+        assert_eq!((same.current_job, &same.jobs), (Some(JobId(20)), &kept));
+        let after = polled(&kept, status, Some(JobId(21)));
         assert_eq!(after.current_job, Some(JobId(21)));
         assert_eq!(after.jobs, (2..=21).map(JobId).collect::<Vec<_>>());
         assert_eq!(after.polls, 4);
+        assert_eq!(
+            polled(&[], WatchStatus::default(), Some(JobId(1))).jobs,
+            [JobId(1)]
+        );
     }
 
     #[test]

@@ -72,7 +72,8 @@ pub struct WatchStatus {
     pub last_error: Option<String>,
     /// The job the last poll made, until a later poll sees it final.
     pub current_job: Option<JobId>,
-    /// The last [`WATCH_JOBS_KEPT`] jobs the watch made, newest last.
+    /// The last [`WATCH_JOBS_KEPT`] jobs the watch made, newest last: kept by the store
+    /// ([`crate::JobStore::record_poll`]).
     pub jobs: Vec<JobId>,
     /// Totals, added by the poll that sees a job final.
     pub delivered: u64,
@@ -117,8 +118,8 @@ pub struct Watch {
 /// One poll of a watch, written in one transaction by [`crate::JobStore::record_poll`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PollRecord {
-    /// The watch's status after the poll; with a `job`, the store sets `current_job` to it
-    /// and pushes it to `jobs` itself.
+    /// The watch's status after the poll. `jobs` is the store's (the caller's is not
+    /// read): with a `job`, the store pushes it to `jobs` and makes it `current_job`.
     pub status: WatchStatus,
     /// Checkpoint entries written (`bftp_core::watch::Poll::put`).
     pub put: Vec<(String, bftp_core::watch::Entry)>,

@@ -16,7 +16,7 @@ use crate::error::StoreError;
 use crate::keys;
 use crate::plan;
 use crate::record::{decode, encode, MemberV1, WatchFileV1, WatchStatusV1, WatchV1};
-use crate::types::{Job, NewWatch, PollRecord, Watch, WatchId};
+use crate::types::{Job, JobId, NewWatch, PollRecord, Watch, WatchId};
 use bftp_core::watch::Entry;
 use bftp_core::{MemberState, Timestamp};
 
@@ -263,7 +263,8 @@ impl Inner {
             }
             _ => None,
         };
-        let status = plan::polled(poll.status, made.as_ref().map(|j| j.id));
+        let kept: Vec<JobId> = rec.status.jobs.iter().copied().map(JobId).collect();
+        let status = plan::polled(&kept, poll.status, made.as_ref().map(|j| j.id));
         rec.status = WatchStatusV1::from_api(&status);
         tx.exec(
             OP,

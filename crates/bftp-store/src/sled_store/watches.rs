@@ -11,7 +11,7 @@ use crate::error::{backend, StoreError};
 use crate::keys;
 use crate::plan;
 use crate::record::{decode, encode, MemberV1, WatchFileV1, WatchStatusV1, WatchV1};
-use crate::types::{Job, NewWatch, PollRecord, Watch, WatchId};
+use crate::types::{Job, JobId, NewWatch, PollRecord, Watch, WatchId};
 use bftp_core::watch::Entry;
 use bftp_core::MemberState;
 
@@ -203,7 +203,14 @@ impl SledStore {
                 (Some(j), Some(n)) => Some(tx_submit(tx, j, n)?.into_job()),
                 _ => None,
             };
-            let status = plan::polled(status.clone(), made.as_ref().map(|j| j.id));
+            let kept = rec
+                .status
+                .jobs
+                .iter()
+                .copied()
+                .map(JobId)
+                .collect::<Vec<_>>();
+            let status = plan::polled(&kept, status.clone(), made.as_ref().map(|j| j.id));
             rec.status = WatchStatusV1::from_api(&status);
             tx_put_watch(tx, id, &rec)?;
             Ok((rec.to_api(id).or_abort()?, made))
