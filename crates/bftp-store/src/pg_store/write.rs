@@ -196,14 +196,23 @@ pub(super) async fn tx_settle_pending(
         ));
     }
     let mut all = Vec::with_capacity(rows.len());
+    let mut settled = Vec::new();
     for r in rows {
         let index = r.get::<_, i32>(0) as u32;
         let mut m: MemberV1 = decode("member", &keys::member(id, index), r.get::<_, &[u8]>(1))?;
         if plan::settle(&mut m, to, detail, now) {
             tx_put_member(tx, op, id, index, &m).await?;
-            tx_mark(tx, op, watch, MemberState::Pending, &m).await?;
+            if watch.is_some() {
+                settled.push(m.clone());
+            }
         }
         all.push(m.state.to_api());
+    }
+    // Checkpoint entries are locked in path order, as a poll writes them: two transactions
+    // of one watch never wait on each other's entries in a cycle.
+    settled.sort_by(|a, b| a.name.cmp(&b.name));
+    for m in &settled {
+        tx_mark(tx, op, watch, MemberState::Pending, m).await?;
     }
     Ok(all)
 }
