@@ -163,6 +163,7 @@ fn store_submit_rate(dir: &Path, dur: Duration) -> f64 {
         let mut h = [0u8; 32];
         h[..8].copy_from_slice(&n.to_be_bytes());
         let job = NewJob {
+            watch: None,
             owner_uid: 0,
             spec: SealedSpec {
                 source: endpoint(2121, &format!("pub/file-{n}.bin")),

@@ -106,6 +106,7 @@ fn seed(dir: &Path, n: usize) -> Result<()> {
         tls: Default::default(),
     };
     let job = NewJob {
+        watch: None,
         owner_uid: 1000,
         spec: SealedSpec {
             source: ep("127.0.0.2", "/tree"),

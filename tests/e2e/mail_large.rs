@@ -45,6 +45,7 @@ fn seed(path: &std::path::Path) -> u64 {
     };
     let t0 = Timestamp(1_796_040_000_000);
     let job = NewJob {
+        watch: None,
         owner_uid: 0,
         spec: SealedSpec {
             source: ep("127.0.0.2", "/tree"),

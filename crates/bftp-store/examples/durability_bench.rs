@@ -36,6 +36,7 @@ fn job(i: u64) -> NewJob {
     key[..8].copy_from_slice(&i.to_be_bytes());
     key[8] = 0xee;
     NewJob {
+        watch: None,
         owner_uid: 1000 + (i % 50) as u32,
         spec: SealedSpec {
             source: ep(

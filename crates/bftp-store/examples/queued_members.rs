@@ -47,6 +47,7 @@ fn main() {
     };
     let now = Timestamp(1_796_040_000_000);
     let job = NewJob {
+        watch: None,
         owner_uid: 1000,
         spec: SealedSpec {
             source: ep("127.0.0.2", "/small/*"),

@@ -5,14 +5,14 @@ use std::path::PathBuf;
 
 use bftp_core::InvalidTransition;
 
-use crate::types::JobId;
+use crate::types::{JobId, WatchId};
 
 /// What went wrong in the store, and where.
 ///
 /// Three families, which callers treat differently:
-/// - refusals of the request (`NotFound`, `InvalidTransition`, `RequestKeyConflict`,
-///   `MembersAlreadyFrozen`, `MemberNotFound`, `NoReport`, `MemberIsTerminal`, `JobIsFinal`,
-///   `TooManyMembers`, `DiskFull`): nothing was
+/// - refusals of the request (`NotFound`, `WatchNotFound`, `InvalidTransition`,
+///   `RequestKeyConflict`, `MembersAlreadyFrozen`, `MemberNotFound`, `NoReport`,
+///   `MemberIsTerminal`, `JobIsFinal`, `TooManyMembers`, `DiskFull`): nothing was
 ///   written, the store is fine;
 /// - a store that cannot be opened (`NotAStore`, `Locked`, `Damaged`, `SchemaTooNew`, `Io`);
 /// - storage failures at run time (`Backend`, `Corrupt`, `Panicked`, `NotDurable`): the
@@ -23,6 +23,9 @@ use crate::types::JobId;
 pub enum StoreError {
     #[error("job {0} does not exist")]
     NotFound(JobId),
+
+    #[error("watch {0} does not exist")]
+    WatchNotFound(WatchId),
 
     #[error("job {job}: {source}")]
     InvalidTransition {
@@ -132,6 +135,7 @@ impl StoreError {
         matches!(
             self,
             StoreError::NotFound(_)
+                | StoreError::WatchNotFound(_)
                 | StoreError::InvalidTransition { .. }
                 | StoreError::RequestKeyConflict { .. }
                 | StoreError::MembersAlreadyFrozen { .. }

@@ -17,6 +17,10 @@
 //! | `transcripts` | id                            | transcript record (the last attempt) |
 //! | `refusals` | host length (u16), host, port (u16), command | refusal record (capability memory) |
 //! | `pairs`    | source host length (u16), host, port (u16), destination host length (u16), host, port (u16) | pair record (a pair that refused the third party) |
+//! | `watches`  | watch id                         | watch record   |
+//! | `watch_files` | watch id, path (UTF-8 bytes)  | checkpoint entry record |
+//!
+//! `meta` also holds `next_watch_id` (absent until the first watch: 1).
 
 use bftp_core::{JobState, Timestamp};
 
@@ -35,6 +39,29 @@ pub(crate) const META_DIGEST: &[u8] = b"digest";
 /// a missing or replaced key file is noticed before anything sealed is read with it.
 pub(crate) const META_KEY_FINGERPRINT: &[u8] = b"key_fingerprint";
 pub(crate) const MAGIC_VALUE: &[u8] = b"bftp-store";
+/// The next watch id (watches are numbered apart from jobs).
+pub(crate) const META_NEXT_WATCH_ID: &[u8] = b"next_watch_id";
+
+pub(crate) fn watch(id: crate::types::WatchId) -> [u8; 8] {
+    id.0.to_be_bytes()
+}
+
+/// A checkpoint entry: the watch, then the path's bytes (so a watch's entries are one
+/// prefix, in path order).
+pub(crate) fn watch_file(id: crate::types::WatchId, path: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + path.len());
+    k.extend_from_slice(&id.0.to_be_bytes());
+    k.extend_from_slice(path.as_bytes());
+    k
+}
+
+/// The path of a checkpoint entry's key.
+pub(crate) fn watch_file_path(key: &[u8]) -> Result<String, StoreError> {
+    key.get(8..)
+        .and_then(|p| std::str::from_utf8(p).ok())
+        .map(str::to_owned)
+        .ok_or_else(|| corrupt_key("watch file", key, "not a watch id and a UTF-8 path"))
+}
 
 /// A server's refusal memory: the host length-prefixed, so no host can run into the port.
 pub(crate) fn refusal(key: &bftp_core::refusal::RefusalKey) -> Vec<u8> {

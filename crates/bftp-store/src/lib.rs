@@ -40,8 +40,9 @@ pub use plan::MAX_MEMBERS;
 pub use sled_store::{BackupReport, SledStore, StoreOptions, VerifyReport, SCHEMA_VERSION};
 pub use types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, KeyHash, LastReply,
-    Member, MemberUpdate, NewJob, NewMember, OutboxEntry, OutboxState, RequestKey, Sealed,
-    SealedEndpoint, SealedSpec, StateCounts, StateFilter, Submitted, Walk,
+    Member, MemberUpdate, NewJob, NewMember, NewWatch, OutboxEntry, OutboxState, PollRecord,
+    RequestKey, Sealed, SealedEndpoint, SealedSpec, StateCounts, StateFilter, Submitted, Walk,
+    Watch, WatchId, WatchSettings, WatchStatus, WATCH_JOBS_KEPT,
 };
 
 use bftp_core::refusal::{RefusalKey, RefusalMemory, Sighting};
@@ -336,6 +337,62 @@ pub trait JobStore: Send + Sync {
         }
         Ok(())
     }
+
+    // ---- watches (RULES.md §15): recurring transfers, checkpointed the NNTP way ----
+    //
+    // Wherever a store writes a member's new state, a member of a watch's job (`Job::watch`)
+    // that ends with an outcome (`bftp_core::watch::outcome_of`) settles its identity in that
+    // watch's checkpoint (`bftp_core::watch::settled`) in the same transaction.
+
+    /// Creates a watch, unpaused, its first poll due at `created_at`. Durable before it
+    /// returns.
+    fn create_watch(&self, w: NewWatch) -> Result<Watch, StoreError>;
+
+    fn watch(&self, id: WatchId) -> Result<Option<Watch>, StoreError>;
+
+    /// The watches of `owner` (`None`: every owner's), in id order.
+    fn watches(&self, owner: Option<u32>) -> Result<Vec<Watch>, StoreError>;
+
+    /// Pauses (`true`) or resumes a watch: the watch after it, `None` when there is no such
+    /// watch. Durable.
+    fn pause_watch(&self, id: WatchId, paused: bool) -> Result<Option<Watch>, StoreError>;
+
+    /// Removes a watch and its checkpoint (the jobs it made stay): whether there was one.
+    /// Durable.
+    fn remove_watch(&self, id: WatchId) -> Result<bool, StoreError>;
+
+    /// The watch's checkpoint: an entry per path (`bftp_core::watch::Entry`). Empty for a
+    /// watch that does not exist.
+    fn watch_checkpoint(
+        &self,
+        id: WatchId,
+    ) -> Result<std::collections::BTreeMap<String, bftp_core::watch::Entry>, StoreError>;
+
+    /// Records one poll in one transaction: the entries of `poll.prune` removed, those of
+    /// `poll.put` written, the job submitted (as `submit` does, linked to the watch: its
+    /// `watch` is set to `id`) and the status written, with `current_job` the new job and
+    /// the job pushed to `jobs` (the list is the store's, the caller's is not read; the last
+    /// [`WATCH_JOBS_KEPT`] kept). A watch that does not
+    /// exist is `WatchNotFound`; on a shared store, a node that does not hold the watch
+    /// ([`JobStore::hold_watch`]) is `LeaseLost`, and nothing is written. Durable before it
+    /// returns.
+    fn record_poll(
+        &self,
+        id: WatchId,
+        poll: PollRecord,
+    ) -> Result<(Watch, Option<Job>), StoreError>;
+
+    /// Takes or keeps the hold on a watch for `node` until `until`: `true` when this node
+    /// holds it now (it was held by none, by this node, or by another whose hold ended
+    /// before `now`), `false` when another node holds it or there is no such watch. A store
+    /// of one node holds every watch that exists. Durable.
+    fn hold_watch(
+        &self,
+        id: WatchId,
+        node: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError>;
 }
 
 /// Upkeep of a store: forgetting old final jobs, backups, disk space (`JobStore::upkeep`).

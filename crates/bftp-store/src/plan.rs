@@ -10,7 +10,7 @@ use bftp_core::{transition, JobEvent, JobOutcome, JobState, MemberState, Timesta
 
 use crate::error::StoreError;
 use crate::record::{HistoryV1, JobV1, MemberStateV1, MemberV1, OutboxV1, StateV1, WalkV1};
-use crate::types::{HistoryEvent, JobId, NewJob, Walk};
+use crate::types::{HistoryEvent, JobId, NewJob, Walk, WatchId, WatchStatus, WATCH_JOBS_KEPT};
 
 /// Most members one job may have (one wildcard listing).
 pub const MAX_MEMBERS: usize = 1_000_000;
@@ -98,6 +98,7 @@ pub(crate) fn submit(job: &NewJob, count: u32) -> Plan {
         count,
     );
     let mut plan = Plan::of(rec);
+    plan.rec.watch = job.watch.map(|w| w.0);
     plan.append_at = Some(0);
     let submitted = HistoryEvent::submitted(job.created_at);
     plan.note(submitted.at, &submitted.kind, None);
@@ -290,6 +291,59 @@ pub(crate) fn history(rec: JobV1, event: &HistoryEvent) -> Plan {
     plan
 }
 
+// ---- watches (RULES.md §15) ----
+
+/// The checkpoint entry a member's change settles, when it settles one: the member is of a
+/// watch's job (`watch`, the job record's), its state changed from `before`, and the new
+/// state ends its content with an outcome (`bftp_core::watch::outcome_of`). The store reads
+/// that entry and writes [`checkpoint_mark`] of it in the transaction that writes the member.
+/// A member written at birth (a refused name) changes from `Pending`.
+pub(crate) fn checkpoint_key(
+    watch: Option<u64>,
+    before: MemberState,
+    after: &MemberV1,
+) -> Option<(WatchId, &str)> {
+    let w = watch?;
+    settles_checkpoint(before, after).then_some((WatchId(w), after.name.as_str()))
+}
+
+/// Whether a member's change from `before` to `after` settles its content: the state
+/// changed, to one with an outcome. (A store asks this before it reads the job's watch.)
+pub(crate) fn settles_checkpoint(before: MemberState, after: &MemberV1) -> bool {
+    let state = after.state.to_api();
+    state != before && bftp_core::watch::outcome_of(state).is_some()
+}
+
+/// The entry to write for a member [`checkpoint_key`] named, from the entry the checkpoint
+/// holds for its path (`None`: write nothing): `bftp_core::watch::settled` with the size and
+/// modify time the member holds.
+pub(crate) fn checkpoint_mark(
+    entry: Option<&bftp_core::watch::Entry>,
+    after: &MemberV1,
+) -> Option<bftp_core::watch::Entry> {
+    bftp_core::watch::settled(
+        entry,
+        after.size,
+        after.mtime.as_deref(),
+        after.state.to_api(),
+    )
+}
+
+/// A watch's status after a poll: the caller's `status`, but its list of jobs is the
+/// store's (`jobs`, the stored status's), with the job the poll made (`job`) the newest of
+/// the last [`WATCH_JOBS_KEPT`] and the current job.
+pub(crate) fn polled(jobs: &[JobId], mut status: WatchStatus, job: Option<JobId>) -> WatchStatus {
+    status.jobs = jobs.to_vec();
+    if let Some(id) = job {
+        status.current_job = Some(id);
+        status.jobs.retain(|j| *j != id);
+        status.jobs.push(id);
+        let over = status.jobs.len().saturating_sub(WATCH_JOBS_KEPT);
+        status.jobs.drain(..over);
+    }
+    status
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,6 +437,7 @@ mod tests {
             request: None,
             created_at: T,
             members: vec![],
+            watch: None,
         };
         for (count, frozen) in [(0, false), (2, true)] {
             let p = submit(&job, count);
@@ -613,6 +668,109 @@ mod tests {
         let after = made_dirs(walked, &["b".into(), "a".into()]).expect("new directories");
         assert_eq!(after.walk.as_ref().unwrap().made, ["a", "b"]);
         assert_eq!(made_dirs(after, &["a".into()]), None, "all known already");
+    }
+
+    /// The delivery rule of a watch (RULES.md §15), as every store's member write asks it:
+    /// (the job's watch, the member's state before, after, the member's size, the entry's
+    /// size and outcome (`None`: no entry), the outcome written, `None`: nothing written).
+    #[test]
+    fn a_member_settles_its_watch_entry_by_the_table() {
+        use bftp_core::watch::{Entry, Facts, Outcome};
+        use MemberState::*;
+        type Row = (
+            Option<u64>,
+            MemberState,
+            MemberState,
+            Option<u64>,
+            Option<(Option<u64>, Option<Outcome>)>,
+            Option<Outcome>,
+        );
+        let fresh = Some((Some(5), None));
+        #[rustfmt::skip]
+        let table: &[Row] = &[
+            (Some(3), Pending,   Succeeded,              Some(5), fresh, Some(Outcome::Delivered)),
+            (Some(3), Pending,   FailedPermanent,        Some(5), fresh, Some(Outcome::Failed)),
+            (Some(3), Pending,   Refused,                Some(5), fresh, Some(Outcome::Failed)),
+            (Some(3), Pending,   Uncertain,              Some(5), fresh, Some(Outcome::Uncertain)),
+            // Not settled: the next poll takes the content again.
+            (Some(3), Pending,   Cancelled,              Some(5), fresh, None),
+            (Some(3), Pending,   FailedRetriesExhausted, Some(5), fresh, None),
+            (Some(3), Pending,   Pending,                Some(5), fresh, None),
+            // Not a watch's job.
+            (None,    Pending,   Succeeded,              Some(5), fresh, None),
+            // The state did not change (another field of a final member).
+            (Some(3), Succeeded, Succeeded,              Some(5), fresh, None),
+            // The path holds other content now, or nothing.
+            (Some(3), Pending,   Succeeded,              Some(5), Some((Some(6), None)), None),
+            (Some(3), Pending,   Succeeded,              Some(6), fresh, None),
+            (Some(3), Pending,   Succeeded,              Some(5), None, None),
+            // Already marked so.
+            (Some(3), Pending,   Succeeded,              Some(5), Some((Some(5), Some(Outcome::Delivered))), None),
+            // An uncertain mark becomes delivered once proven.
+            (Some(3), Uncertain, Succeeded,              Some(5), Some((Some(5), Some(Outcome::Uncertain))), Some(Outcome::Delivered)),
+        ];
+        for (i, (watch, before, after, size, entry, want)) in table.iter().enumerate() {
+            let mut m = MemberV1::new(
+                &NewMember {
+                    name: "sub/a.csv".into(),
+                    size: *size,
+                    modified: Some("20261201050000".into()),
+                    refused: None,
+                },
+                T,
+            );
+            m.state = MemberStateV1::from_api(*after);
+            let entry = entry.map(|(size, outcome)| Entry {
+                facts: Facts {
+                    size,
+                    modified: Some("20261201050000".into()),
+                    unique: Some("u1".into()),
+                },
+                since: T,
+                outcome,
+                hint: Some("h".into()),
+                taken: 2,
+            });
+            let key = checkpoint_key(*watch, *before, &m);
+            if let Some((w, path)) = key {
+                assert_eq!((w, path), (WatchId(3), "sub/a.csv"), "row {i}");
+            }
+            let written = key.and_then(|_| checkpoint_mark(entry.as_ref(), &m));
+            assert_eq!(written.as_ref().and_then(|e| e.outcome), *want, "row {i}");
+            if let (Some(w), Some(e)) = (&written, &entry) {
+                // Only the outcome changes: facts, since, hint and taken stay.
+                assert_eq!(
+                    Entry {
+                        outcome: e.outcome,
+                        ..w.clone()
+                    },
+                    *e,
+                    "row {i}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_poll_makes_its_job_current_and_keeps_the_last_twenty() {
+        let status = WatchStatus {
+            polls: 4,
+            current_job: Some(JobId(20)),
+            jobs: vec![JobId(99)],
+            ..WatchStatus::default()
+        };
+        let kept: Vec<JobId> = (1..=20).map(JobId).collect();
+        // No job: the caller's status, the store's list of jobs.
+        let same = polled(&kept, status.clone(), None);
+        assert_eq!((same.current_job, &same.jobs), (Some(JobId(20)), &kept));
+        let after = polled(&kept, status, Some(JobId(21)));
+        assert_eq!(after.current_job, Some(JobId(21)));
+        assert_eq!(after.jobs, (2..=21).map(JobId).collect::<Vec<_>>());
+        assert_eq!(after.polls, 4);
+        assert_eq!(
+            polled(&[], WatchStatus::default(), Some(JobId(1))).jobs,
+            [JobId(1)]
+        );
     }
 
     #[test]

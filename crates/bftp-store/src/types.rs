@@ -25,6 +25,111 @@ impl FromStr for JobId {
     }
 }
 
+/// A watch's number, from the store's own counter (apart from jobs'): never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WatchId(pub u64);
+
+impl fmt::Display for WatchId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl FromStr for WatchId {
+    type Err = std::num::ParseIntError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(WatchId)
+    }
+}
+
+/// A watch's own settings (SPEC §15), beside its template job spec.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchSettings {
+    /// How often the watched directory is listed.
+    pub every_ms: u64,
+    /// A file is the watch's when its name matches one of these; empty: every name (no
+    /// hidden names, as `*`).
+    pub patterns: Vec<String>,
+    /// ...and none of these (already defaulted by the caller).
+    pub ignore: Vec<String>,
+    /// How long a file's facts must stay the same before it is taken.
+    pub settle_ms: u64,
+    pub ready: Option<bftp_core::watch::Ready>,
+    pub recursive: bool,
+    /// `failure`, `always` or `never`.
+    pub notify_on: String,
+    /// The user's words for when files are expected (`daily 05:00`, `6h`), parsed by the
+    /// daemon.
+    pub expect: Option<String>,
+}
+
+/// What the polls of a watch found: written by each poll, computed by the daemon.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchStatus {
+    pub polls: u64,
+    pub last_poll: Option<Timestamp>,
+    pub next_poll: Timestamp,
+    pub last_error: Option<String>,
+    /// The job the last poll made, until a later poll sees it final.
+    pub current_job: Option<JobId>,
+    /// The last [`WATCH_JOBS_KEPT`] jobs the watch made, newest last: kept by the store
+    /// ([`crate::JobStore::record_poll`]).
+    pub jobs: Vec<JobId>,
+    /// Totals, added by the poll that sees a job final.
+    pub delivered: u64,
+    pub failed: u64,
+    pub repeats: u64,
+    /// As of the last poll.
+    pub waiting: u32,
+    pub ignored: u32,
+    pub refused: u32,
+    pub last_delivery: Option<Timestamp>,
+    pub last_alarm: Option<Timestamp>,
+}
+
+/// How many of the jobs a watch made its status names ([`WatchStatus::jobs`]).
+pub const WATCH_JOBS_KEPT: usize = 20;
+
+/// A watch to create.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewWatch {
+    pub owner_uid: u32,
+    /// The template of the jobs its polls make: the source path is the watched directory,
+    /// the destination path the directory files go to.
+    pub spec: SealedSpec,
+    pub settings: WatchSettings,
+    pub keyword_hash: Option<KeyHash>,
+    pub created_at: Timestamp,
+}
+
+/// A stored watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Watch {
+    pub id: WatchId,
+    pub owner_uid: u32,
+    pub spec: SealedSpec,
+    pub settings: WatchSettings,
+    pub keyword_hash: Option<KeyHash>,
+    pub created_at: Timestamp,
+    pub paused: bool,
+    pub status: WatchStatus,
+}
+
+/// One poll of a watch, written in one transaction by [`crate::JobStore::record_poll`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PollRecord {
+    /// The watch's status after the poll. `jobs` is the store's (the caller's is not
+    /// read): with a `job`, the store pushes it to `jobs` and makes it `current_job`.
+    pub status: WatchStatus,
+    /// Checkpoint entries written (`bftp_core::watch::Poll::put`).
+    pub put: Vec<(String, bftp_core::watch::Entry)>,
+    /// Checkpoint entries removed (`bftp_core::watch::Poll::prune`).
+    pub prune: Vec<String>,
+    /// The job the poll makes, its members given (so frozen); its `watch` is set to the
+    /// watch by the store.
+    pub job: Option<NewJob>,
+}
+
 /// A keyed hash computed by the daemon (of a keyword, a request key, a request's parameters).
 /// The clear value never reaches the store.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -100,6 +205,9 @@ pub struct NewJob {
     /// The members of a single-file job, known at submit. Empty for a wildcard job, whose
     /// membership is frozen later by [`crate::JobStore::freeze_members`].
     pub members: Vec<NewMember>,
+    /// The watch whose poll made this job (`None` for every other job): its members'
+    /// outcomes settle that watch's checkpoint (RULES.md §15).
+    pub watch: Option<WatchId>,
 }
 
 /// A stored job.
@@ -118,6 +226,8 @@ pub struct Job {
     /// True once the membership is fixed: at submit when members were given, else after
     /// `freeze_members` (RULES.md §4.4: later attempts never list again).
     pub members_frozen: bool,
+    /// The watch whose poll made this job (`None` for every other job).
+    pub watch: Option<WatchId>,
 }
 
 /// One file of a job, as listed (name, and size and modify time where MLSD/SIZE/MDTM gave them).

@@ -78,3 +78,116 @@ fn a_backup_holds_the_memories_of_servers_and_pairs() {
     assert_eq!(copy.pair_memory(&pair).unwrap(), Some(memory));
     assert_eq!(copy.refusal(&server).unwrap().unwrap().text, "try again");
 }
+
+/// A watch with one checkpoint entry and one job made by its poll (held first, as a shared
+/// store wants).
+fn watched(store: &dyn JobStore) -> (bftp_store::Watch, bftp_store::Job) {
+    use bftp_core::watch::{Entry, Facts};
+    use bftp_store::{NewWatch, PollRecord, WatchSettings, WatchStatus};
+    let w = store
+        .create_watch(NewWatch {
+            owner_uid: 1,
+            spec: spec(),
+            settings: WatchSettings {
+                every_ms: 60_000,
+                notify_on: "never".into(),
+                ..WatchSettings::default()
+            },
+            keyword_hash: None,
+            created_at: at(1),
+        })
+        .unwrap();
+    let entry = Entry {
+        facts: Facts {
+            size: Some(3),
+            modified: Some("20261201050000".into()),
+            unique: None,
+        },
+        since: at(2),
+        outcome: None,
+        hint: None,
+        taken: 1,
+    };
+    let node = store.cluster().map(|c| c.node()).unwrap_or_default();
+    assert!(store.hold_watch(w.id, &node, at(1), at(100)).unwrap());
+    let (w, job) = store
+        .record_poll(
+            w.id,
+            PollRecord {
+                status: WatchStatus {
+                    polls: 1,
+                    next_poll: at(61),
+                    ..WatchStatus::default()
+                },
+                put: vec![("a.csv".into(), entry)],
+                prune: vec![],
+                job: Some(with_members(job(1), &["a.csv"])),
+            },
+        )
+        .unwrap();
+    (w, job.unwrap())
+}
+
+/// Watches and their checkpoints are in the copy, with the jobs they made linked.
+#[test]
+fn a_backup_holds_watches_and_their_checkpoints() {
+    use bftp_store::{NewWatch, WatchSettings};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("live"));
+    let (w, job) = watched(&store);
+    let checkpoint = store.watch_checkpoint(w.id).unwrap();
+    assert_eq!(checkpoint.len(), 1);
+    let copy_dir = dir.path().join("backup");
+    store.backup(&copy_dir).unwrap();
+    let copy = SledStore::open(&copy_dir, Default::default()).unwrap();
+    copy.verify().unwrap();
+    assert_eq!(copy.watch(w.id).unwrap(), Some(w.clone()));
+    assert_eq!(copy.watch_checkpoint(w.id).unwrap(), checkpoint);
+    assert_eq!(copy.get(job.id).unwrap().unwrap().watch, Some(w.id));
+    // The copy numbers its next watch after the ones it copied.
+    let next = copy
+        .create_watch(NewWatch {
+            owner_uid: 1,
+            spec: spec(),
+            settings: WatchSettings::default(),
+            keyword_hash: None,
+            created_at: at(5),
+        })
+        .unwrap();
+    assert_eq!(next.id.0, w.id.0 + 1);
+}
+
+/// On PostgreSQL the copy is a dump of the whole database: the watches' tables are in it.
+#[test]
+fn a_postgres_backup_holds_the_watch_tables() {
+    let url = pgcluster::fresh_database();
+    let store = open_pg(&url, "test-node");
+    watched(&store);
+    let dir = tempfile::tempdir().unwrap();
+    let copy_dir = dir.path().join("backup");
+    store.backup(&copy_dir).unwrap();
+    let restore = std::fs::read_dir("/usr/lib/postgresql")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("bin/pg_restore"))
+        .find(|p| p.exists())
+        .expect("pg_restore");
+    let out = std::process::Command::new(restore)
+        .arg("--list")
+        .arg(copy_dir.join(bftp_store::PG_DUMP_FILE))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let toc = String::from_utf8_lossy(&out.stdout);
+    for table in ["watches", "watch_files"] {
+        assert!(
+            toc.lines()
+                .any(|l| l.contains("TABLE DATA") && l.contains(&format!(" {table} "))),
+            "{table} not in the dump:\n{toc}"
+        );
+    }
+}

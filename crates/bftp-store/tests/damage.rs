@@ -463,10 +463,43 @@ fn a_lost_or_reverted_entry_is_damage_though_sled_opens_it() {
                 .submit(with_members(job(1), &["a", "b", "c"]))
                 .unwrap();
         }
+        // A watch with one checkpoint entry (and no job).
+        let w = store
+            .create_watch(bftp_store::NewWatch {
+                owner_uid: 1,
+                spec: spec(),
+                settings: Default::default(),
+                keyword_hash: None,
+                created_at: at(1),
+            })
+            .unwrap();
+        let entry = bftp_core::watch::Entry {
+            facts: Default::default(),
+            since: at(1),
+            outcome: None,
+            hint: None,
+            taken: 0,
+        };
+        store
+            .record_poll(
+                w.id,
+                bftp_store::PollRecord {
+                    status: w.status,
+                    put: vec![("a.csv".into(), entry)],
+                    prune: vec![],
+                    job: None,
+                },
+            )
+            .unwrap();
         dir
     };
     type Damage<'a> = (&'a str, &'a dyn Fn(&sled::Db));
-    let damage: [Damage; 3] = [
+    let damage: [Damage; 4] = [
+        ("a watch's checkpoint entry lost", &|db| {
+            let files = db.open_tree("watch_files").unwrap();
+            let k = files.iter().keys().next().unwrap().unwrap();
+            files.remove(k).unwrap();
+        }),
         ("a page of members lost", &|db| {
             db.open_tree("members").unwrap().remove(&page0).unwrap();
         }),

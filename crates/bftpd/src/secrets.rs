@@ -528,6 +528,7 @@ mod tests {
         };
         store
             .submit(bftp_store::NewJob {
+                watch: None,
                 owner_uid: 1,
                 spec: bftp_store::SealedSpec {
                     source: endpoint.clone(),

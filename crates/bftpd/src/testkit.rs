@@ -43,6 +43,7 @@ pub fn submit_one_file_job(store: &dyn JobStore, retry: RetryPolicy) -> JobId {
         data_path: None,
     };
     let job = NewJob {
+        watch: None,
         owner_uid: 1000,
         spec,
         keyword_hash: None,

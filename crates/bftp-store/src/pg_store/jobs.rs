@@ -11,6 +11,7 @@ use crate::plan::{self};
 use crate::record::{decode, encode, job_to_api, HistoryV1, JobV1};
 use crate::types::{HistoryEvent, Job, JobFilter, JobId, NewJob, StateCounts, Submitted};
 use bftp_core::{JobEvent, JobState, MemberState, Timestamp};
+use deadpool_postgres::Transaction;
 use std::time::Instant;
 
 impl Inner {
@@ -19,75 +20,11 @@ impl Inner {
         let count = plan::member_count(job.members.len())?;
         let mut c = self.client(OP).await?;
         let tx = self.begin(&mut c, OP, None).await?;
-        if let Some(rk) = &job.request {
-            // The key's row first: a second submit of the key, on any node, waits here for
-            // the first one's transaction and then finds its job.
-            let inserted = tx
-                .exec(
-                    OP,
-                    "INSERT INTO requests (key_hash, job, fingerprint) VALUES ($1, NULL, $2)
-                     ON CONFLICT (key_hash) DO NOTHING",
-                    &[&&rk.key_hash.0[..], &&rk.fingerprint.0[..]],
-                )
-                .await?;
-            if inserted == 0 {
-                let row = tx
-                    .row(
-                        OP,
-                        "SELECT r.job, r.fingerprint, j.rec FROM requests r
-                         LEFT JOIN jobs j ON j.id = r.job WHERE r.key_hash = $1",
-                        &[&&rk.key_hash.0[..]],
-                    )
-                    .await?;
-                let existing = row.get::<_, Option<i64>>(0).map(|j| JobId(j.max(0) as u64));
-                let fp: &[u8] = row.get(1);
-                let Some(existing) = existing else {
-                    return Err(keys::corrupt_key("request", &rk.key_hash.0, "names no job"));
-                };
-                if fp != rk.fingerprint.0 {
-                    return Err(StoreError::RequestKeyConflict { job: existing });
-                }
-                let rec: Option<&[u8]> = row.get(2);
-                let Some(rec) = rec else {
-                    return Err(keys::corrupt_key(
-                        "request",
-                        &rk.key_hash.0,
-                        format!("names job {existing}, which does not exist"),
-                    ));
-                };
-                let rec: JobV1 = decode("job", &keys::job(existing), rec)?;
-                return Ok(Submitted::Existing(job_to_api(existing, &rec)?));
-            }
+        let submitted = tx_submit(&tx, OP, &job, count).await?;
+        if let Submitted::Created(_) = submitted {
+            tx.commit().await.map_err(reach::commit_failed(OP))?;
         }
-        let plan = plan::submit(&job, count);
-        let state = plan.state();
-        let id = tx
-            .row(
-                OP,
-                "INSERT INTO jobs (owner, keyword, state, due_at, rec) VALUES ($1, $2, $3, $4, $5)
-                 RETURNING id",
-                &[
-                    &i64::from(job.owner_uid),
-                    &job.keyword_hash.as_ref().map(|h| h.0.to_vec()),
-                    &state_code(&state),
-                    &due_at(&state),
-                    &encode(&plan.rec),
-                ],
-            )
-            .await?;
-        let id = job_id(&id, 0);
-        if let Some(rk) = &job.request {
-            tx.exec(
-                OP,
-                "UPDATE requests SET job = $2 WHERE key_hash = $1",
-                &[&&rk.key_hash.0[..], &id_of(id)],
-            )
-            .await?;
-        }
-        tx_write(&tx, OP, id, &plan, &job.members, job.created_at).await?;
-        tx_put_job(&tx, OP, id, &plan.rec, false).await?;
-        tx.commit().await.map_err(reach::commit_failed(OP))?;
-        Ok(Submitted::Created(job_to_api(id, &plan.rec)?))
+        Ok(submitted)
     }
 
     pub(super) async fn get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
@@ -280,8 +217,17 @@ impl Inner {
         let tx = self.begin(&mut c, OP, Some(id)).await?;
         let rec = tx_job(&tx, OP, id).await?;
         let detail = detail.as_deref();
-        let states =
-            tx_settle_pending(&tx, OP, id, rec.members, pending_become, detail, now).await?;
+        let states = tx_settle_pending(
+            &tx,
+            OP,
+            id,
+            rec.watch,
+            rec.members,
+            pending_become,
+            detail,
+            now,
+        )
+        .await?;
         let plan = plan::finish(id, rec, &states, now, detail)?;
         tx_write(&tx, OP, id, &plan, &[], now).await?;
         tx_put_job(&tx, OP, id, &plan.rec, true).await?;
@@ -424,4 +370,82 @@ impl Inner {
             .await?;
         Ok(rows.iter().map(|r| job_id(r, 0)).collect())
     }
+}
+
+/// A new job (`JobStore::submit`) inside transaction `tx`, `count` from
+/// `plan::member_count`. An `Existing` job wrote nothing.
+pub(super) async fn tx_submit(
+    tx: &Transaction<'_>,
+    op: &'static str,
+    job: &NewJob,
+    count: u32,
+) -> Result<Submitted, StoreError> {
+    if let Some(rk) = &job.request {
+        // The key's row first: a second submit of the key, on any node, waits here for
+        // the first one's transaction and then finds its job.
+        let inserted = tx
+            .exec(
+                op,
+                "INSERT INTO requests (key_hash, job, fingerprint) VALUES ($1, NULL, $2)
+                 ON CONFLICT (key_hash) DO NOTHING",
+                &[&&rk.key_hash.0[..], &&rk.fingerprint.0[..]],
+            )
+            .await?;
+        if inserted == 0 {
+            let row = tx
+                .row(
+                    op,
+                    "SELECT r.job, r.fingerprint, j.rec FROM requests r
+                     LEFT JOIN jobs j ON j.id = r.job WHERE r.key_hash = $1",
+                    &[&&rk.key_hash.0[..]],
+                )
+                .await?;
+            let existing = row.get::<_, Option<i64>>(0).map(|j| JobId(j.max(0) as u64));
+            let fp: &[u8] = row.get(1);
+            let Some(existing) = existing else {
+                return Err(keys::corrupt_key("request", &rk.key_hash.0, "names no job"));
+            };
+            if fp != rk.fingerprint.0 {
+                return Err(StoreError::RequestKeyConflict { job: existing });
+            }
+            let rec: Option<&[u8]> = row.get(2);
+            let Some(rec) = rec else {
+                return Err(keys::corrupt_key(
+                    "request",
+                    &rk.key_hash.0,
+                    format!("names job {existing}, which does not exist"),
+                ));
+            };
+            let rec: JobV1 = decode("job", &keys::job(existing), rec)?;
+            return Ok(Submitted::Existing(job_to_api(existing, &rec)?));
+        }
+    }
+    let plan = plan::submit(job, count);
+    let state = plan.state();
+    let id = tx
+        .row(
+            op,
+            "INSERT INTO jobs (owner, keyword, state, due_at, rec) VALUES ($1, $2, $3, $4, $5)
+             RETURNING id",
+            &[
+                &i64::from(job.owner_uid),
+                &job.keyword_hash.as_ref().map(|h| h.0.to_vec()),
+                &state_code(&state),
+                &due_at(&state),
+                &encode(&plan.rec),
+            ],
+        )
+        .await?;
+    let id = job_id(&id, 0);
+    if let Some(rk) = &job.request {
+        tx.exec(
+            op,
+            "UPDATE requests SET job = $2 WHERE key_hash = $1",
+            &[&&rk.key_hash.0[..], &id_of(id)],
+        )
+        .await?;
+    }
+    tx_write(tx, op, id, &plan, &job.members, job.created_at).await?;
+    tx_put_job(tx, op, id, &plan.rec, false).await?;
+    Ok(Submitted::Created(job_to_api(id, &plan.rec)?))
 }

@@ -2,6 +2,7 @@
 
 use super::reach;
 use super::sql::Sql;
+use super::watches::tx_mark;
 use super::write::{
     decode_member_row, tx_job, tx_lock_job, tx_member, tx_put_job, tx_put_member, tx_write,
 };
@@ -131,8 +132,13 @@ impl Inner {
         let Some(mut m) = tx_member(&tx, OP, id, index).await? else {
             return Err(StoreError::MemberNotFound { job: id, index });
         };
+        let before = m.state.to_api();
         m.apply(id, index, &update, now)?;
         tx_put_member(&tx, OP, id, index, &m).await?;
+        if plan::settles_checkpoint(before, &m) {
+            let watch = tx_job(&tx, OP, id).await?.watch;
+            tx_mark(&tx, OP, watch, before, &m).await?;
+        }
         tx.commit().await.map_err(reach::commit_failed(OP))?;
         Ok(m.to_api(index))
     }

@@ -51,6 +51,7 @@ mod schema;
 mod slots;
 mod sql;
 mod store;
+mod watches;
 mod write;
 
 pub use backup::DUMP_FILE as PG_DUMP_FILE;

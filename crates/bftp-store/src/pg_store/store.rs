@@ -5,7 +5,8 @@ use super::{id_of, pg, PgHostSlots, PgStore};
 use crate::error::StoreError;
 use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
-    NewJob, NewMember, OutboxEntry, StateCounts, Submitted, Walk,
+    NewJob, NewMember, NewWatch, OutboxEntry, PollRecord, StateCounts, Submitted, Walk, Watch,
+    WatchId,
 };
 use crate::{Cluster, HostSlots, JobStore, LeaseCell, Upkeep};
 use bftp_core::refusal::{RefusalKey, RefusalMemory, Sighting};
@@ -200,6 +201,53 @@ impl JobStore for PgStore {
     fn forget_pair(&self, key: &PairKey) -> Result<bool, StoreError> {
         let key = key.clone();
         self.with(|i| async move { i.forget_pair(key).await })
+    }
+
+    fn create_watch(&self, w: NewWatch) -> Result<Watch, StoreError> {
+        self.with(|i| async move { i.create_watch(w).await })
+    }
+
+    fn watch(&self, id: WatchId) -> Result<Option<Watch>, StoreError> {
+        self.with(|i| async move { i.watch(id).await })
+    }
+
+    fn watches(&self, owner: Option<u32>) -> Result<Vec<Watch>, StoreError> {
+        self.with(|i| async move { i.watches(owner).await })
+    }
+
+    fn pause_watch(&self, id: WatchId, paused: bool) -> Result<Option<Watch>, StoreError> {
+        self.with(|i| async move { i.pause_watch(id, paused).await })
+    }
+
+    fn remove_watch(&self, id: WatchId) -> Result<bool, StoreError> {
+        self.with(|i| async move { i.remove_watch(id).await })
+    }
+
+    fn watch_checkpoint(
+        &self,
+        id: WatchId,
+    ) -> Result<std::collections::BTreeMap<String, bftp_core::watch::Entry>, StoreError> {
+        self.with(|i| async move { i.watch_checkpoint(id).await })
+    }
+
+    /// Refused (`LeaseLost`) unless this store's node holds the watch.
+    fn record_poll(
+        &self,
+        id: WatchId,
+        poll: PollRecord,
+    ) -> Result<(Watch, Option<Job>), StoreError> {
+        self.with(|i| async move { i.record_poll(id, poll).await })
+    }
+
+    fn hold_watch(
+        &self,
+        id: WatchId,
+        node: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let node = node.to_owned();
+        self.with(|i| async move { i.hold_watch(id, node, now, until).await })
     }
 
     fn upkeep(&self) -> Option<&dyn Upkeep> {

@@ -2,6 +2,7 @@
 //! (`plan.rs`).
 
 use super::sql::Sql;
+use super::watches::tx_mark;
 use super::{due_at, id_of, job_id, outbox_code, pg, state_code};
 use crate::error::StoreError;
 use crate::keys;
@@ -86,10 +87,17 @@ pub(super) async fn tx_write(
     now: Timestamp,
 ) -> Result<(), StoreError> {
     if let Some(to) = plan.settle {
-        tx_settle_pending(tx, op, id, plan.rec.members, to, None, now).await?;
+        tx_settle_pending(tx, op, id, plan.rec.watch, plan.rec.members, to, None, now).await?;
     }
     if let Some(start) = plan.append_at {
         tx_insert_members(tx, op, id, start, members, now).await?;
+        if plan.rec.watch.is_some() {
+            // A member born final (a refused name) settles its entry too.
+            for m in members.iter().filter(|m| m.refused.is_some()) {
+                let m = MemberV1::new(m, now);
+                tx_mark(tx, op, plan.rec.watch, MemberState::Pending, &m).await?;
+            }
+        }
     }
     if let Some(report) = &plan.report {
         tx_outbox_new(tx, op, id, report).await?;
@@ -161,10 +169,13 @@ pub(super) async fn tx_insert_members(
 }
 
 /// Every pending member of the job becomes `to`; returns the states of all members after.
+/// A member of a watch's job (`watch`) settled with an outcome settles its checkpoint entry.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn tx_settle_pending(
     tx: &Transaction<'_>,
     op: &'static str,
     id: JobId,
+    watch: Option<u64>,
     count: u32,
     to: MemberState,
     detail: Option<&str>,
@@ -185,13 +196,23 @@ pub(super) async fn tx_settle_pending(
         ));
     }
     let mut all = Vec::with_capacity(rows.len());
+    let mut settled = Vec::new();
     for r in rows {
         let index = r.get::<_, i32>(0) as u32;
         let mut m: MemberV1 = decode("member", &keys::member(id, index), r.get::<_, &[u8]>(1))?;
         if plan::settle(&mut m, to, detail, now) {
             tx_put_member(tx, op, id, index, &m).await?;
+            if watch.is_some() {
+                settled.push(m.clone());
+            }
         }
         all.push(m.state.to_api());
+    }
+    // Checkpoint entries are locked in path order, as a poll writes them: two transactions
+    // of one watch never wait on each other's entries in a cycle.
+    settled.sort_by(|a, b| a.name.cmp(&b.name));
+    for m in &settled {
+        tx_mark(tx, op, watch, MemberState::Pending, m).await?;
     }
     Ok(all)
 }

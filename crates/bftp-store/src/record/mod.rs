@@ -23,7 +23,9 @@ use crate::types::{
 };
 
 mod copy;
+mod watch;
 pub(crate) use copy::{CopyTlsV1, ResumeV1, RouteV1};
+pub(crate) use watch::{WatchFileV1, WatchStatusV1, WatchV1};
 
 /// The record version this code writes. Also the schema version in the `meta` tree.
 pub(crate) const RECORD_VERSION: u32 = 1;
@@ -50,6 +52,10 @@ pub(crate) struct JobV1 {
     /// A recursive job's walk, once begun.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub walk: Option<WalkV1>,
+    /// The watch whose poll made the job; absent for every other job (and in every record
+    /// written before watches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<u64>,
 }
 
 /// A recursive job's walk: directories to list, directories listed (relative to the root).
@@ -604,7 +610,9 @@ versioned!(
     OutboxV1,
     TranscriptV1,
     RefusalV1,
-    PairV1
+    PairV1,
+    WatchV1,
+    WatchFileV1
 );
 
 /// Decodes a record of version [`RECORD_VERSION`]. A record of another version, or one that
@@ -690,12 +698,13 @@ impl JobV1 {
             hist: 0,
             rk: None,
             walk: None,
+            watch: None,
         }
     }
 }
 
 impl SpecV1 {
-    fn from_api(s: &SealedSpec) -> SpecV1 {
+    pub(crate) fn from_api(s: &SealedSpec) -> SpecV1 {
         let r = &s.retry;
         SpecV1 {
             src: EndpointV1::from_api(&s.source),
@@ -1104,7 +1113,27 @@ pub(crate) fn job_to_api(id: JobId, r: &JobV1) -> Result<Job, StoreError> {
         key: hex(&key),
         reason,
     };
-    let s = &r.spec;
+    let keyword_hash = keyword_to_api(&r.kw, &bad)?;
+    Ok(Job {
+        id,
+        owner_uid: r.owner,
+        spec: spec_to_api(&r.spec, &bad)?,
+        state: r.state.to_api(),
+        attempts: r.attempts,
+        created_at: Timestamp(r.created),
+        updated_at: Timestamp(r.updated),
+        keyword_hash,
+        member_count: r.members,
+        members_frozen: r.frozen,
+        watch: r.watch.map(crate::types::WatchId),
+    })
+}
+
+/// A decoded spec record as the API type; a field that does not parse is `bad(reason)`.
+pub(crate) fn spec_to_api(
+    s: &SpecV1,
+    bad: &dyn Fn(String) -> StoreError,
+) -> Result<SealedSpec, StoreError> {
     let disposition = match s.disp.as_str() {
         "copy" => Disposition::Copy,
         "move" => Disposition::Move,
@@ -1161,64 +1190,60 @@ pub(crate) fn job_to_api(id: JobId, r: &JobV1) -> Result<Job, StoreError> {
                 .map_err(|m| bad(format!("{side} TLS: {m}")))?,
         })
     };
-    let keyword_hash = match &r.kw {
+    Ok(SealedSpec {
+        source: endpoint(&s.src, "source")?,
+        destination: s
+            .dst
+            .as_ref()
+            .map(|d| endpoint(d, "destination"))
+            .transpose()?,
+        disposition,
+        dest_command,
+        params: FtpParams {
+            transfer_type,
+            mode,
+            structure,
+        },
+        start_at: Timestamp(s.start),
+        retry: RetryPolicy {
+            first_interval: Duration::from_millis(s.retry.first_ms),
+            factor: s.retry.factor,
+            cap: Duration::from_millis(s.retry.cap_ms),
+            max_attempts: s.retry.max_attempts,
+            deadline: Duration::from_millis(s.retry.deadline_ms),
+        },
+        notify: s.notify.clone(),
+        keyword_present: s.kw,
+        proof: s
+            .proof
+            .as_deref()
+            .map(|p| {
+                p.parse::<bftp_core::proof::ProofLevel>()
+                    .map_err(|_| bad(format!("unknown proof {p:?}")))
+            })
+            .transpose()?,
+        recursive: s.recursive,
+        data_path: s
+            .data_path
+            .as_deref()
+            .map(|p| {
+                p.parse::<bftp_core::route::DataPath>()
+                    .map_err(|_| bad(format!("unknown data path {p:?}")))
+            })
+            .transpose()?,
+    })
+}
+
+/// A keyword hash as recorded (hex), decoded.
+pub(crate) fn keyword_to_api(
+    kw: &Option<String>,
+    bad: &dyn Fn(String) -> StoreError,
+) -> Result<Option<KeyHash>, StoreError> {
+    Ok(match kw {
         None => None,
         Some(h) => Some(
             unhex32(h).ok_or_else(|| bad(format!("keyword hash {h:?} is not 64 hex digits")))?,
         ),
-    };
-    Ok(Job {
-        id,
-        owner_uid: r.owner,
-        spec: SealedSpec {
-            source: endpoint(&s.src, "source")?,
-            destination: s
-                .dst
-                .as_ref()
-                .map(|d| endpoint(d, "destination"))
-                .transpose()?,
-            disposition,
-            dest_command,
-            params: FtpParams {
-                transfer_type,
-                mode,
-                structure,
-            },
-            start_at: Timestamp(s.start),
-            retry: RetryPolicy {
-                first_interval: Duration::from_millis(s.retry.first_ms),
-                factor: s.retry.factor,
-                cap: Duration::from_millis(s.retry.cap_ms),
-                max_attempts: s.retry.max_attempts,
-                deadline: Duration::from_millis(s.retry.deadline_ms),
-            },
-            notify: s.notify.clone(),
-            keyword_present: s.kw,
-            proof: s
-                .proof
-                .as_deref()
-                .map(|p| {
-                    p.parse::<bftp_core::proof::ProofLevel>()
-                        .map_err(|_| bad(format!("unknown proof {p:?}")))
-                })
-                .transpose()?,
-            recursive: s.recursive,
-            data_path: s
-                .data_path
-                .as_deref()
-                .map(|p| {
-                    p.parse::<bftp_core::route::DataPath>()
-                        .map_err(|_| bad(format!("unknown data path {p:?}")))
-                })
-                .transpose()?,
-        },
-        state: r.state.to_api(),
-        attempts: r.attempts,
-        created_at: Timestamp(r.created),
-        updated_at: Timestamp(r.updated),
-        keyword_hash,
-        member_count: r.members,
-        members_frozen: r.frozen,
     })
 }
 

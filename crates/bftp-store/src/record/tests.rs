@@ -80,6 +80,8 @@ fn frozen_v1_fixtures_decode() {
     assert_eq!(api.keyword_hash, Some(KeyHash([0x11; 32])));
     assert!(api.members_frozen);
     assert_eq!(api.member_count, 2);
+    // Written before watches: no watch made it.
+    assert_eq!(api.watch, None);
 
     let m: MemberV1 = decode(
         "member",
@@ -192,6 +194,118 @@ fn frozen_v1_fixtures_decode() {
     .unwrap();
     assert_eq!(r.fingerprint(b"k").unwrap(), KeyHash([0x22; 32]));
     assert_eq!(r.job, 7);
+}
+
+/// The records of watches: frozen like the others, and a watch and an entry read back as
+/// written.
+#[test]
+fn frozen_watch_fixtures_decode_and_watches_roundtrip() {
+    use crate::types::{NewWatch, Watch, WatchId};
+    use bftp_core::watch::{Entry, Facts, Outcome, Ready};
+    let w: WatchV1 = decode(
+        "watch",
+        b"fixture",
+        include_bytes!("../../tests/fixtures/watch_v1.json"),
+    )
+    .unwrap();
+    let api = w.to_api(WatchId(3)).unwrap();
+    assert_eq!(
+        (api.id, api.owner_uid, api.paused),
+        (WatchId(3), 1000, true)
+    );
+    assert_eq!(api.spec.source.path, "/outgoing/daily");
+    assert_eq!(api.spec.disposition, Disposition::Move);
+    assert_eq!(api.keyword_hash, Some(KeyHash([0x11; 32])));
+    assert_eq!(api.created_at, Timestamp(1_796_040_000_000));
+    let s = &api.settings;
+    assert_eq!((s.every_ms, s.settle_ms), (300_000, 60_000));
+    assert_eq!(
+        (s.patterns.as_slice(), s.ignore.len()),
+        (&["*.csv".to_string()][..], 2)
+    );
+    assert_eq!(s.ready, Some(Ready::Suffix(".done".into())));
+    assert!(s.recursive);
+    assert_eq!(s.notify_on, "failure");
+    assert_eq!(s.expect.as_deref(), Some("daily 05:00"));
+    let st = &api.status;
+    assert_eq!(st.polls, 12);
+    assert_eq!(st.next_poll, Timestamp(1_796_043_600_000));
+    assert_eq!(st.current_job, Some(JobId(41)));
+    assert_eq!(st.jobs, [JobId(38), JobId(40), JobId(41)]);
+    assert_eq!(
+        (
+            st.delivered,
+            st.failed,
+            st.repeats,
+            st.waiting,
+            st.ignored,
+            st.refused
+        ),
+        (30, 1, 2, 3, 4, 1)
+    );
+    assert_eq!(st.last_alarm, Some(Timestamp(1_796_042_000_000)));
+
+    let f: WatchFileV1 = decode(
+        "watch file",
+        b"fixture",
+        include_bytes!("../../tests/fixtures/watch_file_v1.json"),
+    )
+    .unwrap();
+    let e = f.to_core();
+    assert_eq!(
+        e,
+        Entry {
+            facts: Facts {
+                size: Some(1_320_000),
+                modified: Some("20261201050312.250".into()),
+                unique: Some("803U1A2B".into()),
+            },
+            since: Timestamp(1_796_040_060_000),
+            outcome: Some(Outcome::Delivered),
+            hint: Some("1320000 Dec  1 05:03".into()),
+            taken: 2,
+        }
+    );
+
+    // Back and forth: what is written reads back the same.
+    let again: Watch = {
+        let mut rec = WatchV1::new(&NewWatch {
+            owner_uid: api.owner_uid,
+            spec: api.spec.clone(),
+            settings: api.settings.clone(),
+            keyword_hash: api.keyword_hash,
+            created_at: api.created_at,
+        });
+        rec.paused = true;
+        rec.status = WatchStatusV1::from_api(&api.status);
+        let rec: WatchV1 = decode("watch", b"k", &encode(&rec)).unwrap();
+        rec.to_api(WatchId(3)).unwrap()
+    };
+    assert_eq!(again, api);
+    for outcome in [None, Some(Outcome::Failed), Some(Outcome::Uncertain)] {
+        let e = Entry {
+            facts: Facts::default(),
+            outcome,
+            hint: None,
+            ..e.clone()
+        };
+        let rec: WatchFileV1 =
+            decode("watch file", b"k", &encode(&WatchFileV1::from_core(&e))).unwrap();
+        assert_eq!(rec.to_core(), e);
+    }
+    // A new watch: its first poll due when it is created.
+    let fresh = WatchV1::new(&NewWatch {
+        owner_uid: 1,
+        spec: api.spec.clone(),
+        settings: Default::default(),
+        keyword_hash: None,
+        created_at: Timestamp(5),
+    });
+    let fresh = fresh.to_api(WatchId(1)).unwrap();
+    assert_eq!(
+        (fresh.status.next_poll, fresh.paused),
+        (Timestamp(5), false)
+    );
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! upgrade of a schema-1 store.
 
 use super::pages;
+use super::watches::tx_mark;
+use super::write::tx_job;
 use super::OrAbort;
 use super::{abort, SledStore, Tx, TxResult, SCHEMA_VERSION};
 use crate::error::{backend, StoreError};
@@ -59,9 +61,11 @@ pub(super) fn tx_append_members(
 }
 
 /// Every pending member of the job becomes `to`; returns the states of all members after.
+/// A member of a watch's job (`watch`) settled with an outcome settles its checkpoint entry.
 pub(super) fn tx_settle_pending(
     tx: &Tx<'_>,
     id: JobId,
+    watch: Option<u64>,
     count: u32,
     to: MemberState,
     detail: Option<&str>,
@@ -88,6 +92,7 @@ pub(super) fn tx_settle_pending(
             if plan::settle(&mut m, to, detail, now) {
                 *record = encode(&m);
                 changed = true;
+                tx_mark(tx, watch, MemberState::Pending, &m)?;
             }
             all.push(m.state.to_api());
         }
@@ -113,6 +118,8 @@ pub(super) fn tx_update_members(
         by_page.entry(index / pages::PAGE).or_default().push(n);
     }
     let mut out: Vec<Option<Member>> = vec![None; if answer { updates.len() } else { 0 }];
+    // The job's watch, read once a member reaches an outcome (`None`: not read yet).
+    let mut watch: Option<Option<u64>> = None;
     for (page, ns) in by_page {
         let key = keys::member(id, page);
         let mut records = tx_page(tx, id, page)?;
@@ -129,10 +136,18 @@ pub(super) fn tx_update_members(
                 });
             };
             let mut m: MemberV1 = decode("member", &key, record).or_abort()?;
+            let before = m.state.to_api();
             if let Err(e) = m.apply(id, *index, update, now) {
                 return abort(e);
             }
             *record = encode(&m);
+            if plan::settles_checkpoint(before, &m) {
+                let w = match watch {
+                    Some(w) => w,
+                    None => *watch.insert(tx_job(tx, id)?.watch),
+                };
+                tx_mark(tx, w, before, &m)?;
+            }
             if answer {
                 out[n] = Some(m.to_api(*index));
             }

@@ -22,6 +22,7 @@ mod pages;
 mod queue;
 mod reads;
 mod retention;
+mod watches;
 mod write;
 
 pub use backup::BackupReport;
@@ -31,7 +32,7 @@ pub use backup::BackupReport;
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// Never reorder: a tree's position is hashed into the content digest of its entries.
-const TREES: [&str; 14] = [
+const TREES: [&str; 16] = [
     "meta",
     "jobs",
     "members",
@@ -46,6 +47,8 @@ const TREES: [&str; 14] = [
     "transcripts",
     "refusals",
     "pairs",
+    "watches",
+    "watch_files",
 ];
 
 #[derive(Clone, Debug)]
@@ -108,11 +111,15 @@ struct Trees {
     refusals: sled::Tree,
     /// Pairs of servers that refused the third party (`bftp_core::route::PairMemory`).
     pairs: sled::Tree,
+    /// Watches (RULES.md §15).
+    watches: sled::Tree,
+    /// Watches' checkpoints: an entry per watch and path.
+    watch_files: sled::Tree,
 }
 
 impl Trees {
     /// Every tree, in [`TREES`] order.
-    fn all(&self) -> [&sled::Tree; 14] {
+    fn all(&self) -> [&sled::Tree; 16] {
         [
             &self.meta,
             &self.jobs,
@@ -128,6 +135,8 @@ impl Trees {
             &self.transcripts,
             &self.refusals,
             &self.pairs,
+            &self.watches,
+            &self.watch_files,
         ]
     }
 
@@ -161,6 +170,8 @@ struct Tx<'a> {
     transcripts: TxTree<'a>,
     refusals: TxTree<'a>,
     pairs: TxTree<'a>,
+    watches: TxTree<'a>,
+    watch_files: TxTree<'a>,
 }
 
 /// One tree in a transaction; its writes toggle their entries in the transaction's digest.

@@ -192,7 +192,7 @@ impl SledStore {
                 )),
             }
         };
-        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts, refusals, pairs] =
+        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts, refusals, pairs, watches, watch_files] =
             TREES;
         Ok(Trees {
             meta: open(meta)?,
@@ -209,6 +209,8 @@ impl SledStore {
             transcripts: open(transcripts)?,
             refusals: open(refusals)?,
             pairs: open(pairs)?,
+            watches: open(watches)?,
+            watch_files: open(watch_files)?,
         })
     }
 }

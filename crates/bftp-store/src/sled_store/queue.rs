@@ -6,7 +6,7 @@ use super::pages;
 use super::reads::{due_entry, first_after};
 use super::write::{tx_job, tx_outbox_put, tx_put_job, tx_reindex, tx_write};
 use super::OrAbort;
-use super::{abort, look_stands, BackupReport, SledStore, EMPTY};
+use super::{abort, look_stands, BackupReport, SledStore, Tx, TxResult, EMPTY};
 use crate::error::{backend, StoreError};
 use crate::keys;
 use crate::plan::{self, Listing};
@@ -16,7 +16,8 @@ use crate::record::{
 };
 use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
-    NewJob, NewMember, OutboxEntry, StateCounts, StateFilter, Submitted, Walk,
+    NewJob, NewMember, NewWatch, OutboxEntry, PollRecord, StateCounts, StateFilter, Submitted,
+    Walk, Watch, WatchId,
 };
 use crate::{JobStore, Upkeep};
 use bftp_core::refusal::{observe, RefusalKey, RefusalMemory, Sighting};
@@ -29,53 +30,7 @@ use std::time::Instant;
 impl JobStore for SledStore {
     fn submit(&self, job: NewJob) -> Result<Submitted, StoreError> {
         let count = plan::member_count(job.members.len())?;
-        self.write("submit", |tx| {
-            if let Some(rk) = &job.request {
-                if let Some(v) = tx.requests.get(rk.key_hash.0)? {
-                    let rec: RequestV1 = decode("request", &rk.key_hash.0, &v).or_abort()?;
-                    let existing = JobId(rec.job);
-                    if rec.fingerprint(&rk.key_hash.0).or_abort()? != rk.fingerprint {
-                        return abort(StoreError::RequestKeyConflict { job: existing });
-                    }
-                    let k = keys::job(existing);
-                    let Some(v) = tx.jobs.get(k)? else {
-                        return abort(keys::corrupt_key(
-                            "request",
-                            &rk.key_hash.0,
-                            format!("names job {existing}, which does not exist"),
-                        ));
-                    };
-                    let rec: JobV1 = decode("job", &k, &v).or_abort()?;
-                    return Ok(Submitted::Existing(job_to_api(existing, &rec).or_abort()?));
-                }
-            }
-            let id = match tx.meta.get(keys::META_NEXT_ID)? {
-                Some(v) => JobId(keys::u64_value("meta", keys::META_NEXT_ID, &v).or_abort()?),
-                None => return abort(keys::corrupt_key("meta", keys::META_NEXT_ID, "missing")),
-            };
-            tx.meta
-                .insert(keys::META_NEXT_ID, &(id.0 + 1).to_be_bytes()[..])?;
-
-            let mut plan = plan::submit(&job, count);
-            tx.owners
-                .insert(&keys::owner(job.owner_uid, id)[..], EMPTY)?;
-            if let Some(h) = &job.keyword_hash {
-                tx.keywords.insert(&keys::keyword(h, id)[..], EMPTY)?;
-            }
-            tx_reindex(tx, id, None, &plan.state())?;
-            if let Some(rk) = &job.request {
-                tx.requests.insert(
-                    &rk.key_hash.0[..],
-                    encode(&RequestV1::new(&rk.fingerprint, id)),
-                )?;
-            }
-            plan.rec.rk = job
-                .request
-                .as_ref()
-                .map(|rk| crate::record::hex(&rk.key_hash.0));
-            tx_write(tx, id, &plan, &job.members, job.created_at)?;
-            Ok(Submitted::Created(job_to_api(id, &plan.rec).or_abort()?))
-        })
+        self.write("submit", |tx| tx_submit(tx, &job, count))
     }
 
     fn get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
@@ -231,7 +186,8 @@ impl JobStore for SledStore {
         self.write("settle_and_finish", |tx| {
             let rec = tx_job(tx, id)?;
             let detail = detail.as_deref();
-            let states = tx_settle_pending(tx, id, rec.members, pending_become, detail, now)?;
+            let states =
+                tx_settle_pending(tx, id, rec.watch, rec.members, pending_become, detail, now)?;
             let plan = plan::finish(id, rec, &states, now, detail).or_abort()?;
             tx_write(tx, id, &plan, &[], now)?;
             job_to_api(id, &plan.rec).or_abort()
@@ -572,9 +528,105 @@ impl JobStore for SledStore {
         })
     }
 
+    fn create_watch(&self, w: NewWatch) -> Result<Watch, StoreError> {
+        self.create_watch_(w)
+    }
+
+    fn watch(&self, id: WatchId) -> Result<Option<Watch>, StoreError> {
+        self.watch_(id)
+    }
+
+    fn watches(&self, owner: Option<u32>) -> Result<Vec<Watch>, StoreError> {
+        self.watches_(owner)
+    }
+
+    fn pause_watch(&self, id: WatchId, paused: bool) -> Result<Option<Watch>, StoreError> {
+        self.pause_watch_(id, paused)
+    }
+
+    fn remove_watch(&self, id: WatchId) -> Result<bool, StoreError> {
+        self.remove_watch_(id)
+    }
+
+    fn watch_checkpoint(
+        &self,
+        id: WatchId,
+    ) -> Result<std::collections::BTreeMap<String, bftp_core::watch::Entry>, StoreError> {
+        self.watch_checkpoint_(id)
+    }
+
+    fn record_poll(
+        &self,
+        id: WatchId,
+        poll: PollRecord,
+    ) -> Result<(Watch, Option<Job>), StoreError> {
+        self.record_poll_(id, poll)
+    }
+
+    /// One node: every watch that exists is this node's.
+    fn hold_watch(
+        &self,
+        id: WatchId,
+        _node: &str,
+        _now: Timestamp,
+        _until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.hold_watch_(id)
+    }
+
     fn upkeep(&self) -> Option<&dyn Upkeep> {
         Some(self)
     }
+}
+
+/// A new job (`JobStore::submit`) inside a write transaction, `count` from
+/// `plan::member_count`.
+pub(super) fn tx_submit(tx: &Tx<'_>, job: &NewJob, count: u32) -> TxResult<Submitted> {
+    if let Some(rk) = &job.request {
+        if let Some(v) = tx.requests.get(rk.key_hash.0)? {
+            let rec: RequestV1 = decode("request", &rk.key_hash.0, &v).or_abort()?;
+            let existing = JobId(rec.job);
+            if rec.fingerprint(&rk.key_hash.0).or_abort()? != rk.fingerprint {
+                return abort(StoreError::RequestKeyConflict { job: existing });
+            }
+            let k = keys::job(existing);
+            let Some(v) = tx.jobs.get(k)? else {
+                return abort(keys::corrupt_key(
+                    "request",
+                    &rk.key_hash.0,
+                    format!("names job {existing}, which does not exist"),
+                ));
+            };
+            let rec: JobV1 = decode("job", &k, &v).or_abort()?;
+            return Ok(Submitted::Existing(job_to_api(existing, &rec).or_abort()?));
+        }
+    }
+    let id = match tx.meta.get(keys::META_NEXT_ID)? {
+        Some(v) => JobId(keys::u64_value("meta", keys::META_NEXT_ID, &v).or_abort()?),
+        None => return abort(keys::corrupt_key("meta", keys::META_NEXT_ID, "missing")),
+    };
+    tx.meta
+        .insert(keys::META_NEXT_ID, &(id.0 + 1).to_be_bytes()[..])?;
+
+    let mut plan = plan::submit(job, count);
+    tx.owners
+        .insert(&keys::owner(job.owner_uid, id)[..], EMPTY)?;
+    if let Some(h) = &job.keyword_hash {
+        tx.keywords.insert(&keys::keyword(h, id)[..], EMPTY)?;
+    }
+    tx_reindex(tx, id, None, &plan.state())?;
+    if let Some(rk) = &job.request {
+        tx.requests.insert(
+            &rk.key_hash.0[..],
+            encode(&RequestV1::new(&rk.fingerprint, id)),
+        )?;
+    }
+    plan.rec.rk = job
+        .request
+        .as_ref()
+        .map(|rk| crate::record::hex(&rk.key_hash.0));
+    tx_write(tx, id, &plan, &job.members, job.created_at)?;
+    Ok(Submitted::Created(job_to_api(id, &plan.rec).or_abort()?))
 }
 
 impl Upkeep for SledStore {

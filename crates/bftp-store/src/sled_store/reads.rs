@@ -7,7 +7,7 @@ use crate::error::{backend, StoreError};
 use crate::keys;
 use crate::record::{
     decode, job_to_api, HistoryV1, JobV1, MemberV1, OutboxV1, PairV1, RefusalV1, RequestV1,
-    TranscriptV1,
+    TranscriptV1, WatchFileV1, WatchV1,
 };
 use crate::types::{Job, JobId, OutboxEntry};
 use bftp_core::Timestamp;
@@ -68,6 +68,18 @@ impl SledStore {
             for kv in self.t.pairs.iter() {
                 let (k, v) = kv.map_err(backend("verify"))?;
                 decode::<PairV1>("pair", &k, &v)?;
+                r.bytes += (k.len() + v.len()) as u64;
+            }
+            for kv in self.t.watches.iter() {
+                let (k, v) = kv.map_err(backend("verify"))?;
+                let id = crate::types::WatchId(keys::trailing_id("watch", &k, 8)?.0);
+                decode::<WatchV1>("watch", &k, &v)?.to_api(id)?;
+                r.bytes += (k.len() + v.len()) as u64;
+            }
+            for kv in self.t.watch_files.iter() {
+                let (k, v) = kv.map_err(backend("verify"))?;
+                keys::watch_file_path(&k)?;
+                decode::<WatchFileV1>("watch file", &k, &v)?;
                 r.bytes += (k.len() + v.len()) as u64;
             }
             let indexes: [(&'static str, &sled::Tree, usize); 5] = [

@@ -2,15 +2,16 @@
 //! transactions are made of, among them the writing of a [`Plan`] (`plan.rs`).
 
 use super::members::{tx_append_members, tx_settle_pending};
+use super::watches::tx_mark;
 use super::OrAbort;
 use super::{abort, SledStore, Tx, TxResult, TxTree, EMPTY};
 use crate::digest::Digest;
 use crate::error::{backend, StoreError};
 use crate::keys;
 use crate::plan::Plan;
-use crate::record::{decode, encode, JobV1, OutboxStateV1, OutboxV1};
+use crate::record::{decode, encode, JobV1, MemberV1, OutboxStateV1, OutboxV1};
 use crate::types::{JobId, NewMember};
-use bftp_core::{JobState, Timestamp};
+use bftp_core::{JobState, MemberState, Timestamp};
 use sled::transaction::{TransactionError, Transactional, TransactionalTree};
 use std::cell::Cell;
 
@@ -24,7 +25,13 @@ impl SledStore {
     ) -> Result<R, StoreError> {
         self.guarded(op, || {
             self.commit.check(op)?;
-            self.check_space(op, matches!(op, "submit" | "freeze_members"))?;
+            self.check_space(
+                op,
+                matches!(
+                    op,
+                    "submit" | "freeze_members" | "record_poll" | "create_watch"
+                ),
+            )?;
             let backup = self.backup_lock.read().unwrap_or_else(|p| p.into_inner());
             // sled implements `Transactional` for tuples of at most 9 trees; a slice has no limit.
             let trees = self.t.all();
@@ -60,6 +67,8 @@ impl SledStore {
                     transcripts: tree(11),
                     refusals: tree(12),
                     pairs: tree(13),
+                    watches: tree(14),
+                    watch_files: tree(15),
                 };
                 let value = f(&tx)?;
                 if digest.get() != before {
@@ -144,10 +153,17 @@ pub(super) fn tx_write(
     now: Timestamp,
 ) -> TxResult<()> {
     if let Some(to) = plan.settle {
-        tx_settle_pending(tx, id, plan.rec.members, to, None, now)?;
+        tx_settle_pending(tx, id, plan.rec.watch, plan.rec.members, to, None, now)?;
     }
     if let Some(start) = plan.append_at {
         tx_append_members(tx, id, start, members, now)?;
+        if plan.rec.watch.is_some() {
+            // A member born final (a refused name) settles its entry too.
+            for m in members.iter().filter(|m| m.refused.is_some()) {
+                let m = MemberV1::new(m, now);
+                tx_mark(tx, plan.rec.watch, MemberState::Pending, &m)?;
+            }
+        }
     }
     if let Some((old, new)) = &plan.moved {
         tx_reindex(tx, id, Some(old), new)?;

@@ -204,6 +204,7 @@ pub fn spec() -> SealedSpec {
 
 pub fn job(owner: u32) -> NewJob {
     NewJob {
+        watch: None,
         owner_uid: owner,
         spec: spec(),
         keyword_hash: None,

@@ -38,3 +38,4 @@ mod meta;
 mod outbox;
 mod pairs;
 mod queue;
+mod watches;

@@ -397,6 +397,7 @@ async fn submit(
         }]
     };
     let new = NewJob {
+        watch: None,
         owner_uid: caller.uid,
         spec: app.secrets.seal_spec(&spec),
         keyword_hash: spec

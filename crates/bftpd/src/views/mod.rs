@@ -383,6 +383,7 @@ mod created_view_tests {
     fn template(store: &dyn JobStore, id: bftp_store::JobId) -> bftp_store::NewJob {
         let job = store.get(id).unwrap().unwrap();
         bftp_store::NewJob {
+            watch: None,
             owner_uid: job.owner_uid,
             spec: job.spec,
             keyword_hash: None,
