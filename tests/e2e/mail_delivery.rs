@@ -103,6 +103,7 @@ fn report() -> Report {
         }],
         report: None,
         node: None,
+        watch: None,
     };
     render(&ReportInput {
         job: &job,

@@ -42,7 +42,7 @@ pub use types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, KeyHash, LastReply,
     Member, MemberUpdate, NewJob, NewMember, NewWatch, OutboxEntry, OutboxState, PollRecord,
     RequestKey, Sealed, SealedEndpoint, SealedSpec, StateCounts, StateFilter, Submitted, Walk,
-    Watch, WatchId, WatchSettings, WatchStatus, WATCH_JOBS_KEPT,
+    Watch, WatchId, WatchNote, WatchSettings, WatchStatus, WATCH_JOBS_KEPT,
 };
 
 use bftp_core::refusal::{RefusalKey, RefusalMemory, Sighting};

@@ -85,6 +85,17 @@ pub struct WatchStatus {
     pub refused: u32,
     pub last_delivery: Option<Timestamp>,
     pub last_alarm: Option<Timestamp>,
+    /// The files of the last poll that were not taken, and why (bounded by the caller).
+    pub notes: Vec<WatchNote>,
+}
+
+/// One file of a poll that was not taken: its path, `kind` (`settling`, `no_marker`,
+/// `ignored`, `refused`, `skipped`) and a detail.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchNote {
+    pub path: String,
+    pub kind: String,
+    pub detail: String,
 }
 
 /// How many of the jobs a watch made its status names ([`WatchStatus::jobs`]).

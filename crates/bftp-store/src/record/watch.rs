@@ -82,6 +82,9 @@ pub(crate) struct WatchStatusV1 {
     pub last_delivery: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_alarm: Option<u64>,
+    /// `[path, kind, detail]` of each file of the last poll not taken.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<[String; 3]>,
 }
 
 /// One checkpoint entry: the facts last seen at the path, since when, and what became of
@@ -169,6 +172,11 @@ impl WatchStatusV1 {
             refused: s.refused,
             last_delivery: s.last_delivery.map(|t| t.0),
             last_alarm: s.last_alarm.map(|t| t.0),
+            notes: s
+                .notes
+                .iter()
+                .map(|n| [n.path.clone(), n.kind.clone(), n.detail.clone()])
+                .collect(),
         }
     }
 
@@ -188,6 +196,15 @@ impl WatchStatusV1 {
             refused: self.refused,
             last_delivery: self.last_delivery.map(Timestamp),
             last_alarm: self.last_alarm.map(Timestamp),
+            notes: self
+                .notes
+                .iter()
+                .map(|[path, kind, detail]| crate::types::WatchNote {
+                    path: path.clone(),
+                    kind: kind.clone(),
+                    detail: detail.clone(),
+                })
+                .collect(),
         }
     }
 }

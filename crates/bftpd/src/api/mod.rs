@@ -407,7 +407,6 @@ async fn submit(
         request,
         created_at: now,
         members,
-        watch: None,
     };
     let (store, mail, paths) = (app.store.clone(), app.mail.clone(), app.data_paths);
     // One trip to the blocking pool: the write, then the answer. A new job's view is built

@@ -15,9 +15,6 @@ use crate::hosts::pool::{Acquired, Origin, PoolKey};
 /// At most this many files of a poll are named on the watch (the counts count them all).
 const MAX_NOTES: usize = 50;
 
-/// At most this many of the jobs a watch made are named on it.
-pub const MAX_JOBS_SHOWN: usize = 20;
-
 impl Watcher {
     /// Polls watch `id` if this node holds it and its last job is final. `true`: its last job
     /// is still under way (the watch waits for it).
@@ -80,9 +77,8 @@ impl Watcher {
         let recorded = self
             .store
             .call(move |s| {
-                if !s.hold_watch(id, &node, renewed, until)? {
-                    return Err(bftp_store::StoreError::LeaseLost(bftp_store::JobId(0)));
-                }
+                // Lost meanwhile: `record_poll` refuses the write (another node holds it).
+                s.hold_watch(id, &node, renewed, until)?;
                 s.record_poll(id, record)
             })
             .await;
