@@ -54,6 +54,10 @@ pub struct WatchRequest {
     /// notify addresses when no new file was delivered by then, once per period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect: Option<String>,
+    /// A daily digest: one mail a day (after midnight UTC) of what the watch did the day
+    /// before, to the notify addresses (else the owner).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub digest: bool,
 }
 
 /// A ready marker as fields.
@@ -100,6 +104,12 @@ pub struct WatchView {
     pub notify: Vec<String>,
     pub notify_on: String,
     pub expect: Option<String>,
+    /// Whether a daily digest is mailed.
+    #[serde(default)]
+    pub digest: bool,
+    /// When the last digest was mailed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_digest_at: Option<String>,
     pub has_keyword: bool,
     /// The weakest proof each copy needs, if any.
     pub proof: Option<String>,

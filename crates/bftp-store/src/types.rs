@@ -61,6 +61,8 @@ pub struct WatchSettings {
     /// The user's words for when files are expected (`daily 05:00`, `6h`), parsed by the
     /// daemon.
     pub expect: Option<String>,
+    /// A daily digest mail of what the watch did.
+    pub digest: bool,
 }
 
 /// What the polls of a watch found: written by each poll, computed by the daemon.
@@ -87,6 +89,10 @@ pub struct WatchStatus {
     pub last_alarm: Option<Timestamp>,
     /// The files of the last poll that were not taken, and why (bounded by the caller).
     pub notes: Vec<WatchNote>,
+    /// When the last daily digest was sent, and the totals then (polls, delivered, failed,
+    /// repeats): the next digest tells what changed since.
+    pub last_digest: Option<Timestamp>,
+    pub digest_base: [u64; 4],
 }
 
 /// One file of a poll that was not taken: its path, `kind` (`settling`, `no_marker`,

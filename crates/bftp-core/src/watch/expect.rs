@@ -1,5 +1,6 @@
-//! The late-arrival alarm (`--expect`, RULES.md §15.6): when a watch delivered no new file by
-//! an expected time, one alarm per period. Pure: the caller passes the clock.
+//! The late-arrival alarm (`--expect`, RULES.md §15.8): when a watch delivered no new file by
+//! an expected time, one alarm per period; and the daily digest's day. Pure: the caller
+//! passes the clock.
 
 use crate::Timestamp;
 
@@ -63,6 +64,18 @@ pub fn alarm_due(
     }
 }
 
+/// The midnight (UTC) a daily digest is due for, when one is: the last midnight at or before
+/// `now`, if the watch existed before it and no digest was sent for it.
+pub fn digest_due(
+    created: Timestamp,
+    last_digest: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let midnight = now.0 - now.0 % DAY_MS;
+    let sent = last_digest.is_some_and(|t| t.0 >= midnight);
+    (created.0 < midnight && !sent).then_some(Timestamp(midnight))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +124,29 @@ mod tests {
                 got,
                 want.map(t),
                 "{created} {delivered:?} {alarmed:?} {now}"
+            );
+        }
+    }
+
+    #[test]
+    fn digest_table() {
+        let day = 24 * H;
+        let t = Timestamp;
+        let m = 20 * day;
+        // (created, last digest, now, due?)
+        let rows = [
+            (m - H, None, m - 1, None),
+            (m - H, None, m, Some(m)),
+            (m - H, None, m + 5 * H, Some(m)),
+            (m - H, Some(m + 1), m + 5 * H, None),
+            (m + 1, None, m + 5 * H, None),
+            (0, Some(m), m + day, Some(m + day)),
+        ];
+        for (created, last, now, want) in rows {
+            assert_eq!(
+                digest_due(t(created), last.map(t), t(now)),
+                want.map(t),
+                "{created} {last:?} {now}"
             );
         }
     }

@@ -42,6 +42,8 @@ pub(crate) struct WatchSettingsV1 {
     pub notify_on: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub digest: bool,
 }
 
 /// A ready marker: `{"beside": "READY"}` or `{"suffix": ".done"}`.
@@ -85,6 +87,15 @@ pub(crate) struct WatchStatusV1 {
     /// `[path, kind, detail]` of each file of the last poll not taken.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<[String; 3]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_digest: Option<u64>,
+    /// Polls, delivered, failed, repeats at the last digest.
+    #[serde(default, skip_serializing_if = "is_zeros")]
+    pub digest_base: [u64; 4],
+}
+
+fn is_zeros(a: &[u64; 4]) -> bool {
+    a.iter().all(|n| *n == 0)
 }
 
 /// One checkpoint entry: the facts last seen at the path, since when, and what became of
@@ -177,6 +188,8 @@ impl WatchStatusV1 {
                 .iter()
                 .map(|n| [n.path.clone(), n.kind.clone(), n.detail.clone()])
                 .collect(),
+            last_digest: s.last_digest.map(|t| t.0),
+            digest_base: s.digest_base,
         }
     }
 
@@ -205,6 +218,8 @@ impl WatchStatusV1 {
                     detail: detail.clone(),
                 })
                 .collect(),
+            last_digest: self.last_digest.map(Timestamp),
+            digest_base: self.digest_base,
         }
     }
 }
@@ -223,6 +238,7 @@ impl WatchSettingsV1 {
             recursive: s.recursive,
             notify_on: s.notify_on.clone(),
             expect: s.expect.clone(),
+            digest: s.digest,
         }
     }
 
@@ -239,6 +255,7 @@ impl WatchSettingsV1 {
             recursive: self.recursive,
             notify_on: self.notify_on.clone(),
             expect: self.expect.clone(),
+            digest: self.digest,
         }
     }
 }

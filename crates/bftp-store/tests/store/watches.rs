@@ -24,6 +24,7 @@ fn new_watch(owner: u32) -> NewWatch {
             recursive: true,
             notify_on: "failure".into(),
             expect: Some("daily 05:00".into()),
+            digest: true,
         },
         keyword_hash: Some(kh(4)),
         created_at: at(1),

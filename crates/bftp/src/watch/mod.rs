@@ -142,6 +142,11 @@ pub struct AddArgs {
     /// per period
     #[arg(long, value_name = "WHEN")]
     pub expect: Option<String>,
+
+    /// A daily digest: one mail a day (after midnight UTC) of what the watch did the day
+    /// before, to the --notify addresses
+    #[arg(long)]
+    pub digest: bool,
 }
 
 #[derive(Args, Debug)]
@@ -275,6 +280,7 @@ fn prepare_add(args: &AddArgs, sources: &Sources, now: Timestamp) -> anyhow::Res
             ready_suffix: args.ready_suffix.clone(),
             notify_on: args.notify_on.clone(),
             expect: args.expect.clone(),
+            digest: args.digest,
         },
         warnings: prepared.warnings,
     })

@@ -116,6 +116,14 @@ pub fn detail_at(w: &WatchView, now: Option<SystemTime>) -> String {
         ("notify", words(&w.notify)),
         ("notify on", sanitize(&w.notify_on)),
         ("expect", w.expect.as_deref().map_or("-".into(), sanitize)),
+        (
+            "digest",
+            match (w.digest, &w.last_digest_at) {
+                (false, _) => "no".into(),
+                (true, None) => "daily".into(),
+                (true, Some(at)) => format!("daily, last {}", sanitize(at)),
+            },
+        ),
         ("keyword", yes_no(w.has_keyword)),
         (
             "proof",
@@ -264,6 +272,8 @@ pub(crate) mod tests {
             notify: vec!["alice@example.org".into()],
             notify_on: "failure".into(),
             expect: None,
+            digest: false,
+            last_digest_at: None,
             has_keyword: false,
             proof: None,
             data_path_asked: None,
@@ -345,6 +355,7 @@ watch 7
   notify         alice@example.org
   notify on      failure
   expect         daily 05:00
+  digest         no
   keyword        yes
   proof          at least hash
   data path      relay
@@ -401,6 +412,7 @@ watch 7
             "  jobs           -\n",
             "  last delivery  -\n",
             "  expect         -\n",
+            "  digest         no\n",
             "  keyword        no\n",
             "  proof          the strongest the servers allow\n",
             "  data path      default\n",

@@ -108,6 +108,7 @@ pub fn settings_of(req: &WatchRequest) -> Result<WatchSettings, String> {
         recursive: req.recursive,
         notify_on,
         expect,
+        digest: req.digest,
     })
 }
 

@@ -42,6 +42,8 @@ pub fn watch_view(w: &Watch) -> WatchView {
         notify: spec.notify.clone(),
         notify_on: s.notify_on.clone(),
         expect: s.expect.clone(),
+        digest: s.digest,
+        last_digest_at: st.last_digest.map(ts),
         has_keyword: spec.keyword_present,
         proof: spec.proof.map(|p| p.as_str().to_owned()),
         data_path_asked: spec.data_path.map(|p| p.as_str().to_owned()),

@@ -232,16 +232,6 @@ impl Watcher {
             tracing::warn!(expect = %words, "no file delivered in time, but [mail] is off: no alarm sent");
             return true;
         };
-        let to = match alarm
-            .settings
-            .recipients_of(&w.spec.notify, w.owner_uid, "watch")
-        {
-            Ok(to) => to,
-            Err(e) => {
-                tracing::warn!(error = %e, "the late-arrival alarm has nobody to go to");
-                return true;
-            }
-        };
         let last = status
             .last_delivery
             .map_or_else(|| "never".to_owned(), |t| t.to_rfc3339());
@@ -251,48 +241,138 @@ impl Watcher {
             deadline.to_rfc3339()
         );
         let text = format!(
-            "Watch {id} ({src} to {dst}) expects new files ({words}).\n\
+            "Watch {id} ({route}) expects new files ({words}).\n\
              No file was delivered by {deadline}.\n\
              Last delivery: {last}. Polls so far: {polls}. Last error: {error}.\n\
              This alarm is sent once for this period.\n",
             id = w.id.0,
-            src = endpoint_url(&w.spec.source),
-            dst = w
-                .spec
-                .destination
-                .as_ref()
-                .map_or_else(String::new, endpoint_url),
+            route = route(w),
             deadline = deadline.to_rfc3339(),
             polls = status.polls,
             error = status.last_error.as_deref().unwrap_or("none"),
         );
-        let env = bftp_mail::Envelope {
-            from: alarm.settings.from.clone(),
-            to,
-            message_id: format!(
-                "<bftp.watch-{}.{}@{}>",
-                w.id.0, deadline.0, alarm.settings.id_domain
-            ),
-            date: now.to_system(),
+        let sent = alarm.send(w, "alarm", deadline, &subject, &text, now).await;
+        if sent {
+            tracing::info!(deadline = %deadline.to_rfc3339(), "late-arrival alarm sent");
+        }
+        sent
+    }
+
+    /// The daily digest of `w`, when one is due (`bftp_core::watch::expect::digest_due`): what
+    /// the watch did since the last digest. `true`: sent (or nobody to send it to: the day
+    /// is done either way); `false`: not sent, tried again at the next poll.
+    async fn digest_if_due(
+        &self,
+        w: &Watch,
+        status: &bftp_store::WatchStatus,
+        now: Timestamp,
+    ) -> bool {
+        if !w.settings.digest {
+            return false;
+        }
+        let Some(midnight) =
+            bftp_core::watch::expect::digest_due(w.created_at, status.last_digest, now)
+        else {
+            return false;
         };
-        let message = match bftp_mail::build_watch_notice(w.id.0, &subject, &text, &env) {
-            Ok(m) => m,
+        let Some(alarm) = &self.alarm else {
+            return true;
+        };
+        let [polls, delivered, failed, repeats] = status.digest_base;
+        let since = status.last_digest.unwrap_or(w.created_at).to_rfc3339();
+        let subject = format!(
+            "bftp watch {}: {} delivered, {} failed since {since}",
+            w.id.0,
+            status.delivered.saturating_sub(delivered),
+            status.failed.saturating_sub(failed),
+        );
+        let jobs: Vec<String> = status.jobs.iter().map(|j| j.0.to_string()).collect();
+        let text = format!(
+            "Watch {id} ({route}), from {since} to {midnight}:\n\
+             polls: {p}\nfiles delivered: {d}\nfiles failed: {f}\nfiles taken again (repeats): {r}\n\
+             waiting, ignored, refused at the last poll: {waiting}, {ignored}, {refused}\n\
+             last delivery: {last}\nlast error: {error}\nlast jobs: {jobs}\n",
+            id = w.id.0,
+            route = route(w),
+            midnight = midnight.to_rfc3339(),
+            p = status.polls.saturating_sub(polls),
+            d = status.delivered.saturating_sub(delivered),
+            f = status.failed.saturating_sub(failed),
+            r = status.repeats.saturating_sub(repeats),
+            waiting = status.waiting,
+            ignored = status.ignored,
+            refused = status.refused,
+            last = status
+                .last_delivery
+                .map_or_else(|| "never".to_owned(), |t| t.to_rfc3339()),
+            error = status.last_error.as_deref().unwrap_or("none"),
+            jobs = if jobs.is_empty() { "none".into() } else { jobs.join(", ") },
+        );
+        alarm
+            .send(w, "digest", midnight, &subject, &text, now)
+            .await
+    }
+}
+
+impl Alarm {
+    /// Mails a notice about `w` (`kind`: `alarm`, `digest`; `stamp` makes its Message-ID) to
+    /// its notify addresses, else its owner. `false`: not sent, to be tried again at the
+    /// next poll.
+    async fn send(
+        &self,
+        w: &Watch,
+        kind: &str,
+        stamp: Timestamp,
+        subject: &str,
+        text: &str,
+        now: Timestamp,
+    ) -> bool {
+        let to = match self
+            .settings
+            .recipients_of(&w.spec.notify, w.owner_uid, "watch")
+        {
+            Ok(to) => to,
             Err(e) => {
-                tracing::warn!(error = %e, "the late-arrival alarm cannot be made");
+                tracing::warn!(error = %e, kind, "the watch's mail has nobody to go to");
                 return true;
             }
         };
-        match alarm.mailer.send(&message).await {
-            Ok(()) => {
-                tracing::info!(deadline = %deadline.to_rfc3339(), "late-arrival alarm sent");
-                true
-            }
+        let env = bftp_mail::Envelope {
+            from: self.settings.from.clone(),
+            to,
+            message_id: format!(
+                "<bftp.watch-{}.{kind}.{}@{}>",
+                w.id.0, stamp.0, self.settings.id_domain
+            ),
+            date: now.to_system(),
+        };
+        let message = match bftp_mail::build_watch_notice(w.id.0, subject, text, &env) {
+            Ok(m) => m,
             Err(e) => {
-                tracing::warn!(error = ?e, "the late-arrival alarm was not sent; trying again at the next poll");
+                tracing::warn!(error = %e, kind, "the watch's mail cannot be made");
+                return true;
+            }
+        };
+        match self.mailer.send(&message).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = ?e, kind, "the watch's mail was not sent; trying again at the next poll");
                 false
             }
         }
     }
+}
+
+/// `SOURCE to DESTINATION` of a watch, without passwords.
+fn route(w: &Watch) -> String {
+    format!(
+        "{} to {}",
+        endpoint_url(&w.spec.source),
+        w.spec
+            .destination
+            .as_ref()
+            .map_or_else(String::new, endpoint_url)
+    )
 }
 
 /// An endpoint's URL without its password.

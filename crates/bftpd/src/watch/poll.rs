@@ -52,6 +52,15 @@ impl Watcher {
         if self.alarm_if_due(&w, &status, now).await {
             status.last_alarm = Some(now);
         }
+        if self.digest_if_due(&w, &status, now).await {
+            status.last_digest = Some(now);
+            status.digest_base = [
+                status.polls,
+                status.delivered,
+                status.failed,
+                status.repeats,
+            ];
+        }
         status.polls += 1;
         status.last_poll = Some(now);
         status.next_poll =
