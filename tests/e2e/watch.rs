@@ -306,3 +306,146 @@ fn expect_mails_one_alarm_when_nothing_came_and_none_when_a_file_did() {
         "a report was mailed: {mails:#?}"
     );
 }
+
+/// A recursive watch copies the whole tree, making the destination's directories, each file
+/// once; a subdirectory added later is found at the next poll.
+#[test]
+fn a_recursive_watch_copies_the_tree_and_makes_its_directories() {
+    let src = server(Proftpd);
+    let dst = server(Vsftpd);
+    src.mkdir("out/a/b").unwrap();
+    dst.mkdir("in").unwrap();
+    src.put_file("out/top.dat", b"top\n").unwrap();
+    src.put_file("out/a/mid.dat", b"mid\n").unwrap();
+    src.put_file("out/a/b/deep.dat", b"deep\n").unwrap();
+    let d = Bftpd::start().unwrap();
+    let id = add(
+        &d,
+        (&src, "out"),
+        (&dst, "in"),
+        "1s",
+        json!({"settle": "0s", "recursive": true}),
+    );
+    wait_for(&d, id, Duration::from_secs(30), "three files", |w| {
+        w["delivered"].as_u64() == Some(3)
+    });
+    assert_eq!(dst.read_file("in/a/b/deep.dat").unwrap(), b"deep\n");
+    src.put_file("out/c/new.dat", b"new\n").unwrap();
+    let w = wait_for(
+        &d,
+        id,
+        Duration::from_secs(30),
+        "the new directory's file",
+        |w| w["delivered"].as_u64() == Some(4),
+    );
+    assert_eq!(dst.read_file("in/c/new.dat").unwrap(), b"new\n");
+    for name in ["top.dat", "a/mid.dat", "a/b/deep.dat", "c/new.dat"] {
+        assert_eq!(copied(&d, id, name), 1, "{name}: {w:#}");
+    }
+}
+
+/// `--ready-suffix .done`: a file waits for its marker, is taken once the marker exists, and
+/// the marker itself is never copied; the view names the file waiting and why.
+#[test]
+fn a_file_waits_for_its_ready_marker_and_the_marker_is_not_copied() {
+    let src = server(PureFtpd);
+    let dst = server(Proftpd);
+    src.mkdir("out").unwrap();
+    dst.mkdir("in").unwrap();
+    src.put_file("out/batch.csv", b"a,b\n").unwrap();
+    let d = Bftpd::start().unwrap();
+    let id = add(
+        &d,
+        (&src, "out"),
+        (&dst, "in"),
+        "1s",
+        json!({"settle": "0s", "ready_suffix": ".done"}),
+    );
+    let w = wait_for(&d, id, Duration::from_secs(20), "a note of the wait", |w| {
+        w["notes"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|n| n["kind"] == "no_marker"))
+    });
+    assert_eq!(w["delivered"], 0, "{w:#}");
+    assert!(dst.read_file("in/batch.csv").is_err());
+    src.put_file("out/batch.csv.done", b"").unwrap();
+    wait_for(&d, id, Duration::from_secs(20), "batch.csv", |w| {
+        w["delivered"].as_u64() == Some(1)
+    });
+    assert_eq!(dst.read_file("in/batch.csv").unwrap(), b"a,b\n");
+    assert!(
+        dst.read_file("in/batch.csv.done").is_err(),
+        "the marker was copied"
+    );
+}
+
+/// `bftp watch` end to end: alice adds a watch with her password in the environment, sees it
+/// in `list` and `show --json` without the password; bob can neither see, pause nor remove
+/// it; alice pauses, resumes and removes it.
+#[test]
+fn the_cli_adds_shows_pauses_and_removes_a_watch_and_only_its_owner_may() {
+    use bftp_tests::daemon::{text, ALICE, BOB};
+    let src = server(Proftpd);
+    let dst = server(PureFtpd);
+    src.mkdir("out").unwrap();
+    dst.mkdir("in").unwrap();
+    let d = Bftpd::start().unwrap();
+    let env = [
+        ("BFTP_SOURCE_PASSWORD", src.password()),
+        ("BFTP_DEST_PASSWORD", dst.password()),
+    ];
+    let (s, t) = (src.url("out"), dst.url("in"));
+    let o = d.bftp_env(
+        Some(ALICE),
+        &[
+            "--json",
+            "watch",
+            "add",
+            &s,
+            &t,
+            "--every",
+            "10m",
+            "--pattern",
+            "*.csv",
+        ],
+        &env,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let id = v["id"].as_u64().unwrap().to_string();
+    assert_eq!(v["patterns"], json!(["*.csv"]));
+    for secret in [src.password(), dst.password()] {
+        assert!(!text(&o).contains(secret), "{}", text(&o));
+    }
+    let o = d.bftp_env(Some(ALICE), &["watch", "list"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains(&s), "{}", text(&o));
+    for verb in [
+        &["watch", "show", &id][..],
+        &["watch", "pause", &id],
+        &["watch", "remove", &id],
+    ] {
+        let o = d.bftp_env(Some(BOB), verb, &[]);
+        assert_eq!(o.status.code(), Some(5), "bob: {verb:?}: {}", text(&o));
+    }
+    let o = d.bftp_env(Some(BOB), &["--json", "watch", "list"], &[]);
+    let bobs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(bobs["watches"], json!([]), "{bobs}");
+    let o = d.bftp_env(Some(ALICE), &["--json", "watch", "pause", &id], &[]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["state"], "paused", "{}", text(&o));
+    let o = d.bftp_env(Some(ALICE), &["--json", "watch", "resume", &id], &[]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["state"], "active", "{}", text(&o));
+    let o = d.bftp_env(Some(ALICE), &["watch", "remove", &id], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = d.bftp_env(Some(ALICE), &["watch", "show", &id], &[]);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    // A bad interval is refused before anything is stored.
+    let o = d.bftp_env(
+        Some(ALICE),
+        &["watch", "add", &s, &t, "--every", "soon"],
+        &env,
+    );
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+}
