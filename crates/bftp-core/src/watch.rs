@@ -25,7 +25,9 @@ use crate::state::MemberState;
 use crate::Timestamp;
 
 /// Names never taken unless the user says otherwise: partial uploads and editors' and
-/// clients' temporary files (lftp's `xfer:temp-file-name` `.in.*.`, WinSCP's `.filepart`).
+/// clients' temporary files (lftp's `xfer:temp-file-name` `.in.*.`, WinSCP's `.filepart`,
+/// Pure-FTPd's own `.pureftp-upload.*` while a client uploads). FileZilla writes under the
+/// final name: only the settle time keeps its half-written files back.
 pub const DEFAULT_IGNORE: &[&str] = &[
     "*.part",
     "*.tmp",
@@ -33,6 +35,7 @@ pub const DEFAULT_IGNORE: &[&str] = &[
     "*.partial",
     ".*.swp",
     ".in.*.",
+    ".pureftp-upload.*",
     "*.crdownload",
 ];
 
@@ -51,6 +54,25 @@ impl Facts {
     /// Whether these facts can tell one content from another: a size or a modify time.
     pub fn identifies(&self) -> bool {
         self.size.is_some() || self.modified.is_some()
+    }
+
+    /// Whether `self` and `other` describe the same content. `unique` counts only when both
+    /// have it, and modify times given to different precisions are compared to the coarser
+    /// one: a server that stops offering MLSD (LIST, SIZE, MDTM: no `unique`, whole seconds)
+    /// does not make every file new.
+    pub fn same_content(&self, other: &Facts) -> bool {
+        let unique = match (&self.unique, &other.unique) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        let modified = match (&self.modified, &other.modified) {
+            (Some(a), Some(b)) => {
+                let whole = |t: &str| t.split('.').next().unwrap_or(t).to_owned();
+                a == b || (a.contains('.') != b.contains('.') && whole(a) == whole(b))
+            }
+            (a, b) => a == b,
+        };
+        self.size == other.size && modified && unique
     }
 }
 
@@ -128,8 +150,8 @@ pub struct Entry {
 
 /// The checkpoint's entry after a member of a watch's job ended in `state`, or `None` to
 /// write nothing. The store calls this in the transaction that records the member, with the
-/// size and modify time the member holds (those it was made from, or the size its copy
-/// found). The entry changes only when it still holds that content: a path whose content
+/// size and modify time the member holds (those it was made from; a member taken without a
+/// size holds the size its copy found). The entry changes only when it still holds that content: a path whose content
 /// changed since is new content, which this member did not copy. (`unique` is not on the
 /// member: a poll never changes an entry while the job it made runs, see RULES.md §15.)
 pub fn settled(
@@ -140,7 +162,14 @@ pub fn settled(
 ) -> Option<Entry> {
     let outcome = outcome_of(state)?;
     let e = entry?;
-    let same = e.facts.size == size && e.facts.modified.as_deref() == modified;
+    // The copy writes the size it found on a member taken without one: an entry without a
+    // size matches any. The member has no `unique`.
+    let copied = Facts {
+        size: size.filter(|_| e.facts.size.is_some()),
+        modified: modified.map(str::to_owned),
+        unique: None,
+    };
+    let same = e.facts.same_content(&copied);
     (same && e.outcome != Some(outcome)).then(|| Entry {
         outcome: Some(outcome),
         ..e.clone()
@@ -189,14 +218,26 @@ impl Ready {
 /// A watch's settings the rule needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
-    /// A file is the watch's when its name (last component) matches one of these.
+    /// A file is the watch's when its name (last component) matches one of these; none:
+    /// `*` (every name not starting with a dot).
     pub patterns: Vec<String>,
     /// ...and none of these.
     pub ignore: Vec<String>,
     /// How long a file's facts must stay the same, by bftpd's clock, before it is taken.
     pub settle_ms: u64,
     pub ready: Option<Ready>,
+    /// The facts come from LIST, SIZE and MDTM (a server without MLSD): a change that keeps
+    /// the size and the LIST line's minute is not seen until MDTM is asked again, so a file
+    /// must stay the same a minute longer than `settle_ms` (see [`LIST_MINUTE_MS`]).
+    pub list_facts: bool,
 }
+
+/// How much longer a file listed by LIST must stay the same: LIST shows the minute of a
+/// modify time, and a write later in that minute that keeps the size leaves the line as it
+/// was. Once a minute of bftpd's clock has passed since the facts were first seen, that minute
+/// has ended on the server's clock too (clocks that differ still tick alike), so any later
+/// write changes the line and is asked about.
+pub const LIST_MINUTE_MS: u64 = 61_000;
 
 /// One listing of the watched directory (the whole tree for a recursive watch).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -268,7 +309,10 @@ fn under(path: &str, dir: &str) -> bool {
 
 /// The watch's files are those whose name matches a pattern (an empty list: every name).
 fn matches(settings: &Settings, name: &str) -> bool {
-    settings.patterns.is_empty() || settings.patterns.iter().any(|p| glob_match(p, name))
+    match settings.patterns.is_empty() {
+        true => glob_match("*", name),
+        false => settings.patterns.iter().any(|p| glob_match(p, name)),
+    }
 }
 
 /// One poll: the previous checkpoint, the new listing, bftpd's clock now, the settings.
@@ -278,7 +322,8 @@ fn matches(settings: &Settings, name: &str) -> bool {
 /// 2. its facts identify it (a size or a modify time);
 /// 3. the checkpoint does not hold its identity as settled;
 /// 4. the checkpoint saw the same facts at least `settle_ms` before `now` (a new path or
-///    changed facts start the wait: the entry is written with `since = now`);
+///    changed facts start the wait: the entry is written with `since = now`; so does a
+///    `since` later than `now`, bftpd's clock having gone back);
 /// 5. its ready marker, when one is asked for, is in the listing.
 ///
 /// Paths in the checkpoint that the listing does not show (and that are not below a
@@ -289,6 +334,21 @@ pub fn poll(
     now: Timestamp,
     settings: &Settings,
 ) -> Poll {
+    poll_observed(checkpoint, listing, now, now, settings)
+}
+
+/// [`poll`] of a listing taken between `started` and `finished` (bftpd's clock): a file's wait
+/// starts at `finished` (the latest it may have been seen) and is judged at `started` (the
+/// earliest), so a long listing never shortens `settle`.
+pub fn poll_observed(
+    checkpoint: &BTreeMap<String, Entry>,
+    listing: &Listing,
+    started: Timestamp,
+    finished: Timestamp,
+    settings: &Settings,
+) -> Poll {
+    let now = started;
+    let finished = finished.max(started);
     let mut out = Poll::default();
     let listed: std::collections::HashSet<&str> =
         listing.files.iter().map(|f| f.path.as_str()).collect();
@@ -325,25 +385,39 @@ pub fn poll(
         }
         let previous = checkpoint.get(&file.path);
         let entry = match previous {
-            Some(e) if e.facts == file.facts => {
+            Some(e) if e.facts.same_content(&file.facts) => {
                 if e.outcome.is_some() {
                     out.settled += 1;
                     continue;
                 }
-                e.clone()
+                if e.since > finished {
+                    // bftpd's clock went back: the wait starts again now, not hours later.
+                    Entry {
+                        since: finished,
+                        ..e.clone()
+                    }
+                } else {
+                    e.clone()
+                }
             }
             // New here, or new content at a known path: the wait starts now.
             _ => Entry {
                 facts: file.facts.clone(),
-                since: now,
+                since: finished,
                 outcome: None,
                 hint: previous.and_then(|e| e.hint.clone()),
                 taken: 0,
             },
         };
         let changed = previous != Some(&entry);
-        let ready_at = Timestamp(entry.since.0.saturating_add(settings.settle_ms));
-        let stable = settings.settle_ms == 0 || (entry.since < now && ready_at <= now);
+        let extra = if settings.list_facts {
+            LIST_MINUTE_MS
+        } else {
+            0
+        };
+        let ready_at = Timestamp(entry.since.0.saturating_add(settings.settle_ms + extra));
+        let stable = (settings.settle_ms == 0 && !settings.list_facts)
+            || (entry.since < now && ready_at <= now);
         let wait = if !stable {
             Some(Wait::Settling {
                 since: entry.since,

@@ -29,6 +29,7 @@ fn settings() -> Settings {
         ignore: DEFAULT_IGNORE.iter().map(|s| s.to_string()).collect(),
         settle_ms: SETTLE,
         ready: None,
+        list_facts: false,
     }
 }
 
@@ -110,12 +111,13 @@ fn one_file_table() {
             Settling,
             false,
         ),
+        // Seen "later" than now: bftpd's clock went back; the wait starts again now.
         (
             "a.csv",
             Some(entry(a.clone(), now + 3_600_000, None, 0)),
             a.clone(),
             Settling,
-            false,
+            true,
         ),
         // Still growing: size changed, the wait starts again.
         (
@@ -235,7 +237,10 @@ fn one_file_table() {
                 .map_or(0, |p| p.taken);
             let was_taken = matches!(want, Take | Repeat);
             assert_eq!(e.taken, taken_before + u32::from(was_taken), "{path}");
-            if previous.as_ref().is_none_or(|p| p.facts != listed) {
+            if previous
+                .as_ref()
+                .is_none_or(|p| p.facts != listed || p.since > Timestamp(now))
+            {
                 assert_eq!(e.since, Timestamp(now), "{path}");
                 assert_eq!(e.outcome, None, "{path}");
             }
@@ -429,6 +434,15 @@ fn a_member_settles_its_identity_only_while_the_checkpoint_holds_that_content() 
     let a = facts(10, "20260101000000");
     let b = facts(12, "20260102000000");
     let taken = entry(a.clone(), 5, None, 1);
+    let sizeless = entry(
+        Facts {
+            size: None,
+            ..a.clone()
+        },
+        5,
+        None,
+        1,
+    );
     use MemberState::*;
     // (entry, facts the member copied, its final state, Some(outcome written) or None)
     type Row<'a> = (
@@ -455,6 +469,14 @@ fn a_member_settles_its_identity_only_while_the_checkpoint_holds_that_content() 
         (Some(&taken), &b, Succeeded, None),
         // Pruned meanwhile: nothing to mark.
         (None, &a, Succeeded, None),
+        // Taken without a size (MLSD with `modify` only): the copy's size on the member
+        // still settles it.
+        (
+            Some(&sizeless),
+            &a,
+            Succeeded,
+            Some(Some(Outcome::Delivered)),
+        ),
     ];
     for (e, copied, state, want) in rows {
         let got = settled(e, copied.size, copied.modified.as_deref(), state);
@@ -463,10 +485,8 @@ fn a_member_settles_its_identity_only_while_the_checkpoint_holds_that_content() 
             Some(outcome) => {
                 let got = got.unwrap_or_else(|| panic!("{state:?}: nothing written"));
                 assert_eq!(got.outcome, outcome);
-                assert_eq!(
-                    (got.facts, got.since, got.taken),
-                    (a.clone(), Timestamp(5), 1)
-                );
+                let facts = e.map(|e| e.facts.clone()).unwrap_or_default();
+                assert_eq!((got.facts, got.since, got.taken), (facts, Timestamp(5), 1));
             }
         }
     }
@@ -556,5 +576,181 @@ fn a_watch_job_mails_its_report_by_notify_on() {
     ];
     for (word, state, want) in rows {
         assert_eq!(mails_report(word, &state), want, "{word} {state:?}");
+    }
+}
+
+/// With no `--pattern`, the watch's files are `*`'s: names starting with a dot (an rsync's
+/// temporary `.name.XXXXXX`, a lock file) are not the watch's.
+#[test]
+fn no_pattern_means_every_name_not_starting_with_a_dot() {
+    let s = Settings {
+        patterns: vec![],
+        settle_ms: 0,
+        ..settings()
+    };
+    let f = facts(1, "20260101000000");
+    let listing = Listing {
+        files: [
+            "a.csv",
+            ".a.csv.Xy12Zq",
+            ".~lock.a.ods#",
+            "sub/.hidden",
+            "sub/b",
+        ]
+        .iter()
+        .map(|p| Seen {
+            path: p.to_string(),
+            facts: f.clone(),
+        })
+        .collect(),
+        unlisted: vec![],
+    };
+    let p = poll(&BTreeMap::new(), &listing, Timestamp(5), &s);
+    let taken: Vec<&str> = p.take.iter().map(|s| s.path.as_str()).collect();
+    assert_eq!(taken, ["a.csv", "sub/b"]);
+}
+
+/// A server without MLSD: a file waits `settle` plus a minute of bftpd's clock, since a write
+/// in the minute LIST shows that keeps the size is seen only by MDTM.
+#[test]
+fn list_facts_wait_a_minute_longer() {
+    let s = Settings {
+        list_facts: true,
+        ..settings()
+    };
+    let a = facts(10, "20260101000000");
+    let checkpoint = |since| BTreeMap::from([("a".to_string(), entry(a.clone(), since, None, 0))]);
+    let listing = Listing {
+        files: vec![Seen {
+            path: "a".into(),
+            facts: a.clone(),
+        }],
+        unlisted: vec![],
+    };
+    let now = 1_000_000;
+    let wait = SETTLE + LIST_MINUTE_MS;
+    assert!(
+        poll(&checkpoint(now - wait + 1), &listing, Timestamp(now), &s)
+            .take
+            .is_empty()
+    );
+    assert_eq!(
+        poll(&checkpoint(now - wait), &listing, Timestamp(now), &s)
+            .take
+            .len(),
+        1
+    );
+    // Even with no settle time: a minute.
+    let zero = Settings { settle_ms: 0, ..s };
+    assert!(poll(&BTreeMap::new(), &listing, Timestamp(now), &zero)
+        .take
+        .is_empty());
+    assert!(
+        poll(&checkpoint(now - 60_000), &listing, Timestamp(now), &zero)
+            .take
+            .is_empty()
+    );
+    assert_eq!(
+        poll(
+            &checkpoint(now - LIST_MINUTE_MS),
+            &listing,
+            Timestamp(now),
+            &zero
+        )
+        .take
+        .len(),
+        1
+    );
+}
+
+/// A listing that took from `started` to `finished`: a new file's wait starts at `finished`,
+/// and a known file's is judged at `started`.
+#[test]
+fn a_long_listing_never_shortens_the_settle_time() {
+    let a = facts(10, "20260101000000");
+    let listing = Listing {
+        files: vec![Seen {
+            path: "a".into(),
+            facts: a.clone(),
+        }],
+        unlisted: vec![],
+    };
+    let p = poll_observed(
+        &BTreeMap::new(),
+        &listing,
+        Timestamp(1_000),
+        Timestamp(9_000),
+        &settings(),
+    );
+    assert_eq!(p.put[0].1.since, Timestamp(9_000));
+    let cp = BTreeMap::from([("a".to_string(), entry(a.clone(), 9_000, None, 0))]);
+    let started = 9_000 + SETTLE - 1;
+    let p = poll_observed(
+        &cp,
+        &listing,
+        Timestamp(started),
+        Timestamp(started + 20_000),
+        &settings(),
+    );
+    assert!(p.take.is_empty(), "judged at the listing's start");
+    let p = poll_observed(
+        &cp,
+        &listing,
+        Timestamp(started + 1),
+        Timestamp(started + 20_000),
+        &settings(),
+    );
+    assert_eq!(p.take.len(), 1);
+}
+
+/// The same content whatever the listing method: `unique` only when both have it, a modify
+/// time to the coarser precision.
+#[test]
+fn same_content_table() {
+    let f = |size: u64, modified: &str, unique: Option<&str>| Facts {
+        size: Some(size),
+        modified: Some(modified.into()),
+        unique: unique.map(Into::into),
+    };
+    let rows = [
+        (
+            f(1, "20260101000000", Some("u1")),
+            f(1, "20260101000000", Some("u1")),
+            true,
+        ),
+        (
+            f(1, "20260101000000", Some("u1")),
+            f(1, "20260101000000", Some("u2")),
+            false,
+        ),
+        (
+            f(1, "20260101000000", Some("u1")),
+            f(1, "20260101000000", None),
+            true,
+        ),
+        (
+            f(1, "20260101000000.250", None),
+            f(1, "20260101000000", None),
+            true,
+        ),
+        (
+            f(1, "20260101000000.250", None),
+            f(1, "20260101000000.500", None),
+            false,
+        ),
+        (
+            f(1, "20260101000001", None),
+            f(1, "20260101000000.999", None),
+            false,
+        ),
+        (
+            f(1, "20260101000000", None),
+            f(2, "20260101000000", None),
+            false,
+        ),
+    ];
+    for (a, b, same) in rows {
+        assert_eq!(a.same_content(&b), same, "{a:?} {b:?}");
+        assert_eq!(b.same_content(&a), same, "{b:?} {a:?}");
     }
 }

@@ -196,16 +196,17 @@ fn mdtm_answer(reply: &Reply, disposition: Disposition) -> Answer<String> {
 
 /// A file's facts from its SIZE and MDTM answers, and whether they may be reused while its
 /// LIST line stays the same. A refused SIZE: LIST's size; a refused MDTM: no modify time. A
-/// transient refusal: the checkpoint's facts if it has the path (the identity does not
-/// change on a hiccup), else none (the poll ignores the file this time), not reusable.
+/// transient refusal: no facts this time (the poll leaves the file and its checkpoint entry
+/// as they are and asks again next time), never the checkpoint's: the file was asked
+/// because its LIST line changed, so it may be changing, and old facts would let it be
+/// taken as stable.
 fn asked_facts(
     list_size: Option<u64>,
     size: Answer<u64>,
     modified: Answer<String>,
-    known: Option<&Entry>,
 ) -> (Facts, bool) {
     if size == Answer::Trouble || modified == Answer::Trouble {
-        return (known.map(|e| e.facts.clone()).unwrap_or_default(), false);
+        return (Facts::default(), false);
     }
     let facts = Facts {
         size: match size {
@@ -379,7 +380,7 @@ impl Pair {
                     Ok(reply) => mdtm_answer(reply, disposition),
                     Err(_) => Answer::Trouble,
                 };
-                let (got, reusable) = asked_facts(e.size, size, modified, known.get(path));
+                let (got, reusable) = asked_facts(e.size, size, modified);
                 match (&e.hint, reusable) {
                     (Some(hint), true) => hints.push((path.clone(), hint.clone())),
                     (None, true) => {}
