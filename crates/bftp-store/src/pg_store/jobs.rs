@@ -221,7 +221,6 @@ impl Inner {
             &tx,
             OP,
             id,
-            rec.watch,
             rec.members,
             pending_become,
             detail,

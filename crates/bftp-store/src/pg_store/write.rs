@@ -87,7 +87,7 @@ pub(super) async fn tx_write(
     now: Timestamp,
 ) -> Result<(), StoreError> {
     if let Some(to) = plan.settle {
-        tx_settle_pending(tx, op, id, plan.rec.watch, plan.rec.members, to, None, now).await?;
+        tx_settle_pending(tx, op, id, plan.rec.members, to, None, now).await?;
     }
     if let Some(start) = plan.append_at {
         tx_insert_members(tx, op, id, start, members, now).await?;
@@ -169,13 +169,14 @@ pub(super) async fn tx_insert_members(
 }
 
 /// Every pending member of the job becomes `to`; returns the states of all members after.
-/// A member of a watch's job (`watch`) settled with an outcome settles its checkpoint entry.
+/// A watch's checkpoint is not marked here: members settled in bulk (the job's end, a
+/// cancel) ended for the job's sake, not their own, and the next poll takes them again
+/// (RULES.md §15.5).
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn tx_settle_pending(
     tx: &Transaction<'_>,
     op: &'static str,
     id: JobId,
-    watch: Option<u64>,
     count: u32,
     to: MemberState,
     detail: Option<&str>,
@@ -196,23 +197,13 @@ pub(super) async fn tx_settle_pending(
         ));
     }
     let mut all = Vec::with_capacity(rows.len());
-    let mut settled = Vec::new();
     for r in rows {
         let index = r.get::<_, i32>(0) as u32;
         let mut m: MemberV1 = decode("member", &keys::member(id, index), r.get::<_, &[u8]>(1))?;
         if plan::settle(&mut m, to, detail, now) {
             tx_put_member(tx, op, id, index, &m).await?;
-            if watch.is_some() {
-                settled.push(m.clone());
-            }
         }
         all.push(m.state.to_api());
-    }
-    // Checkpoint entries are locked in path order, as a poll writes them: two transactions
-    // of one watch never wait on each other's entries in a cycle.
-    settled.sort_by(|a, b| a.name.cmp(&b.name));
-    for m in &settled {
-        tx_mark(tx, op, watch, MemberState::Pending, m).await?;
     }
     Ok(all)
 }

@@ -61,11 +61,12 @@ pub(super) fn tx_append_members(
 }
 
 /// Every pending member of the job becomes `to`; returns the states of all members after.
-/// A member of a watch's job (`watch`) settled with an outcome settles its checkpoint entry.
+/// A watch's checkpoint is not marked here: members settled in bulk (the job's end, a
+/// cancel) ended for the job's sake, not their own, and the next poll takes them again
+/// (RULES.md §15.5).
 pub(super) fn tx_settle_pending(
     tx: &Tx<'_>,
     id: JobId,
-    watch: Option<u64>,
     count: u32,
     to: MemberState,
     detail: Option<&str>,
@@ -92,7 +93,6 @@ pub(super) fn tx_settle_pending(
             if plan::settle(&mut m, to, detail, now) {
                 *record = encode(&m);
                 changed = true;
-                tx_mark(tx, watch, MemberState::Pending, &m)?;
             }
             all.push(m.state.to_api());
         }

@@ -153,7 +153,7 @@ pub(super) fn tx_write(
     now: Timestamp,
 ) -> TxResult<()> {
     if let Some(to) = plan.settle {
-        tx_settle_pending(tx, id, plan.rec.watch, plan.rec.members, to, None, now)?;
+        tx_settle_pending(tx, id, plan.rec.members, to, None, now)?;
     }
     if let Some(start) = plan.append_at {
         tx_append_members(tx, id, start, members, now)?;
