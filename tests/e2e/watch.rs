@@ -178,44 +178,6 @@ fn new_content_under_an_old_name_is_delivered_again_and_unchanged_content_never(
     assert_eq!(copied(&d, id, "nightly.csv"), 3, "{w:#}");
 }
 
-/// vsftpd has no MLSD: identities come from SIZE and MDTM. A file whose LIST date flips from
-/// `Mon dd hh:mm` to the year form while the watch polls (182 days old) is asked again and
-/// not delivered again; files dated hours ahead of and behind the clocks are delivered once.
-#[test]
-fn a_vsftpd_source_gives_identities_by_size_and_mdtm_and_a_flipped_list_date_does_not_redeliver() {
-    let src = server(Vsftpd);
-    let dst = server(Proftpd);
-    src.mkdir("out").unwrap();
-    dst.mkdir("in").unwrap();
-    src.put_file("out/flip.txt", b"flips soon\n").unwrap();
-    src.put_file("out/ahead.txt", b"dated ahead\n").unwrap();
-    src.put_file("out/behind.txt", b"dated behind\n").unwrap();
-    touch(&src, "out/ahead.txt", "+5 hours");
-    touch(&src, "out/behind.txt", "-7 hours");
-    // vsftpd shows the year instead of the time for a file older than 182 days.
-    let flip_at = 182 * 24 * 3600 - 6;
-    touch(&src, "out/flip.txt", &format!("-{flip_at} seconds"));
-    let d = Bftpd::start().unwrap();
-    let id = add(
-        &d,
-        (&src, "out"),
-        (&dst, "in"),
-        "1s",
-        json!({"settle": "0s"}),
-    );
-    let w = wait_for(&d, id, Duration::from_secs(30), "three files", |w| {
-        w["delivered"].as_u64() == Some(3)
-    });
-    let polls = w["polls"].as_u64().unwrap();
-    // Past the flip, and some polls more.
-    std::thread::sleep(Duration::from_secs(7));
-    wait_polls(&d, id, polls + 3, Duration::from_secs(30));
-    for name in ["flip.txt", "ahead.txt", "behind.txt"] {
-        assert_eq!(copied(&d, id, name), 1, "{name}: {:#}", show(&d, id));
-    }
-    assert_eq!(dst.read_file("in/flip.txt").unwrap(), b"flips soon\n");
-}
-
 /// `move`: each source file is deleted after its copy is proven, and never delivered twice.
 #[test]
 fn a_move_watch_deletes_each_source_after_its_proof_and_delivers_it_once() {
@@ -448,4 +410,58 @@ fn the_cli_adds_shows_pauses_and_removes_a_watch_and_only_its_owner_may() {
         &env,
     );
     assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+}
+
+/// bftpd's clock 5 hours ahead of the servers' (libfaketime), then, after a kill -9, 5 hours
+/// behind (a jump of 10 hours back): no file is missed or repeated, a file written slowly is
+/// still taken whole only, and nothing waits for the clock to catch up.
+#[test]
+fn a_bftpd_clock_hours_off_and_jumping_back_misses_and_repeats_nothing() {
+    const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    assert!(
+        std::path::Path::new(FAKETIME).exists(),
+        "{FAKETIME} is missing: run tests/install-deps"
+    );
+    let src = server(Proftpd);
+    let dst = server(PureFtpd);
+    src.mkdir("out").unwrap();
+    dst.mkdir("in").unwrap();
+    for i in 0..3 {
+        src.put_file(&format!("out/early{i}.dat"), &payload(700 + i, i as u8))
+            .unwrap();
+    }
+    let mut d = Bftpd::prepare(Bftpd::default_config).unwrap();
+    d.set_env("LD_PRELOAD", FAKETIME);
+    d.set_env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    d.set_env("FAKETIME", "+5h");
+    d.launch().unwrap();
+    let id = add(&d, (&src, "out"), (&dst, "in"), "1s", json!({"settle": "2s"}));
+    let w = wait_for(&d, id, Duration::from_secs(30), "the early files", |w| {
+        w["delivered"].as_u64() == Some(3)
+    });
+    // The clock bftpd stamps with is hours ahead of the servers' and this test's.
+    let created = w["created_at"].as_str().unwrap().to_owned();
+    let now = String::from_utf8(Command::new("date").args(["-u", "+%Y-%m-%dT%H"]).output().unwrap().stdout)
+        .unwrap();
+    assert!(!created.starts_with(now.trim()), "faketime had no effect: {created} {now}");
+    // A file first seen at +5h, then bftpd back at -5h.
+    src.put_file("out/straddle.dat", b"seen before the jump\n").unwrap();
+    wait_for(&d, id, Duration::from_secs(20), "straddle.dat seen", |w| {
+        w["notes"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|n| n["path"] == "straddle.dat"))
+    });
+    d.kill9();
+    d.set_env("FAKETIME", "-5h");
+    d.launch().unwrap();
+    src.put_file("out/after.dat", b"after the jump\n").unwrap();
+    let w = wait_for(&d, id, Duration::from_secs(40), "five files", |w| {
+        w["delivered"].as_u64() == Some(5)
+    });
+    let polls = w["polls"].as_u64().unwrap();
+    wait_polls(&d, id, polls + 3, Duration::from_secs(30));
+    for name in ["early0.dat", "early1.dat", "early2.dat", "straddle.dat", "after.dat"] {
+        assert_eq!(copied(&d, id, name), 1, "{name}: {:#}", show(&d, id));
+    }
+    assert_eq!(dst.read_file("in/after.dat").unwrap(), b"after the jump\n");
 }

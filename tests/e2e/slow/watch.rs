@@ -4,13 +4,14 @@
 //! of a killed holder takes it over without a gap.
 
 use std::collections::BTreeMap;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bftp_tests::daemon::{http, Bftpd};
 use bftp_tests::nodes::node_config;
-use bftp_tests::watch::{add, show, wait_for};
+use bftp_tests::watch::{add, copied, show, wait_for, wait_polls};
 use bftp_tests::{payload, postgres, FtpOptions, FtpServer, ServerKind};
 use serde_json::{json, Value};
 
@@ -260,4 +261,93 @@ fn two_nodes_hold_a_watch_one_at_a_time_and_the_survivor_takes_it_over() {
     let w = show(survivor, id);
     let extra: usize = deliveries(survivor, id).values().map(|n| n - 1).sum();
     assert!(extra as u64 <= w["repeats"].as_u64().unwrap(), "{w:#}");
+}
+
+/// vsftpd has no MLSD: identities come from SIZE and MDTM, and a file is taken a minute
+/// after its facts settle (LIST shows minutes). A file whose LIST date flips from `Mon dd
+/// hh:mm` to the year form after it was delivered (182 days old) is asked again and not
+/// delivered again; files dated hours ahead of and behind the clocks are delivered once.
+/// Slow: the minute LIST's resolution costs, then the flip.
+#[test]
+fn a_vsftpd_source_gives_identities_by_size_and_mdtm_and_a_flipped_list_date_does_not_redeliver() {
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    src.mkdir("out").unwrap();
+    dst.mkdir("in").unwrap();
+    src.put_file("out/flip.txt", b"flips soon\n").unwrap();
+    src.put_file("out/ahead.txt", b"dated ahead\n").unwrap();
+    src.put_file("out/behind.txt", b"dated behind\n").unwrap();
+    touch(&src, "out/ahead.txt", "+5 hours");
+    touch(&src, "out/behind.txt", "-7 hours");
+    // vsftpd shows the year instead of the time for a file older than 182 days.
+    let flip_at = 182 * 24 * 3600 - 80;
+    touch(&src, "out/flip.txt", &format!("-{flip_at} seconds"));
+    let d = Bftpd::start().unwrap();
+    let id = add(
+        &d,
+        (&src, "out"),
+        (&dst, "in"),
+        "1s",
+        json!({"settle": "0s"}),
+    );
+    let w = wait_for(&d, id, Duration::from_secs(120), "three files", |w| {
+        w["delivered"].as_u64() == Some(3)
+    });
+    let polls = w["polls"].as_u64().unwrap();
+    // Past the flip (80 s after the touch), and some polls more.
+    let flip = String::from_utf8(
+        Command::new("ls").arg("-l").arg(src.path("out/flip.txt")).output().unwrap().stdout,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let line = String::from_utf8(
+            Command::new("ls").arg("-l").arg(src.path("out/flip.txt")).output().unwrap().stdout,
+        )
+        .unwrap();
+        if line != flip {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    wait_polls(&d, id, polls + 3, Duration::from_secs(30));
+    for name in ["flip.txt", "ahead.txt", "behind.txt"] {
+        assert_eq!(copied(&d, id, name), 1, "{name}: {:#}", show(&d, id));
+    }
+    assert_eq!(dst.read_file("in/flip.txt").unwrap(), b"flips soon\n");
+}
+
+
+/// The same content, untouched, across a hundred polls of a watch: delivered once.
+#[test]
+fn unchanged_content_is_delivered_once_across_a_hundred_polls() {
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    src.mkdir("out").unwrap();
+    dst.mkdir("in").unwrap();
+    for i in 0..5 {
+        src.put_file(&format!("out/still{i}.dat"), &payload(900 + i, i as u8))
+            .unwrap();
+    }
+    let d = Bftpd::start().unwrap();
+    let id = add(&d, (&src, "out"), (&dst, "in"), "1s", json!({"settle": "1s"}));
+    let w = wait_for(&d, id, Duration::from_secs(200), "a hundred polls", |w| {
+        w["polls"].as_u64().unwrap_or(0) >= 100 && w["current_job"].is_null()
+    });
+    assert_eq!(w["delivered"], 5, "{w:#}");
+    let per_name = deliveries(&d, id);
+    assert_eq!(per_name.len(), 5, "{per_name:?}");
+    assert!(per_name.values().all(|n| *n == 1), "{per_name:?}");
+    assert_eq!(w["repeats"], 0, "{w:#}");
+}
+
+/// Sets a file's modify time with `touch -d`.
+fn touch(server: &FtpServer, rel: &str, when: &str) {
+    let out = Command::new("touch")
+        .arg("-d")
+        .arg(when)
+        .arg(server.path(rel))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
 }

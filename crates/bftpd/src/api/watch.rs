@@ -131,9 +131,17 @@ pub async fn add(
             "a watch's source is a directory; choose files with --pattern, not a wildcard",
         ));
     }
+    if req.job.start.is_some() {
+        return Err(ApiError::bad_request(
+            "a watch's jobs start when its polls make them: a start time does not apply",
+        ));
+    }
+    if req.job.recursive {
+        return Err(ApiError::bad_request(
+            "a recursive watch is `recursive` of the watch, not of its job",
+        ));
+    }
     let mut job = req.job.clone();
-    job.recursive = false;
-    job.start = None;
     job.source.path = crate::watch::files_of(&dir);
     let mut spec = checked_request(&app, job).await?;
     spec.source.path = dir;

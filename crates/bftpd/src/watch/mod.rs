@@ -56,8 +56,6 @@ pub struct Watcher {
     /// Mail for the late-arrival alarms (`None` when `[mail]` is off: no alarm is sent,
     /// and the watch's log says so).
     alarm: Option<Alarm>,
-    /// The directories below each recursive watch's destination made so far.
-    made: Mutex<HashSet<(WatchId, String)>>,
 }
 
 /// A watch whose job runs is looked at again this often even if no job's end is heard.
@@ -86,7 +84,6 @@ impl Watcher {
             bell: Arc::new(Notify::new()),
             ended,
             parked: Mutex::new(HashMap::new()),
-            made: Mutex::new(HashSet::new()),
             alarm,
             hold,
             store,

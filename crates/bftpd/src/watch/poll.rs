@@ -66,8 +66,12 @@ impl Watcher {
         status.next_poll =
             now.saturating_add(std::time::Duration::from_millis(w.settings.every_ms.max(1)));
         let mut held = None;
+        let mut repeats = Vec::new();
         let record = match self.observe(&w, &mut status, now, &mut held).await {
-            Ok(record) => record,
+            Ok((record, r)) => {
+                repeats = r;
+                record
+            }
             Err(why) => {
                 tracing::warn!(error = %why, "the watch's poll failed; it polls again at its next tick");
                 status.last_error = Some(why);
@@ -88,7 +92,12 @@ impl Watcher {
             .call(move |s| {
                 // Lost meanwhile: `record_poll` refuses the write (another node holds it).
                 s.hold_watch(id, &node, renewed, until)?;
-                s.record_poll(id, record)
+                let (watch, job) = s.record_poll(id, record)?;
+                // The job's history names the files it copies again, so its report does.
+                if let (Some(job), false) = (&job, repeats.is_empty()) {
+                    s.append_history(job.id, repeat_event(id, &repeats, renewed))?;
+                }
+                Ok((watch, job))
             })
             .await;
         match recorded {
@@ -142,7 +151,7 @@ impl Watcher {
         status: &mut WatchStatus,
         now: Timestamp,
         held: &mut Option<Held>,
-    ) -> Result<PollRecord, String> {
+    ) -> Result<(PollRecord, Vec<String>), String> {
         let spec = self
             .secrets
             .unseal_spec(&w.spec)
@@ -155,9 +164,11 @@ impl Watcher {
             .map_err(|e| format!("the watch's checkpoint cannot be read: {e}"))?;
         let (key, mut pair, slots) = self.pair(w, &spec).await?;
         let dir = spec.source.path.clone();
+        let started = self.clock.now();
         let listed = pair
             .watch_listing(&dir, w.settings.recursive, &checkpoint)
             .await;
+        let finished = self.clock.now();
         let listed = match listed {
             Ok(l) => l,
             Err(e) => {
@@ -173,8 +184,15 @@ impl Watcher {
             ignore: w.settings.ignore.clone(),
             settle_ms: w.settings.settle_ms,
             ready: w.settings.ready.clone(),
+            list_facts: listed.method == bftp_ftp::WalkMethod::List,
         };
-        let mut poll = bftp_core::watch::poll(&checkpoint, &listed.listing, now, &settings);
+        let mut poll = bftp_core::watch::poll_observed(
+            &checkpoint,
+            &listed.listing,
+            started,
+            finished,
+            &settings,
+        );
         let mut notes = Vec::new();
         let refused_dirs = self
             .make_dirs(&mut pair, w, &spec, &mut poll, &checkpoint, &mut notes)
@@ -216,13 +234,23 @@ impl Watcher {
         for path in &poll.repeats {
             tracing::warn!(path = %path, "taken again: an earlier job of the watch ended without settling it");
         }
+        // Repeats first: the notes are cut at MAX_NOTES.
+        let mut repeats: Vec<WatchNote> = poll
+            .repeats
+            .iter()
+            .map(|p| note(p, "repeat", "taken again: an earlier job ended without settling it".into()))
+            .collect();
+        repeats.append(&mut status.notes);
+        repeats.truncate(MAX_NOTES);
+        status.notes = repeats;
         let job = (!poll.take.is_empty()).then(|| self.job_of(w, &spec, &poll, now));
-        Ok(PollRecord {
+        let record = PollRecord {
             status: status.clone(),
             put: poll.put,
             prune: poll.prune,
             job,
-        })
+        };
+        Ok((record, poll.repeats))
     }
 
     /// The job a poll makes: the watch's template over the files taken, its members given.
@@ -285,8 +313,9 @@ impl Watcher {
         }
     }
 
-    /// A recursive watch's files below DST_DIR need their directories: each is made once
-    /// (remembered for the daemon's life). A directory that cannot be made leaves the files
+    /// A recursive watch's files below DST_DIR need their directories: each poll makes those
+    /// of the files it takes (MKD, or found there), so one a consumer removed meanwhile is
+    /// made again before a copy would fail into it. A directory that cannot be made leaves the files
     /// below it untaken this time, each named on the watch. Returns how many were refused.
     async fn make_dirs(
         &self,
@@ -320,16 +349,9 @@ impl Watcher {
             {
                 continue;
             }
-            let key = (w.id, dir.clone());
-            if self.made().contains(&key) {
-                continue;
-            }
             let path = crate::lanes::paths::join_path(&dst.path, &dir);
-            match pair.make_dir(&path).await {
-                Ok(_) => {
-                    self.made().insert(key);
-                }
-                Err(e) => failed.push((dir, e.to_string())),
+            if let Err(e) = pair.make_dir(&path).await {
+                failed.push((dir, e.to_string()));
             }
         }
         if failed.is_empty() {
@@ -354,9 +376,29 @@ impl Watcher {
         withdraw(poll, checkpoint, &withdrawn);
         withdrawn.len()
     }
+}
 
-    fn made(&self) -> std::sync::MutexGuard<'_, HashSet<(WatchId, String)>> {
-        self.made.lock().unwrap_or_else(|p| p.into_inner())
+/// Files named in a job's history (and so its report) as taken again, at most this many
+/// (the count is always whole).
+const MAX_REPEATS_NAMED: usize = 100;
+
+/// The history line of a job that copies files again: an earlier job of the watch ended
+/// without settling them (a crash before its record, a cancel, retries exhausted), so the
+/// copy may repeat one already made.
+fn repeat_event(watch: WatchId, repeats: &[String], at: Timestamp) -> bftp_store::HistoryEvent {
+    let mut named: Vec<&str> = repeats.iter().take(MAX_REPEATS_NAMED).map(String::as_str).collect();
+    let more = repeats.len().saturating_sub(named.len());
+    let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+    named.sort_unstable();
+    bftp_store::HistoryEvent {
+        at,
+        kind: "repeat".into(),
+        detail: Some(format!(
+            "watch {}: {} file(s) taken again, which an earlier job of the watch did not settle (the copy may repeat one already made): {}{tail}",
+            watch.0,
+            repeats.len(),
+            named.join(", ")
+        )),
     }
 }
 
