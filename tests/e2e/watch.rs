@@ -435,17 +435,33 @@ fn a_bftpd_clock_hours_off_and_jumping_back_misses_and_repeats_nothing() {
     d.set_env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
     d.set_env("FAKETIME", "+5h");
     d.launch().unwrap();
-    let id = add(&d, (&src, "out"), (&dst, "in"), "1s", json!({"settle": "2s"}));
+    let id = add(
+        &d,
+        (&src, "out"),
+        (&dst, "in"),
+        "1s",
+        json!({"settle": "2s"}),
+    );
     let w = wait_for(&d, id, Duration::from_secs(30), "the early files", |w| {
         w["delivered"].as_u64() == Some(3)
     });
     // The clock bftpd stamps with is hours ahead of the servers' and this test's.
     let created = w["created_at"].as_str().unwrap().to_owned();
-    let now = String::from_utf8(Command::new("date").args(["-u", "+%Y-%m-%dT%H"]).output().unwrap().stdout)
-        .unwrap();
-    assert!(!created.starts_with(now.trim()), "faketime had no effect: {created} {now}");
+    let now = String::from_utf8(
+        Command::new("date")
+            .args(["-u", "+%Y-%m-%dT%H"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        !created.starts_with(now.trim()),
+        "faketime had no effect: {created} {now}"
+    );
     // A file first seen at +5h, then bftpd back at -5h.
-    src.put_file("out/straddle.dat", b"seen before the jump\n").unwrap();
+    src.put_file("out/straddle.dat", b"seen before the jump\n")
+        .unwrap();
     wait_for(&d, id, Duration::from_secs(20), "straddle.dat seen", |w| {
         w["notes"]
             .as_array()
@@ -460,7 +476,13 @@ fn a_bftpd_clock_hours_off_and_jumping_back_misses_and_repeats_nothing() {
     });
     let polls = w["polls"].as_u64().unwrap();
     wait_polls(&d, id, polls + 3, Duration::from_secs(30));
-    for name in ["early0.dat", "early1.dat", "early2.dat", "straddle.dat", "after.dat"] {
+    for name in [
+        "early0.dat",
+        "early1.dat",
+        "early2.dat",
+        "straddle.dat",
+        "after.dat",
+    ] {
         assert_eq!(copied(&d, id, name), 1, "{name}: {:#}", show(&d, id));
     }
     assert_eq!(dst.read_file("in/after.dat").unwrap(), b"after the jump\n");

@@ -296,13 +296,23 @@ fn a_vsftpd_source_gives_identities_by_size_and_mdtm_and_a_flipped_list_date_doe
     let polls = w["polls"].as_u64().unwrap();
     // Past the flip (80 s after the touch), and some polls more.
     let flip = String::from_utf8(
-        Command::new("ls").arg("-l").arg(src.path("out/flip.txt")).output().unwrap().stdout,
+        Command::new("ls")
+            .arg("-l")
+            .arg(src.path("out/flip.txt"))
+            .output()
+            .unwrap()
+            .stdout,
     )
     .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         let line = String::from_utf8(
-            Command::new("ls").arg("-l").arg(src.path("out/flip.txt")).output().unwrap().stdout,
+            Command::new("ls")
+                .arg("-l")
+                .arg(src.path("out/flip.txt"))
+                .output()
+                .unwrap()
+                .stdout,
         )
         .unwrap();
         if line != flip {
@@ -317,7 +327,6 @@ fn a_vsftpd_source_gives_identities_by_size_and_mdtm_and_a_flipped_list_date_doe
     assert_eq!(dst.read_file("in/flip.txt").unwrap(), b"flips soon\n");
 }
 
-
 /// The same content, untouched, across a hundred polls of a watch: delivered once.
 #[test]
 fn unchanged_content_is_delivered_once_across_a_hundred_polls() {
@@ -330,7 +339,13 @@ fn unchanged_content_is_delivered_once_across_a_hundred_polls() {
             .unwrap();
     }
     let d = Bftpd::start().unwrap();
-    let id = add(&d, (&src, "out"), (&dst, "in"), "1s", json!({"settle": "1s"}));
+    let id = add(
+        &d,
+        (&src, "out"),
+        (&dst, "in"),
+        "1s",
+        json!({"settle": "1s"}),
+    );
     let w = wait_for(&d, id, Duration::from_secs(200), "a hundred polls", |w| {
         w["polls"].as_u64().unwrap_or(0) >= 100 && w["current_job"].is_null()
     });

@@ -217,16 +217,8 @@ impl Inner {
         let tx = self.begin(&mut c, OP, Some(id)).await?;
         let rec = tx_job(&tx, OP, id).await?;
         let detail = detail.as_deref();
-        let states = tx_settle_pending(
-            &tx,
-            OP,
-            id,
-            rec.members,
-            pending_become,
-            detail,
-            now,
-        )
-        .await?;
+        let states =
+            tx_settle_pending(&tx, OP, id, rec.members, pending_become, detail, now).await?;
         let plan = plan::finish(id, rec, &states, now, detail)?;
         tx_write(&tx, OP, id, &plan, &[], now).await?;
         tx_put_job(&tx, OP, id, &plan.rec, true).await?;

@@ -186,8 +186,7 @@ impl JobStore for SledStore {
         self.write("settle_and_finish", |tx| {
             let rec = tx_job(tx, id)?;
             let detail = detail.as_deref();
-            let states =
-                tx_settle_pending(tx, id, rec.members, pending_become, detail, now)?;
+            let states = tx_settle_pending(tx, id, rec.members, pending_become, detail, now)?;
             let plan = plan::finish(id, rec, &states, now, detail).or_abort()?;
             tx_write(tx, id, &plan, &[], now)?;
             job_to_api(id, &plan.rec).or_abort()

@@ -195,7 +195,7 @@ impl Watcher {
         );
         let mut notes = Vec::new();
         let refused_dirs = self
-            .make_dirs(&mut pair, w, &spec, &mut poll, &checkpoint, &mut notes)
+            .make_dirs(&mut pair, &spec, &mut poll, &checkpoint, &mut notes)
             .await;
         with_hints(&mut poll, &checkpoint, &listed.hints);
         *held = Some((key, pair, slots));
@@ -238,7 +238,13 @@ impl Watcher {
         let mut repeats: Vec<WatchNote> = poll
             .repeats
             .iter()
-            .map(|p| note(p, "repeat", "taken again: an earlier job ended without settling it".into()))
+            .map(|p| {
+                note(
+                    p,
+                    "repeat",
+                    "taken again: an earlier job ended without settling it".into(),
+                )
+            })
             .collect();
         repeats.append(&mut status.notes);
         repeats.truncate(MAX_NOTES);
@@ -315,12 +321,12 @@ impl Watcher {
 
     /// A recursive watch's files below DST_DIR need their directories: each poll makes those
     /// of the files it takes (MKD, or found there), so one a consumer removed meanwhile is
-    /// made again before a copy would fail into it. A directory that cannot be made leaves the files
-    /// below it untaken this time, each named on the watch. Returns how many were refused.
+    /// made again before a copy would fail into it. A directory that cannot be made leaves
+    /// the files below it untaken this time, each named on the watch. Returns how many were
+    /// refused.
     async fn make_dirs(
         &self,
         pair: &mut Pair,
-        w: &Watch,
         spec: &JobSpec,
         poll: &mut Poll,
         checkpoint: &BTreeMap<String, Entry>,
@@ -386,9 +392,17 @@ const MAX_REPEATS_NAMED: usize = 100;
 /// without settling them (a crash before its record, a cancel, retries exhausted), so the
 /// copy may repeat one already made.
 fn repeat_event(watch: WatchId, repeats: &[String], at: Timestamp) -> bftp_store::HistoryEvent {
-    let mut named: Vec<&str> = repeats.iter().take(MAX_REPEATS_NAMED).map(String::as_str).collect();
+    let mut named: Vec<&str> = repeats
+        .iter()
+        .take(MAX_REPEATS_NAMED)
+        .map(String::as_str)
+        .collect();
     let more = repeats.len().saturating_sub(named.len());
-    let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+    let tail = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
     named.sort_unstable();
     bftp_store::HistoryEvent {
         at,
