@@ -164,16 +164,40 @@ fn one_file_table() {
             Settling,
             true,
         ),
-        // A changed `unique` fact is new content.
+        // A changed `unique` fact is new content...
         (
             "a.csv",
-            Some(entry(a.clone(), 0, Some(Outcome::Delivered), 1)),
+            Some(entry(
+                Facts {
+                    unique: Some("ino1".into()),
+                    ..a.clone()
+                },
+                0,
+                Some(Outcome::Delivered),
+                1,
+            )),
             Facts {
                 unique: Some("ino2".into()),
                 ..a.clone()
             },
             Settling,
             true,
+        ),
+        // ...but one the listing no longer gives (LIST instead of MLSD) is not.
+        (
+            "a.csv",
+            Some(entry(
+                Facts {
+                    unique: Some("ino1".into()),
+                    ..a.clone()
+                },
+                0,
+                Some(Outcome::Delivered),
+                1,
+            )),
+            a.clone(),
+            Settled,
+            false,
         ),
         // Taken before and never settled (a crash, a cancel): taken again, as a repeat.
         (
