@@ -215,6 +215,13 @@ impl Ready {
     }
 }
 
+/// Whether a watch whose next poll is at `next` polls now: its time came, or it lies more than
+/// one interval ahead (bftpd's clock went back: waiting for it would stop the watch for as
+/// long as the clock jumped).
+pub fn poll_due(next: Timestamp, every_ms: u64, now: Timestamp) -> bool {
+    next <= now || next.0 > now.0.saturating_add(every_ms)
+}
+
 /// A watch's settings the rule needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {

@@ -273,6 +273,23 @@ fn one_file_table() {
 }
 
 #[test]
+fn a_poll_is_due_at_its_time_or_when_the_clock_went_back() {
+    let t = Timestamp;
+    let every = 60_000;
+    for (next, now, due) in [
+        (1_000, 999, false),
+        (1_000, 1_000, true),
+        (1_000, 5_000, true),
+        (61_000, 1_000, false),
+        // More than an interval ahead: the clock went back.
+        (61_001, 1_000, true),
+        (10 * 3_600_000, 1_000, true),
+    ] {
+        assert_eq!(poll_due(t(next), every, t(now)), due, "{next} {now}");
+    }
+}
+
+#[test]
 fn settle_zero_takes_at_first_sight() {
     let s = Settings {
         settle_ms: 0,

@@ -140,7 +140,7 @@ impl Watcher {
     ) -> Timestamp {
         let mut next = now.saturating_add(IDLE_LOOK);
         for w in watches.iter().filter(|w| !w.paused) {
-            if w.status.next_poll > now {
+            if !bftp_core::watch::poll_due(w.status.next_poll, w.settings.every_ms, now) {
                 next = next.min(w.status.next_poll);
                 continue;
             }
