@@ -1,4 +1,5 @@
 use super::*;
+use bftp_core::Intent;
 
 #[test]
 fn a_delivery_try_changes_the_outbox_entry_by_the_table() {
