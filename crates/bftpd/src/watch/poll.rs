@@ -84,6 +84,7 @@ impl Watcher {
             }
         };
         let made = record.job.is_some();
+        let mut failed_status = record.status.clone();
         // The hold renewed first: a long listing must not let it lapse under the write.
         let (node, renewed) = (self.node.clone(), self.clock.now());
         let until = self.hold_until(renewed, Some(w.settings.every_ms));
@@ -114,6 +115,17 @@ impl Watcher {
             Err(e) => {
                 tracing::warn!(error = %e, "the watch's poll could not be recorded; nothing of it counts");
                 drop_pair(held).await;
+                // The watch says so, unless another node holds it now (its polls go on).
+                if !matches!(e, bftp_store::StoreError::LeaseLost { .. }) {
+                    failed_status.last_error = Some(format!("the poll could not be recorded: {e}"));
+                    let record = PollRecord {
+                        status: failed_status,
+                        put: Vec::new(),
+                        prune: Vec::new(),
+                        job: None,
+                    };
+                    let _ = self.store.call(move |s| s.record_poll(id, record)).await;
+                }
             }
         }
         false
