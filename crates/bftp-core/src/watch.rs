@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 pub mod expect;
 
-use crate::glob::glob_match;
+use crate::glob::Glob;
 use crate::state::MemberState;
 use crate::Timestamp;
 
@@ -267,8 +267,30 @@ fn under(path: &str, dir: &str) -> bool {
 }
 
 /// The watch's files are those whose name matches a pattern (an empty list: every name).
-fn matches(settings: &Settings, name: &str) -> bool {
-    settings.patterns.is_empty() || settings.patterns.iter().any(|p| glob_match(p, name))
+/// The watch's patterns and ignore patterns, each read once for the whole listing.
+struct Patterns<'a> {
+    take: Vec<Glob>,
+    ignore: Vec<(&'a String, Glob)>,
+}
+
+impl<'a> Patterns<'a> {
+    fn new(settings: &'a Settings) -> Patterns<'a> {
+        Patterns {
+            take: settings.patterns.iter().map(|p| Glob::new(p)).collect(),
+            ignore: settings.ignore.iter().map(|p| (p, Glob::new(p))).collect(),
+        }
+    }
+
+    fn matches(&self, name: &[char]) -> bool {
+        self.take.is_empty() || self.take.iter().any(|g| g.matches_chars(name))
+    }
+
+    fn ignored_by(&self, name: &[char]) -> Option<&'a String> {
+        self.ignore
+            .iter()
+            .find(|(_, g)| g.matches_chars(name))
+            .map(|(p, _)| *p)
+    }
 }
 
 /// One poll: the previous checkpoint, the new listing, bftpd's clock now, the settings.
@@ -293,16 +315,19 @@ pub fn poll(
     let listed: std::collections::HashSet<&str> =
         listing.files.iter().map(|f| f.path.as_str()).collect();
     let mut seen_here: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let patterns = Patterns::new(settings);
+    let mut chars: Vec<char> = Vec::new();
     for file in &listing.files {
         // A listing may name a path twice: the first counts, as a set would.
         if !seen_here.insert(file.path.as_str()) {
             continue;
         }
-        let name = last_component(&file.path);
-        if !matches(settings, name) {
+        chars.clear();
+        chars.extend(last_component(&file.path).chars());
+        if !patterns.matches(&chars) {
             continue;
         }
-        if let Some(pattern) = settings.ignore.iter().find(|p| glob_match(p, name)) {
+        if let Some(pattern) = patterns.ignored_by(&chars) {
             out.ignored.push((
                 file.path.clone(),
                 Ignored::Pattern {
