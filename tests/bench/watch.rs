@@ -295,6 +295,15 @@ fn record_bytes(path: &str, e: &bftp_core::watch::Entry) -> usize {
     8 + path.len() + Value::Object(rec).to_string().len()
 }
 
+/// CPU seconds of the calling thread.
+fn thread_cpu() -> f64 {
+    // SAFETY: a zeroed timespec is a valid out-parameter.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_gettime writes into ts only.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
 fn dir_bytes(dir: &Path) -> u64 {
     let mut total = 0;
     let mut todo = vec![dir.to_path_buf()];
@@ -612,14 +621,19 @@ fn main() -> Result<()> {
     );
 
     // 5. The listing's parse alone.
+    let fetch = Instant::now();
     let listing = mlsd_bytes(&b.src, &format!("/{SRC_DIR}"))?;
-    let mut parse_s = f64::MAX;
+    let fetch_s = fetch.elapsed().as_secs_f64();
+    // CPU time of this thread (as the poll's is bftpd's CPU), and wall time; best of 5.
+    let (mut parse_s, mut parse_wall) = (f64::MAX, f64::MAX);
     let mut parsed = 0;
     for _ in 0..5 {
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), thread_cpu());
         let l = bftp_ftp::parse::listing::parse_mlsd(&listing, &format!("/{SRC_DIR}"));
-        parse_s = parse_s.min(t.elapsed().as_secs_f64());
+        parse_s = parse_s.min(thread_cpu() - c);
+        parse_wall = parse_wall.min(t.elapsed().as_secs_f64());
         parsed = l.entries.len();
+        drop(l);
     }
 
     // 6. lftp, from a local copy seeded on disk.
@@ -783,9 +797,12 @@ fn main() -> Result<()> {
         b.s.pairs,
     );
     println!(
-        "\nthe listing: {} B of MLSD, {parsed} entries, parse_mlsd alone {:.1} ms (best of 5, this process)",
+        "\nthe listing: {} B of MLSD, {parsed} entries, fetched straight (no proxy) in {:.2} s, \
+         parse_mlsd alone {:.1} ms CPU, {:.1} ms wall (best of 5, this process)",
         listing.len(),
-        parse_s * 1e3
+        fetch_s,
+        parse_s * 1e3,
+        parse_wall * 1e3
     );
     println!(
         "the checkpoint: {entries} entries for {watched} files watched ({present} in {SRC_DIR}/), {} as stored (key + JSON record; one record {one_record} B); sled directory {} -> {}",
@@ -816,7 +833,7 @@ fn main() -> Result<()> {
     println!("\n{:<58} {:>14} {:>8}", "goal", "figure", "");
     println!(
         "{:<58} {:>13.2}x {:>8}",
-        "idle poll CPU / parse time <= 2x",
+        "idle poll CPU / parse CPU <= 2x",
         ratio,
         met(ratio <= 2.0)
     );
