@@ -48,6 +48,9 @@ struct Stats {
 struct Shared {
     stop: AtomicBool,
     stats: Stats,
+    /// The delay each direction adds, in microseconds: read per chunk, so
+    /// [`DelayProxy::set_delay`] applies to the connections already open too.
+    delay_us: AtomicU64,
     /// Every socket pair the proxy holds, by connection, so dropping it closes them all.
     sockets: Mutex<HashMap<u64, [TcpStream; 2]>>,
 }
@@ -56,7 +59,6 @@ struct Shared {
 pub struct DelayProxy {
     addr: SocketAddr,
     target: SocketAddr,
-    delay: Duration,
     shared: Arc<Shared>,
     acceptor: Option<thread::JoinHandle<()>>,
 }
@@ -70,18 +72,18 @@ impl DelayProxy {
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             stats: Stats::default(),
+            delay_us: AtomicU64::new(delay.as_micros() as u64),
             sockets: Mutex::new(HashMap::new()),
         });
         let acceptor = {
             let shared = shared.clone();
             thread::Builder::new()
                 .name(format!("delay-proxy-{}", addr.port()))
-                .spawn(move || accept_loop(listener, target, delay, shared))?
+                .spawn(move || accept_loop(listener, target, shared))?
         };
         Ok(DelayProxy {
             addr,
             target,
-            delay,
             shared,
             acceptor: Some(acceptor),
         })
@@ -108,7 +110,16 @@ impl DelayProxy {
 
     /// The delay added in each direction (a round trip gains twice this).
     pub fn delay(&self) -> Duration {
-        self.delay
+        Duration::from_micros(self.shared.delay_us.load(Ordering::Relaxed))
+    }
+
+    /// Changes the delay for every chunk read from now on, on new and open connections (a
+    /// benchmark's setup phase at full speed, its measured phase far). Chunks already in
+    /// flight keep their due times; none is reordered.
+    pub fn set_delay(&self, delay: Duration) {
+        self.shared
+            .delay_us
+            .store(delay.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Connections accepted so far.
@@ -151,7 +162,7 @@ impl Drop for DelayProxy {
     }
 }
 
-fn accept_loop(listener: TcpListener, target: SocketAddr, delay: Duration, shared: Arc<Shared>) {
+fn accept_loop(listener: TcpListener, target: SocketAddr, shared: Arc<Shared>) {
     for client in listener.incoming() {
         if shared.stop.load(Ordering::SeqCst) {
             return;
@@ -163,7 +174,7 @@ fn accept_loop(listener: TcpListener, target: SocketAddr, delay: Duration, share
         let _ = thread::Builder::new()
             .name("delay-proxy-conn".into())
             .spawn(move || {
-                if let Err(e) = proxy_one(id, client, target, delay, &shared) {
+                if let Err(e) = proxy_one(id, client, target, &shared) {
                     eprintln!("delay proxy to {target}: {e:#}");
                 }
                 shared
@@ -175,13 +186,7 @@ fn accept_loop(listener: TcpListener, target: SocketAddr, delay: Duration, share
     }
 }
 
-fn proxy_one(
-    id: u64,
-    client: TcpStream,
-    target: SocketAddr,
-    delay: Duration,
-    shared: &Arc<Shared>,
-) -> Result<()> {
+fn proxy_one(id: u64, client: TcpStream, target: SocketAddr, shared: &Arc<Shared>) -> Result<()> {
     let server = match TcpStream::connect_timeout(&target, CONNECT_TIMEOUT) {
         Ok(s) => s,
         Err(e) => {
@@ -202,12 +207,11 @@ fn proxy_one(
     let up = pump(
         client.try_clone()?,
         server.try_clone()?,
-        delay,
         Side::Client,
         last.clone(),
         shared.clone(),
     )?;
-    let down = pump(server, client, delay, Side::Server, last, shared.clone())?;
+    let down = pump(server, client, Side::Server, last, shared.clone())?;
     for handle in up.into_iter().chain(down) {
         let _ = handle.join();
     }
@@ -233,7 +237,6 @@ enum Item {
 fn pump(
     from: TcpStream,
     to: TcpStream,
-    delay: Duration,
     side: Side,
     last: Arc<AtomicU8>,
     shared: Arc<Shared>,
@@ -241,7 +244,7 @@ fn pump(
     let (tx, rx) = mpsc::channel::<Item>();
     let reader = thread::Builder::new()
         .name("delay-proxy-read".into())
-        .spawn(move || read_side(from, delay, side, &last, &shared.stats, &tx))?;
+        .spawn(move || read_side(from, side, &last, &shared, &tx))?;
     let writer = thread::Builder::new()
         .name("delay-proxy-write".into())
         .spawn(move || write_side(to, &rx))?;
@@ -251,21 +254,23 @@ fn pump(
 /// Reads chunks, stamps each with its due time, counts turns and bytes.
 fn read_side(
     mut from: TcpStream,
-    delay: Duration,
     side: Side,
     last: &AtomicU8,
-    stats: &Stats,
+    shared: &Shared,
     tx: &mpsc::Sender<Item>,
 ) {
+    let stats = &shared.stats;
+    // Read once a chunk is in: a chunk is due the delay after it arrived.
+    let delay = || Duration::from_micros(shared.delay_us.load(Ordering::Relaxed));
     let mut buf = vec![0u8; CHUNK];
     loop {
         match from.read(&mut buf) {
             Ok(0) | Err(_) => {
-                let _ = tx.send(Item::Eof(Instant::now() + delay));
+                let _ = tx.send(Item::Eof(Instant::now() + delay()));
                 return;
             }
             Ok(n) => {
-                let due = Instant::now() + delay;
+                let due = Instant::now() + delay();
                 let (me, bytes) = match side {
                     Side::Client => (CLIENT, &stats.client_bytes),
                     Side::Server => (SERVER, &stats.server_bytes),

@@ -55,6 +55,18 @@ pub fn proc_io(pid: u32) -> Result<(u64, u64)> {
     Ok((field("rchar:")?, field("wchar:")?))
 }
 
+/// write_bytes of /proc/PID/io: what the process made the kernel write to storage (counted
+/// when the page is dirtied), not what it wrote to sockets.
+pub fn proc_write_bytes(pid: u32) -> Result<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io"))?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .context("write_bytes")?
+        .trim()
+        .parse()
+        .context("write_bytes value")
+}
+
 pub fn status_kib(pid: u32, key: &str) -> Result<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     s.lines()

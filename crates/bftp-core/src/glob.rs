@@ -23,8 +23,37 @@ pub fn is_glob_pattern(pattern: &str) -> bool {
 /// Characters are Unicode scalar values; matching is case-sensitive. The cost is
 /// at most the product of the two lengths, never exponential.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
-    let tokens = tokenize(pattern);
-    let name: Vec<char> = name.chars().collect();
+    Glob::new(pattern).matches(name)
+}
+
+/// A pattern of [`glob_match`] read once, to match many names: a watch's poll matches every
+/// listed name against each of its patterns and ignore patterns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Glob {
+    tokens: Vec<Token>,
+}
+
+impl Glob {
+    pub fn new(pattern: &str) -> Glob {
+        Glob {
+            tokens: tokenize(pattern),
+        }
+    }
+
+    /// [`glob_match`] of this pattern and `name`.
+    pub fn matches(&self, name: &str) -> bool {
+        let name: Vec<char> = name.chars().collect();
+        self.matches_chars(&name)
+    }
+
+    /// [`Glob::matches`] of a name already split into characters (one split for several
+    /// patterns).
+    pub fn matches_chars(&self, name: &[char]) -> bool {
+        match_tokens(&self.tokens, name)
+    }
+}
+
+fn match_tokens(tokens: &[Token], name: &[char]) -> bool {
     if name.first() == Some(&'.') && tokens.first() != Some(&Token::Literal('.')) {
         return false;
     }

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 pub mod expect;
 
-use crate::glob::glob_match;
+use crate::glob::Glob;
 use crate::state::MemberState;
 use crate::Timestamp;
 
@@ -314,11 +314,35 @@ fn under(path: &str, dir: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
-/// The watch's files are those whose name matches a pattern (an empty list: every name).
-fn matches(settings: &Settings, name: &str) -> bool {
-    match settings.patterns.is_empty() {
-        true => glob_match("*", name),
-        false => settings.patterns.iter().any(|p| glob_match(p, name)),
+/// The watch's files are those whose name matches a pattern (an empty list: `*`).
+/// The watch's patterns and ignore patterns, each read once for the whole listing.
+struct Patterns<'a> {
+    take: Vec<Glob>,
+    ignore: Vec<(&'a String, Glob)>,
+}
+
+impl<'a> Patterns<'a> {
+    fn new(settings: &'a Settings) -> Patterns<'a> {
+        // No pattern: `*`, every name not starting with a dot.
+        let take: Vec<&str> = match settings.patterns.is_empty() {
+            true => vec!["*"],
+            false => settings.patterns.iter().map(String::as_str).collect(),
+        };
+        Patterns {
+            take: take.into_iter().map(Glob::new).collect(),
+            ignore: settings.ignore.iter().map(|p| (p, Glob::new(p))).collect(),
+        }
+    }
+
+    fn matches(&self, name: &[char]) -> bool {
+        self.take.iter().any(|g| g.matches_chars(name))
+    }
+
+    fn ignored_by(&self, name: &[char]) -> Option<&'a String> {
+        self.ignore
+            .iter()
+            .find(|(_, g)| g.matches_chars(name))
+            .map(|(p, _)| *p)
     }
 }
 
@@ -360,16 +384,19 @@ pub fn poll_observed(
     let listed: std::collections::HashSet<&str> =
         listing.files.iter().map(|f| f.path.as_str()).collect();
     let mut seen_here: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let patterns = Patterns::new(settings);
+    let mut chars: Vec<char> = Vec::new();
     for file in &listing.files {
         // A listing may name a path twice: the first counts, as a set would.
         if !seen_here.insert(file.path.as_str()) {
             continue;
         }
-        let name = last_component(&file.path);
-        if !matches(settings, name) {
+        chars.clear();
+        chars.extend(last_component(&file.path).chars());
+        if !patterns.matches(&chars) {
             continue;
         }
-        if let Some(pattern) = settings.ignore.iter().find(|p| glob_match(p, name)) {
+        if let Some(pattern) = patterns.ignored_by(&chars) {
             out.ignored.push((
                 file.path.clone(),
                 Ignored::Pattern {

@@ -19,6 +19,7 @@ impl Watcher {
     /// Polls watch `id` if this node holds it and its last job is final. `true`: its last job
     /// is still under way (the watch waits for it).
     pub(super) async fn poll_one(&self, id: WatchId) -> bool {
+        let started = std::time::Instant::now();
         let now = self.clock.now();
         let (node, until) = (self.node.clone(), self.hold_until(now, None));
         let held = self
@@ -85,6 +86,7 @@ impl Watcher {
         };
         let made = record.job.is_some();
         let mut failed_status = record.status.clone();
+        let taken = record.job.as_ref().map_or(0, |j| j.members.len());
         // The hold renewed first: a long listing must not let it lapse under the write.
         let (node, renewed) = (self.node.clone(), self.clock.now());
         let until = self.hold_until(renewed, Some(w.settings.every_ms));
@@ -101,6 +103,12 @@ impl Watcher {
                 Ok((watch, job))
             })
             .await;
+        // The poll's wall time, from its hold to its record written (bench-watch reads it).
+        tracing::debug!(
+            taken,
+            took_ms = started.elapsed().as_millis() as u64,
+            "the watch polled"
+        );
         match recorded {
             Ok((_, Some(job))) if made => {
                 tracing::info!(
