@@ -213,6 +213,20 @@ fn a_move_watch_deletes_each_source_after_its_proof_and_delivers_it_once() {
     let polls = w["polls"].as_u64().unwrap();
     wait_polls(&d, id, polls + 3, Duration::from_secs(20));
     assert_eq!(copies(&d, id).len(), 4, "{:#}", show(&d, id));
+    // The watch's figures on /metrics, labelled by its number.
+    let (code, metrics) =
+        bftp_tests::daemon::http(d.socket(), "GET", "/metrics", None, &[]).unwrap();
+    assert_eq!(code, 200, "{metrics}");
+    for line in [
+        format!("bftp_watch_files_delivered_total{{watch=\"{id}\"}} 4"),
+        format!("bftp_watch_files_failed_total{{watch=\"{id}\"}} 0"),
+    ] {
+        assert!(metrics.contains(&line), "{line} not in {metrics}");
+    }
+    assert!(
+        metrics.contains(&format!("bftp_watch_polls_total{{watch=\"{id}\"}}")),
+        "{metrics}"
+    );
 }
 
 /// `--expect 6s`: a watch that delivers nothing mails one alarm for the period; one that
