@@ -50,8 +50,8 @@ pub struct Watcher {
     hold: Duration,
     /// Watches whose poll is under way here.
     busy: Mutex<HashSet<WatchId>>,
-    /// Watches whose last job is not final yet, until when they are left alone (a job's end
-    /// clears them all).
+    /// Watches left alone until a time: their last job is not final yet (a job's end clears
+    /// them all), another node holds them, or the store failed.
     parked: Mutex<HashMap<WatchId, Timestamp>>,
     /// Mail for the late-arrival alarms (`None` when `[mail]` is off: no alarm is sent,
     /// and the watch's log says so).

@@ -16,8 +16,9 @@ use crate::hosts::pool::{Acquired, Origin, PoolKey};
 const MAX_NOTES: usize = 50;
 
 impl Watcher {
-    /// Polls watch `id` if this node holds it and its last job is final. `true`: its last job
-    /// is still under way (the watch waits for it).
+    /// Polls watch `id` if this node holds it and its last job is final. `true`: not now (its
+    /// last job is still under way, another node holds it, or the store failed): the watch is
+    /// left alone for a while rather than looked at again at once.
     pub(super) async fn poll_one(&self, id: WatchId) -> bool {
         let started = std::time::Instant::now();
         let now = self.clock.now();
@@ -31,10 +32,12 @@ impl Watcher {
             .await;
         let w = match held {
             Ok(Some(w)) if !w.paused => w,
-            Ok(_) => return false,
+            Ok(Some(_)) => return false,
+            // Held by another node (or removed): its holder polls it.
+            Ok(None) => return true,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot hold the watch; trying again at its next look");
-                return false;
+                return true;
             }
         };
         let mut status = w.status.clone();
