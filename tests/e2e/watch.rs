@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bftp_tests::daemon::Bftpd;
-use bftp_tests::watch::{add, copied, copies, show, wait_for, wait_polls};
+use bftp_tests::watch::{add, copied, copies, show, touch, wait_for, wait_polls};
 use bftp_tests::{payload, FtpOptions, FtpServer, ServerKind, SmtpSink};
 use serde_json::json;
 
@@ -15,17 +15,6 @@ use ServerKind::{Proftpd, PureFtpd, Vsftpd};
 
 fn server(kind: ServerKind) -> FtpServer {
     FtpServer::start(kind, FtpOptions::default()).unwrap()
-}
-
-/// Sets a file's modify time with `touch -d` (`"2 years ago"`, `"+5 hours"`).
-fn touch(server: &FtpServer, rel: &str, when: &str) {
-    let out = Command::new("touch")
-        .arg("-d")
-        .arg(when)
-        .arg(server.path(rel))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
 }
 
 /// A producer that writes a file a few KiB at a time, in place, while the watch polls every

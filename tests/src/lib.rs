@@ -26,6 +26,7 @@ pub mod procstat;
 pub use bftp_testpg as postgres;
 pub mod rawftp;
 pub mod report;
+pub mod rng;
 pub mod scenario;
 pub mod smtp;
 pub mod sockdiag;

@@ -148,3 +148,15 @@ pub fn copied(d: &Bftpd, id: u64, name: &str) -> usize {
         .filter(|(n, s)| n == name && s == "succeeded")
         .count()
 }
+
+/// Sets a file's modify time on the server's disk with `touch -d` (`"2 years ago"`,
+/// `"+5 hours"`, `"-15724720 seconds"`).
+pub fn touch(server: &FtpServer, rel: &str, when: &str) {
+    let out = std::process::Command::new("touch")
+        .arg("-d")
+        .arg(when)
+        .arg(server.path(rel))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}

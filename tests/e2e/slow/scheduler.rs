@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use bftp_tests::daemon::Bftpd;
 use bftp_tests::files::content;
 use bftp_tests::jobs::{config_plus, member_names, status, submit};
+use bftp_tests::rng::{seed, Rng};
 use bftp_tests::{Direction, FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
 
@@ -16,33 +17,6 @@ const KILLS: usize = 40;
 const REPLACE_FILES: usize = 200;
 const APPEND_FILES: usize = 150;
 const MOVE_FILES: usize = 150;
-
-/// splitmix64: a seeded, reproducible sequence (the seed is printed; `BFTP_TEST_SEED`
-/// replays a run).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-}
-
-fn seed() -> u64 {
-    match std::env::var("BFTP_TEST_SEED") {
-        Ok(s) => s.parse().expect("BFTP_TEST_SEED is a number"),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
-    }
-}
 
 fn prefix(name: &str) -> Vec<u8> {
     format!("PREFIX of {name}: known bytes before the append\n").into_bytes()

@@ -11,35 +11,10 @@ use std::time::{Duration, Instant};
 
 use bftp_tests::daemon::{http, Bftpd};
 use bftp_tests::nodes::node_config;
-use bftp_tests::watch::{add, copied, show, wait_for, wait_polls};
+use bftp_tests::rng::{seed, Rng};
+use bftp_tests::watch::{add, copied, show, touch, wait_for, wait_polls};
 use bftp_tests::{payload, postgres, FtpOptions, FtpServer, ServerKind};
 use serde_json::{json, Value};
-
-/// splitmix64, seeded from the clock (printed; `BFTP_TEST_SEED` replays a run).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-}
-
-fn seed() -> u64 {
-    match std::env::var("BFTP_TEST_SEED") {
-        Ok(s) => s.parse().expect("BFTP_TEST_SEED is a number"),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
-    }
-}
 
 /// Files arriving whole (written aside, then renamed in) in each of `dirs` every
 /// `every`, until stopped: the names and contents made.
@@ -354,15 +329,4 @@ fn unchanged_content_is_delivered_once_across_a_hundred_polls() {
     assert_eq!(per_name.len(), 5, "{per_name:?}");
     assert!(per_name.values().all(|n| *n == 1), "{per_name:?}");
     assert_eq!(w["repeats"], 0, "{w:#}");
-}
-
-/// Sets a file's modify time with `touch -d`.
-fn touch(server: &FtpServer, rel: &str, when: &str) {
-    let out = Command::new("touch")
-        .arg("-d")
-        .arg(when)
-        .arg(server.path(rel))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
 }
