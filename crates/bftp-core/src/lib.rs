@@ -5,6 +5,7 @@
 //!
 //! Pure: no I/O, no clock (callers pass `now`), no randomness (callers pass the jitter draw).
 
+pub mod event;
 pub mod evidence;
 pub mod ftpurl;
 pub mod glob;
