@@ -456,6 +456,15 @@ pub fn check_mailbox(m: &str) -> Result<(), ValidationError> {
     }
 }
 
+/// A `notify` entry: a webhook URL (`http://`, `https://`: SPEC §16) or a mailbox.
+pub fn check_notify(entry: &str) -> Result<(), ValidationError> {
+    if crate::event::is_webhook(entry) {
+        crate::event::WebhookTarget::parse(entry).map(drop)
+    } else {
+        check_mailbox(entry)
+    }
+}
+
 impl JobSpec {
     /// Every check of RULES.md §2 that needs no DNS: the host policy is the daemon's (§8).
     pub fn validate(&self) -> Result<(), ValidationErrors> {
@@ -514,7 +523,7 @@ impl JobSpec {
             });
         }
         for m in &self.notify {
-            if let Err(e) = check_mailbox(m) {
+            if let Err(e) = check_notify(m) {
                 errs.push(e);
             }
         }
@@ -695,6 +704,16 @@ mod tests {
                 "notify contains a carriage return (CR), which would inject mail headers",
             ),
             (
+                "a password in a webhook URL",
+                |s| s.notify = vec!["https://u:secret@hooks.example.org/x".into()],
+                "notify: a webhook URL must not hold a password",
+            ),
+            (
+                "CRLF in a webhook URL",
+                |s| s.notify = vec!["https://h.example.org/\r\nX: y".into()],
+                "which would inject HTTP requests",
+            ),
+            (
                 "too many mailboxes",
                 |s| s.notify = vec!["a@b".into(); 10_000],
                 "notify names too many addresses (10000, at most 16)",
@@ -717,6 +736,20 @@ mod tests {
             let err = s.validate().expect_err(name).to_string();
             assert!(err.contains(needle), "{name}: {err:?} lacks {needle:?}");
         }
+    }
+
+    #[test]
+    fn webhook_targets_are_notify_entries_beside_mailboxes_or_alone() {
+        let mut s = spec();
+        s.notify = vec![
+            "alice@example.org".into(),
+            "https://hooks.example.org/bftp?token=t".into(),
+        ];
+        s.validate().unwrap();
+        s.notify = vec!["http://127.0.0.1:8080/hook".into()];
+        s.validate().unwrap();
+        s.notify = vec!["https://hooks.example.org/x".into(); MAX_NOTIFY + 1];
+        assert!(s.validate().unwrap_err().to_string().contains("too many"));
     }
 
     #[test]

@@ -213,6 +213,11 @@ pub fn report_message(
         }
     }
     let to = settings.recipients(&job).map_err(Compose::Refused)?;
+    if to.is_empty() {
+        return Err(Compose::NotWanted(
+            "not mailed: the job's notify names webhooks only".into(),
+        ));
+    }
     let history = store.history(id).map_err(Compose::Store)?;
     let transcript = store
         .transcript(id)
@@ -361,6 +366,48 @@ mod tests {
         let error = entry.last_error.unwrap_or_default();
         assert!(error.contains("no-such-sendmail"), "{error}");
         assert!(error.contains("still undelivered after 16m 40s"), "{error}");
+    }
+
+    /// A webhook in `notify` is no mailbox: the report goes to the mailboxes beside it, and a
+    /// job that names webhooks only is not mailed at all (not even to its owner).
+    #[test]
+    fn the_report_is_mailed_to_the_mailboxes_only_and_not_for_webhooks_alone() {
+        let (dir, store) = testkit::store();
+        let secrets = Secrets::load_or_create(&dir.path().join("secret.key")).unwrap();
+        let s = settings("bftp@example.org", true);
+        let finished = |notify: &[&str]| {
+            let notify = notify.iter().map(|n| n.to_string()).collect();
+            let id =
+                testkit::submit_one_file_job_notifying(&*store, RetryPolicy::default(), notify);
+            store
+                .apply(id, JobEvent::Start { attempt: 1 }, T0, None)
+                .unwrap();
+            let finish = JobEvent::Finish {
+                outcome: JobOutcome::Failed,
+            };
+            store.apply(id, finish, T0, None).unwrap();
+            store.outbox_entry(id).unwrap().unwrap()
+        };
+        let both = finished(&[
+            "ops@example.org",
+            "https://hooks.example.org/in?token=t0ken",
+        ]);
+        let (envelope, message) = report_message(&*store, &secrets, &s, &both).unwrap();
+        let to: Vec<String> = envelope.to().iter().map(|a| a.to_string()).collect();
+        assert_eq!(to, ["ops@example.org"]);
+        let text = String::from_utf8_lossy(&message);
+        assert!(!text.contains("t0ken"), "{text}");
+        let only = finished(&["https://hooks.example.org/in"]);
+        match report_message(&*store, &secrets, &s, &only) {
+            Err(Compose::NotWanted(why)) => assert!(why.contains("webhooks only"), "{why}"),
+            other => panic!("{:?}", other.map(|(e, _)| e)),
+        }
+        let job = store.get(only.job).unwrap().unwrap();
+        assert_eq!(s.recipients(&job), Ok(vec![]));
+        assert_eq!(
+            crate::views::job_view(&job, &[], &[]).notify,
+            ["https://hooks.example.org/in"]
+        );
     }
 
     fn entry(state: OutboxState) -> OutboxEntry {

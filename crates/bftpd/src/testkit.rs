@@ -19,6 +19,15 @@ pub fn store() -> (tempfile::TempDir, Arc<dyn JobStore>) {
 
 /// Submits a one-file copy job, due at [`T0`], mailed to `ops@example.org`.
 pub fn submit_one_file_job(store: &dyn JobStore, retry: RetryPolicy) -> JobId {
+    submit_one_file_job_notifying(store, retry, vec!["ops@example.org".into()])
+}
+
+/// [`submit_one_file_job`] with these `notify` entries.
+pub fn submit_one_file_job_notifying(
+    store: &dyn JobStore,
+    retry: RetryPolicy,
+    notify: Vec<String>,
+) -> JobId {
     let endpoint = |path: &str| SealedEndpoint {
         host: "127.0.0.1".into(),
         port: 21,
@@ -36,7 +45,7 @@ pub fn submit_one_file_job(store: &dyn JobStore, retry: RetryPolicy) -> JobId {
         params: FtpParams::default(),
         start_at: T0,
         retry,
-        notify: vec!["ops@example.org".into()],
+        notify,
         keyword_present: false,
         proof: None,
         recursive: false,

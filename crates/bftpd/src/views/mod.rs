@@ -151,7 +151,12 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
             max_attempts: spec.retry.max_attempts,
             deadline: dur(spec.retry.deadline),
         },
-        notify: spec.notify.clone(),
+        // A webhook by its shown form: its query may hold the receiver's token.
+        notify: spec
+            .notify
+            .iter()
+            .map(|n| bftp_core::event::shown_entry(n))
+            .collect(),
         has_keyword: job.keyword_hash.is_some(),
         proof: job.spec.proof.map(|p| p.as_str().to_owned()),
         recursive: job.spec.recursive,

@@ -2,6 +2,7 @@
 //! its Message-ID, and its state as the API shows it.
 
 use bftp_api::ReportView;
+use bftp_core::event::MailRecipients;
 use bftp_mail::MailConfig;
 use bftp_store::{Job, OutboxEntry, OutboxState};
 
@@ -37,16 +38,19 @@ impl MailSettings {
         self.recipients_of(&job.spec.notify, job.owner_uid, "job")
     }
 
-    /// `notify`, or the owner's login at `owner_domain`; `what` names the thing mailed about
-    /// (`job`, `watch`).
+    /// The mailboxes of `notify`, or the owner's login at `owner_domain` when `notify` is
+    /// empty, or none when it names webhooks only (`bftp_core::event::mail_recipients`);
+    /// `what` names the thing mailed about (`job`, `watch`).
     pub fn recipients_of(
         &self,
         notify: &[String],
         owner_uid: u32,
         what: &str,
     ) -> Result<Vec<String>, String> {
-        if !notify.is_empty() {
-            return Ok(notify.to_vec());
+        match bftp_core::event::mail_recipients(notify) {
+            MailRecipients::Listed(boxes) => return Ok(boxes),
+            MailRecipients::Nobody => return Ok(Vec::new()),
+            MailRecipients::Owner => {}
         }
         match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(owner_uid)) {
             Ok(Some(user)) => Ok(vec![format!("{}@{}", user.name, self.owner_domain)]),

@@ -39,7 +39,12 @@ pub fn watch_view(w: &Watch) -> WatchView {
         }),
         disposition: spec.disposition.to_string(),
         dest_command: spec.dest_command.to_string(),
-        notify: spec.notify.clone(),
+        // A webhook by its shown form: its query may hold the receiver's token.
+        notify: spec
+            .notify
+            .iter()
+            .map(|n| bftp_core::event::shown_entry(n))
+            .collect(),
         notify_on: s.notify_on.clone(),
         expect: s.expect.clone(),
         digest: s.digest,
