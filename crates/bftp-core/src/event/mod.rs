@@ -9,9 +9,7 @@ pub mod sign;
 pub mod target;
 
 pub use delivery::{after_try, Backoff, TryOutcome, Verdict};
-pub use kind::{
-    event_of_member_change, events_of_final, watch_late, EventFact, EventKind, SCHEMA,
-};
+pub use kind::{event_of_member_change, events_of_final, watch_late, EventFact, EventKind, SCHEMA};
 pub use sign::{sign, verify, VerifyError, SIGNATURE_HEADER};
 pub use target::{
     is_webhook, mail_recipients, shown_entry, webhooks, MailRecipients, WebhookTarget,
