@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 mod daemon;
 pub mod foreground;
+pub mod hooks;
 pub mod hosts;
 mod humantime_duration;
 pub mod lanes;
