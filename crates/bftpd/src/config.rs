@@ -50,6 +50,9 @@ pub struct Config {
     /// `[mail]`: the reports of final jobs (see `bftp_mail::MailConfig`).
     #[serde(default)]
     pub mail: bftp_mail::MailConfig,
+    /// `[webhooks]`: events POSTed to programs (SPEC §16).
+    #[serde(default)]
+    pub webhooks: crate::hooks::config::WebhooksConfig,
 }
 
 /// `[api]`: what one connection, one user and all of them together may hold of the daemon.
@@ -563,6 +566,7 @@ impl Config {
             bail!("[store]: cache_mib must be at least 1");
         }
         self.store.check()?;
+        self.webhooks.check()?;
         Ok(())
     }
 }
@@ -635,6 +639,11 @@ mod tests {
                 format!("{:?}", d.scheduler),
             ),
             ("[mail]", format!("{:?}", c.mail), format!("{:?}", d.mail)),
+            (
+                "[webhooks]",
+                format!("{:?}", c.webhooks),
+                format!("{:?}", d.webhooks),
+            ),
         ] {
             assert_eq!(
                 example,
@@ -678,6 +687,11 @@ mod tests {
             );
             assert!(e.contains("worker_threads must be from 1 to 64"), "{e}");
         }
+        let e = format!(
+            "{:#}",
+            Config::parse(&format!("{base}[webhooks]\nretries = 3\n")).unwrap_err()
+        );
+        assert!(e.contains("retries"), "{e}");
         let c = Config::parse(&format!("{base}[scheduler]\nworker_threads = 2\n")).unwrap();
         assert_eq!(c.scheduler.worker_threads, 2);
     }

@@ -152,6 +152,9 @@ pub struct Daemon {
     /// The engine's timeouts and reply overrides (`[ftp]`).
     pub limits: bftp_ftp::Limits,
     pub mail: MailSettings,
+    /// The webhook sender (`[webhooks]`): built at start, so the key file exists from the
+    /// first start and a bad CA file stops it.
+    pub webhooks: crate::hooks::send::Sender,
 }
 
 impl Daemon {
@@ -201,6 +204,7 @@ impl Daemon {
             policy: HostPolicy::new(&config.policy),
             limits: config.ftp.limits()?,
             mail: MailSettings::new(&config.mail),
+            webhooks: crate::hooks::send::Sender::from_config(config)?,
         })
     }
 
@@ -350,6 +354,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         return Ok(());
     };
     let daemon = Daemon::assemble(&config, Store::new(store)).await?;
+    tracing::info!("{}", daemon.webhooks.summary());
     let scheduler = daemon.scheduler(&config);
     let recovered = scheduler
         .recover()

@@ -104,7 +104,7 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Lowercase or uppercase hex; `None` for anything else.
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())
@@ -136,12 +136,21 @@ mod tests {
         );
     }
 
+    /// Name, header, body, now, what verify says.
+    type Case = (
+        &'static str,
+        String,
+        &'static [u8],
+        u64,
+        Result<(), VerifyError>,
+    );
+
     #[test]
     fn verify_table() {
         let good = format!("t={T},v1={VECTOR}");
         let tol = Duration::from_secs(300);
         let other = "00".repeat(32);
-        let cases: &[(&str, String, &[u8], u64, Result<(), VerifyError>)] = &[
+        let cases: &[Case] = &[
             ("good", good.clone(), BODY, T, Ok(())),
             (
                 "spaces around parts",
