@@ -48,6 +48,26 @@ pub trait Post: Send + Sync + 'static {
     ) -> Pin<Box<dyn Future<Output = TryOutcome> + Send + 'a>>;
 }
 
+impl Post for crate::hooks::send::Sender {
+    fn post<'a>(
+        &'a self,
+        target: &'a str,
+        event_id: &'a str,
+        kind: &'a str,
+        body: &'a [u8],
+        now: Timestamp,
+    ) -> Pin<Box<dyn Future<Output = TryOutcome> + Send + 'a>> {
+        use crate::hooks::send::Sent;
+        Box::pin(async move {
+            match self.send(target, event_id, kind, body, now).await {
+                Sent::Delivered { .. } => TryOutcome::Delivered,
+                Sent::Transient { why } => TryOutcome::Transient(why),
+                Sent::Permanent { why } => TryOutcome::Permanent(why),
+            }
+        })
+    }
+}
+
 /// What the deliverer takes from `[webhooks]`.
 #[derive(Clone, Debug)]
 pub struct Settings {
