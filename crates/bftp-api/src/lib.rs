@@ -28,6 +28,8 @@
 
 use serde::{Deserialize, Serialize};
 
+mod events;
+pub use events::{DeliveryView, EventLogPage, EventLogView, EventsQuery};
 mod watch;
 pub use watch::{ReadyView, WatchList, WatchListQuery, WatchNoteView, WatchRequest, WatchView};
 
@@ -466,6 +468,9 @@ pub struct JobView {
     /// The watch whose poll made this job; absent for every other job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch: Option<u64>,
+    /// The job's events (issue 31) with their webhook deliveries; absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<EventLogView>,
 }
 
 /// Where a final job's report stands.
