@@ -20,6 +20,10 @@
 //! - `POST /v1/watches`, `GET /v1/watches`, `GET /v1/watches/{id}`, `POST
 //!   /v1/watches/{id}/pause|resume`, `DELETE /v1/watches/{id}`: watches, recurring transfers
 //!   of what is new in a directory (see [`WatchRequest`], [`WatchView`]).
+//! - `GET /v1/events?after=SEQ&all=true` → [`EventLogPage`]: the event log (webhook events
+//!   with their deliveries), the caller's own (`all` for admins); with `follow=true`
+//!   server-sent events (`text/event-stream`: `id` the sequence number, `event` the type,
+//!   `data` an [`EventLogView`]) that go on as events are written.
 //! - `GET /v1/health` → [`Health`].
 //! - `GET /metrics` → Prometheus text (exposition format 0.0.4), not JSON: counters and
 //!   gauges without job data (README, "Metrics and logs").
