@@ -278,3 +278,58 @@ async fn webhook_sender_reads_at_most_64_kib_of_an_answer_and_refuses_an_oversiz
         rx.answered_bytes()
     );
 }
+
+/// The README's few lines of Python verify what bftpd signs, and the fixed vector of
+/// `bftp_core::event::sign`'s test.
+#[tokio::test]
+async fn the_readmes_python_receiver_verifies_what_bftpd_signs() {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+    )
+    .unwrap();
+    let code = readme
+        .split("### Webhooks")
+        .nth(1)
+        .and_then(|s| s.split("```python\n").nth(1))
+        .and_then(|s| s.split("```").next())
+        .expect("the README's Python receiver under ### Webhooks");
+    assert!(code.lines().count() <= 12, "not a few lines: {code}");
+
+    let pki = Pki::new().unwrap();
+    let rx = Receiver::start(&pki).unwrap();
+    assert!(matches!(
+        send(&sender(true), &rx.http_url("/hook")).await,
+        Sent::Delivered { .. }
+    ));
+    let req = &rx.received()[0];
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("body"), &req.body).unwrap();
+    let harness = r#"
+import sys
+body = open(sys.argv[1], "rb").read()
+header, key = sys.argv[2], sys.argv[3].encode()
+assert verify(header, key, body), "bftpd's request"
+assert not verify(header, key, body + b" "), "another body"
+assert not verify(header, b"another key", body), "another key"
+assert not verify(header, key, body, now=int(header.split(",")[0][2:]) + 301), "too old"
+assert verify("t=1700000000,v1=3361deb2717f73a04209bd47ccb31a949a1e36a5b25fab0e6f5df89d9f031de1",
+              b"bftp-webhook-test-key",
+              b'{"schema":"bftp.event.v1","id":"job-42-final","type":"job.finished"}',
+              now=1700000000), "the fixed vector"
+print("verified")
+"#;
+    let out = std::process::Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(format!("{code}\n{harness}"))
+        .arg(dir.path().join("body"))
+        .arg(req.header("bftp-signature").unwrap())
+        .arg(std::str::from_utf8(KEY).unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("verified"),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
