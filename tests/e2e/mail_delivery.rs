@@ -102,6 +102,7 @@ fn report() -> Report {
             detail: None,
         }],
         report: None,
+        events: vec![],
         node: None,
         watch: None,
     };

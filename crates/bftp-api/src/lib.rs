@@ -20,6 +20,10 @@
 //! - `POST /v1/watches`, `GET /v1/watches`, `GET /v1/watches/{id}`, `POST
 //!   /v1/watches/{id}/pause|resume`, `DELETE /v1/watches/{id}`: watches, recurring transfers
 //!   of what is new in a directory (see [`WatchRequest`], [`WatchView`]).
+//! - `GET /v1/events?after=SEQ&all=true` → [`EventLogPage`]: the event log (webhook events
+//!   with their deliveries), the caller's own (`all` for admins); with `follow=true`
+//!   server-sent events (`text/event-stream`: `id` the sequence number, `event` the type,
+//!   `data` an [`EventLogView`]) that go on as events are written.
 //! - `GET /v1/health` → [`Health`].
 //! - `GET /metrics` → Prometheus text (exposition format 0.0.4), not JSON: counters and
 //!   gauges without job data (README, "Metrics and logs").
@@ -28,6 +32,8 @@
 
 use serde::{Deserialize, Serialize};
 
+mod events;
+pub use events::{DeliveryView, EventLogPage, EventLogView, EventsQuery};
 mod watch;
 pub use watch::{ReadyView, WatchList, WatchListQuery, WatchNoteView, WatchRequest, WatchView};
 
@@ -466,6 +472,9 @@ pub struct JobView {
     /// The watch whose poll made this job; absent for every other job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch: Option<u64>,
+    /// The job's events (issue 31) with their webhook deliveries; absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<EventLogView>,
 }
 
 /// Where a final job's report stands.

@@ -279,6 +279,7 @@ pub(crate) fn safe_view(v: &JobView, safe: &dyn Fn(&str) -> String) -> JobView {
     out.members = v.members.iter().map(|m| safe_member(m, safe)).collect();
     // The report does not describe its own delivery.
     out.report = None;
+    out.events = Vec::new();
     for (h, orig) in out.history.iter_mut().zip(&v.history) {
         h.at = safe(&orig.at);
         h.event = safe(&orig.event);

@@ -109,6 +109,7 @@ fn job(outcome: &str, members: Vec<MemberView>) -> JobView {
             event("2025-11-30T10:00:06Z", "finished", None),
         ],
         report: None,
+        events: vec![],
         node: None,
         watch: None,
     }

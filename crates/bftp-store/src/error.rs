@@ -127,6 +127,10 @@ pub enum StoreError {
         free: u64,
         reserve: u64,
     },
+
+    /// The event log has no event with this sequence number.
+    #[error("event {0} does not exist")]
+    EventNotFound(u64),
 }
 
 impl StoreError {
@@ -136,6 +140,7 @@ impl StoreError {
             self,
             StoreError::NotFound(_)
                 | StoreError::WatchNotFound(_)
+                | StoreError::EventNotFound(_)
                 | StoreError::InvalidTransition { .. }
                 | StoreError::RequestKeyConflict { .. }
                 | StoreError::MembersAlreadyFrozen { .. }

@@ -21,6 +21,7 @@
 mod digest;
 mod durable;
 mod error;
+mod events;
 mod files;
 mod keys;
 mod lease;
@@ -33,6 +34,7 @@ mod sled_store;
 mod types;
 
 pub use error::{BackendError, StoreError};
+pub use events::{Event, EventDelivery, NewEvent};
 pub use lease::LeaseCell;
 #[cfg(feature = "postgres")]
 pub use pg_store::{PgHostSlots, PgOptions, PgStore, PG_DUMP_FILE, PG_SCHEMA_VERSION};
@@ -393,6 +395,49 @@ pub trait JobStore: Send + Sync {
         now: Timestamp,
         until: Timestamp,
     ) -> Result<bool, StoreError>;
+
+    // ---- the event log (issue 31, RULES.md §16): webhooks and `bftp events` ----
+    //
+    // Wherever a store makes a job final (`apply` of `Finish` or `Cancel`,
+    // `settle_and_finish`) it also writes the job's events (`bftp_core::event::events_of_final`)
+    // in that transaction, and wherever it writes a member's change (`update_member`,
+    // `update_members`) the event of that change (`bftp_core::event::event_of_member_change`).
+    // Retention removes a job's events with the job.
+
+    /// Puts an event in the log, due now, unless one with its id is there: the event as the
+    /// log has it, and whether it was written now. Durable before it returns.
+    fn put_event(&self, event: NewEvent) -> Result<(Event, bool), StoreError>;
+
+    /// At most `limit` events with a sequence number greater than `after`, in order; only
+    /// `owner`'s (the owner of their job or watch) when given.
+    fn events_after(
+        &self,
+        after: u64,
+        owner: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError>;
+
+    /// Events due for delivery at or before `until`, earliest first, at most `limit`. On a
+    /// shared store, they are claimed for this node for a lease: another node does not take
+    /// them meanwhile.
+    fn events_due(&self, until: Timestamp, limit: usize) -> Result<Vec<Event>, StoreError>;
+
+    /// The earliest time an event is due (one another node claims excepted).
+    fn event_next_due(&self) -> Result<Option<Timestamp>, StoreError>;
+
+    /// Records one round of delivery tries of event `seq`, one per target (a target not
+    /// tried before joins its deliveries; one delivered or given up stays as it is). The
+    /// event is due again at the earliest next try of a pending target, or never; a round
+    /// without targets ends it. Releases this node's claim. Durable before it returns.
+    fn record_event_delivery(
+        &self,
+        seq: u64,
+        tries: Vec<(String, DeliveryTry)>,
+        now: Timestamp,
+    ) -> Result<Event, StoreError>;
+
+    /// The job's events, in order.
+    fn events_of_job(&self, job: JobId) -> Result<Vec<Event>, StoreError>;
 }
 
 /// Upkeep of a store: forgetting old final jobs, backups, disk space (`JobStore::upkeep`).

@@ -165,6 +165,27 @@ impl Client {
         })
     }
 
+    /// A GET whose 2xx answer is read as it arrives (`accept`, e.g. `text/event-stream`); an
+    /// error answer is read whole and becomes a [`Failure`]. No timeout.
+    pub async fn get_streaming(&self, path: &str, accept: &str) -> anyhow::Result<Streaming> {
+        let (resp, conn) = self
+            .open(Method::GET, path, accept, &[], None)
+            .await
+            .map_err(|e| self.transport_failure(e))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = read_all(resp.into_body())
+                .await
+                .map_err(|e| self.transport_failure(TransportError::Exchange(e)))?;
+            let reason = status.canonical_reason().unwrap_or("");
+            return Err(Failure::from_response(status.as_u16(), reason, &body).into());
+        }
+        Ok(Streaming {
+            body: resp.into_body(),
+            _conn: conn,
+        })
+    }
+
     /// Connects, sends the request and reads the response head.
     async fn open(
         &self,

@@ -20,6 +20,7 @@
 mod cancel;
 mod client;
 mod completions;
+mod events;
 mod exit;
 mod man;
 mod netrc;
@@ -106,6 +107,11 @@ pub enum Command {
     /// `submit`'s: add, list, show, pause, resume, remove.
     #[command(after_help = EXIT_CODES_HELP)]
     Watch(watch::WatchArgs),
+    /// Show the events of your jobs and watches (a job finished or cancelled, a file failed,
+    /// a watch delivered files or found none by its deadline) with their webhook deliveries;
+    /// --follow keeps printing them as they come.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Events(events::EventsArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or PowerShell.
     ///
     /// For example `bftp completions bash > /usr/share/bash-completion/completions/bftp`,
@@ -215,6 +221,8 @@ fn run(cli: &Cli) -> anyhow::Result<Exit> {
                 Exit::Success,
             )
         }
+        // Prints as the events come.
+        Command::Events(args) => return rt.block_on(events::run(&client, args, cli.json)),
         Command::Completions(_) | Command::Man(_) => unreachable!("handled above"),
     };
     output::emit(&text)?;

@@ -270,6 +270,32 @@ fn route_cell(m: &MemberView) -> String {
     })
 }
 
+/// Where an event's delivery to one webhook stands: `job.finished to https://h/in: gave_up
+/// 2026-11-30T14:00:00Z after 4 tries: HTTP 500 ...` (the same fields `--json` shows).
+pub fn delivery_line(e: &bftp_api::EventLogView, d: &bftp_api::DeliveryView) -> String {
+    let tries = match d.tries {
+        1 => "1 try".to_string(),
+        n => format!("{n} tries"),
+    };
+    let mut l = format!(
+        "{} to {}: {}",
+        sanitize(&e.kind),
+        sanitize(&d.target),
+        sanitize(&d.state)
+    );
+    if let Some(at) = &d.at {
+        l.push_str(&format!(" {}", sanitize(at)));
+    }
+    l.push_str(&format!(" after {tries}"));
+    if let Some(err) = &d.last_error {
+        l.push_str(&format!(": {}", sanitize(err)));
+    }
+    if let Some(next) = &d.next_try_at {
+        l.push_str(&format!(", next try {}", sanitize(next)));
+    }
+    l
+}
+
 fn report_line(r: &ReportView) -> String {
     let to = r.recipients.join(", ");
     let tries = match r.tries {
@@ -418,6 +444,11 @@ pub fn job_detail_at(job: &JobView, now: Option<SystemTime>) -> String {
     ]);
     if let Some(r) = &job.report {
         fields.push(("report", report_line(r)));
+    }
+    for e in &job.events {
+        for d in &e.deliveries {
+            fields.push(("webhook", delivery_line(e, d)));
+        }
     }
     let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     let mut out = format!("job {}\n", job.id);
@@ -585,7 +616,38 @@ pub(crate) mod tests {
             report: None,
             node: None,
             watch: None,
+            events: vec![],
         }
+    }
+
+    #[test]
+    fn detail_shows_each_webhook_delivery_with_why() {
+        let mut j = job(9);
+        assert!(!job_detail(&j).contains("webhook"));
+        j.events = vec![bftp_api::EventLogView {
+            seq: 1,
+            id: "job-9-final".into(),
+            kind: "job.finished".into(),
+            created_at: "2026-12-01T07:10:00Z".into(),
+            job: Some(9),
+            watch: None,
+            member: None,
+            owner_uid: 1000,
+            deliveries: vec![bftp_api::DeliveryView {
+                target: "https://h.example/in".into(),
+                state: "gave_up".into(),
+                tries: 4,
+                next_try_at: None,
+                at: Some("2026-12-01T08:00:00Z".into()),
+                last_error: Some("HTTP 500\x1b[31m (gave up)".into()),
+            }],
+        }];
+        let d = job_detail_at(&j, None);
+        assert!(
+            d.contains("webhook       job.finished to https://h.example/in: gave_up 2026-12-01T08:00:00Z after 4 tries: HTTP 500"),
+            "{d}"
+        );
+        assert!(!d.contains('\x1b'), "{d}");
     }
 
     #[test]

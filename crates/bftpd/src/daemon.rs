@@ -266,6 +266,34 @@ impl Daemon {
         }))
     }
 
+    /// The webhook deliverer (`[webhooks]`), woken by `wake`.
+    fn deliverer(
+        &self,
+        config: &Config,
+        scheduler: &Arc<Scheduler>,
+        wake: Arc<tokio::sync::Notify>,
+    ) -> crate::hooks::deliver::Deliverer {
+        let w = &config.webhooks;
+        let scheduler = scheduler.clone();
+        crate::hooks::deliver::Deliverer {
+            store: self.store.clone(),
+            secrets: self.secrets.clone(),
+            settings: crate::hooks::deliver::Settings {
+                urls: w.urls.clone(),
+                max_body_bytes: w.max_body_bytes,
+                backoff: bftp_core::event::Backoff {
+                    first: w.retry_first,
+                    max: w.retry_max,
+                    give_up_after: w.give_up_after,
+                },
+            },
+            post: Arc::new(self.webhooks.clone()),
+            running: Arc::new(move |id| scheduler.is_running(id)),
+            wake,
+            clock: self.clock.clone(),
+        }
+    }
+
     /// What the API's handlers share.
     fn api_state(
         &self,
@@ -386,6 +414,8 @@ struct Running {
     watching: (CancellationToken, JoinHandle<()>),
     retaining: (CancellationToken, JoinHandle<()>),
     mailing: Option<(CancellationToken, JoinHandle<()>)>,
+    /// The webhook deliverer and the bell relay that wakes it and the postman.
+    hooking: (CancellationToken, JoinHandle<()>),
 }
 
 impl Running {
@@ -398,6 +428,9 @@ impl Running {
         scheduler: Arc<Scheduler>,
     ) -> anyhow::Result<Running> {
         let postman = daemon.postman(config, &scheduler)?;
+        let hook_bell = Arc::new(tokio::sync::Notify::new());
+        let deliverer = Arc::new(daemon.deliverer(config, &scheduler, hook_bell.clone()));
+        let finals = scheduler.finals();
         let watcher = daemon.watcher(config, &scheduler)?;
         let state = daemon.api_state(config, &scheduler, &watcher)?;
         let admins = identity::AdminPolicy::new(config.admin_group.as_deref())?;
@@ -446,10 +479,36 @@ impl Running {
             stop.clone(),
             tokio::spawn(daemon.retention(config).run(stop)),
         );
-        let mailing = postman.map(|p| {
+        // The scheduler's bell for final jobs rings one waiter: relayed to the postman and
+        // the webhook deliverer both.
+        let mail_bell = Arc::new(tokio::sync::Notify::new());
+        let mailing = postman.map(|mut p| {
+            p.wake = mail_bell.clone();
             let stop = CancellationToken::new();
             (stop.clone(), tokio::spawn(Arc::new(p).run(stop)))
         });
+        let hooking = {
+            let stop = CancellationToken::new();
+            let relay_stop = stop.clone();
+            let relay = async move {
+                loop {
+                    tokio::select! {
+                        _ = relay_stop.cancelled() => break,
+                        _ = finals.notified() => {
+                            mail_bell.notify_one();
+                            hook_bell.notify_one();
+                        }
+                    }
+                }
+            };
+            let run = deliverer.run(stop.clone());
+            (
+                stop,
+                tokio::spawn(async move {
+                    tokio::join!(relay, run);
+                }),
+            )
+        };
         Ok(Running {
             api,
             serving,
@@ -458,13 +517,15 @@ impl Running {
             watching,
             retaining,
             mailing,
+            hooking,
         })
     }
 
     /// Stops the parts in order: no new requests and no new work first (running attempts
-    /// get their grace period), then retention, then the postman, so that reports of
-    /// attempts that ended in the grace period still get a try (a delivery in flight is
-    /// cut; the report stays pending for the next start). The socket file goes last.
+    /// get their grace period), then retention, then the postman and the webhook deliverer,
+    /// so that reports and events of attempts that ended in the grace period still get a try
+    /// (a delivery in flight is cut; the report or event stays pending for the next start).
+    /// The socket file goes last.
     async fn stop(self, socket: &std::path::Path) -> anyhow::Result<()> {
         tracing::info!("shutting down: no new work; running attempts get their grace period");
         self.api.cancel();
@@ -484,6 +545,11 @@ impl Running {
             stop.cancel();
             mailing.await.context("postman task failed")?;
         }
+        self.hooking.0.cancel();
+        self.hooking
+            .1
+            .await
+            .context("webhook deliverer task failed")?;
         let _ = std::fs::remove_file(socket);
         Ok(())
     }

@@ -135,9 +135,15 @@ impl Inner {
         let before = m.state.to_api();
         m.apply(id, index, &update, now)?;
         tx_put_member(&tx, OP, id, index, &m).await?;
-        if plan::settles_checkpoint(before, &m) {
-            let watch = tx_job(&tx, OP, id).await?.watch;
-            tx_mark(&tx, OP, watch, before, &m).await?;
+        let after = m.state.to_api();
+        let event = crate::events::member_may_event(before, after);
+        if event || plan::settles_checkpoint(before, &m) {
+            let rec = tx_job(&tx, OP, id).await?;
+            if event {
+                super::events::tx_member_event(&tx, OP, id, &rec, index, before, after, now)
+                    .await?;
+            }
+            tx_mark(&tx, OP, rec.watch, before, &m).await?;
         }
         tx.commit().await.map_err(reach::commit_failed(OP))?;
         Ok(m.to_api(index))

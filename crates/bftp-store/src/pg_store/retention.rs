@@ -242,6 +242,7 @@ async fn remove_step(
             "DELETE FROM requests WHERE job = $1",
             "DELETE FROM outbox WHERE job = $1",
             "DELETE FROM transcripts WHERE job = $1",
+            "DELETE FROM events WHERE job = $1",
             "DELETE FROM jobs WHERE id = $1",
         ] {
             if run(sql, None).await?.is_none() {

@@ -3,6 +3,7 @@
 use super::sql::Sql;
 use super::{id_of, pg, PgHostSlots, PgStore};
 use crate::error::StoreError;
+use crate::events::{Event, NewEvent};
 use crate::types::{
     AttemptTranscript, DeliveryTry, HistoryEvent, Job, JobFilter, JobId, Member, MemberUpdate,
     NewJob, NewMember, NewWatch, OutboxEntry, PollRecord, StateCounts, Submitted, Walk, Watch,
@@ -248,6 +249,40 @@ impl JobStore for PgStore {
     ) -> Result<bool, StoreError> {
         let node = node.to_owned();
         self.with(|i| async move { i.hold_watch(id, node, now, until).await })
+    }
+
+    fn put_event(&self, event: NewEvent) -> Result<(Event, bool), StoreError> {
+        self.with(|i| async move { i.put_event(event).await })
+    }
+
+    fn events_after(
+        &self,
+        after: u64,
+        owner: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        self.with(|i| async move { i.events_after(after, owner, limit).await })
+    }
+
+    fn events_due(&self, until: Timestamp, limit: usize) -> Result<Vec<Event>, StoreError> {
+        self.with(|i| async move { i.events_due(until, limit).await })
+    }
+
+    fn event_next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.with(|i| async move { i.event_next_due().await })
+    }
+
+    fn record_event_delivery(
+        &self,
+        seq: u64,
+        tries: Vec<(String, DeliveryTry)>,
+        now: Timestamp,
+    ) -> Result<Event, StoreError> {
+        self.with(|i| async move { i.record_event_delivery(seq, tries, now).await })
+    }
+
+    fn events_of_job(&self, job: JobId) -> Result<Vec<Event>, StoreError> {
+        self.with(|i| async move { i.events_of_job(job).await })
     }
 
     fn upkeep(&self) -> Option<&dyn Upkeep> {

@@ -86,8 +86,9 @@ pub(super) async fn tx_write(
     members: &[NewMember],
     now: Timestamp,
 ) -> Result<(), StoreError> {
+    let mut settled = None;
     if let Some(to) = plan.settle {
-        tx_settle_pending(tx, op, id, plan.rec.members, to, None, now).await?;
+        settled = Some(tx_settle_pending(tx, op, id, plan.rec.members, to, None, now).await?);
     }
     if let Some(start) = plan.append_at {
         tx_insert_members(tx, op, id, start, members, now).await?;
@@ -101,6 +102,7 @@ pub(super) async fn tx_write(
     }
     if let Some(report) = &plan.report {
         tx_outbox_new(tx, op, id, report).await?;
+        super::events::tx_final_events(tx, op, id, &plan.rec, settled.as_deref(), now).await?;
     }
     for (seq, h) in &plan.history {
         tx.exec(

@@ -23,9 +23,11 @@ use crate::types::{
 };
 
 mod copy;
+mod event;
 mod intent;
 mod watch;
 pub(crate) use copy::{CopyTlsV1, ResumeV1, RouteV1};
+pub(crate) use event::EventV1;
 use intent::intent_field;
 pub(crate) use intent::IntentV1;
 pub(crate) use watch::{WatchFileV1, WatchStatusV1, WatchV1};
@@ -495,7 +497,8 @@ versioned!(
     RefusalV1,
     PairV1,
     WatchV1,
-    WatchFileV1
+    WatchFileV1,
+    EventV1
 );
 
 /// Decodes a record of version [`RECORD_VERSION`]. A record of another version, or one that

@@ -1,6 +1,7 @@
 //! Members in pages (`pages.rs`) inside transactions: appending, settling, changing, and the
 //! upgrade of a schema-1 store.
 
+use super::events::tx_member_event;
 use super::pages;
 use super::watches::tx_mark;
 use super::write::tx_job;
@@ -141,6 +142,7 @@ pub(super) fn tx_update_members(
                 return abort(e);
             }
             *record = encode(&m);
+            tx_member_event(tx, id, *index, before, m.state.to_api(), now)?;
             if plan::settles_checkpoint(before, &m) {
                 let w = match watch {
                     Some(w) => w,

@@ -16,6 +16,7 @@ use crate::durable::GroupCommit;
 use crate::error::{backend, StoreError};
 
 mod backup;
+mod events;
 mod members;
 mod open;
 mod pages;
@@ -32,7 +33,7 @@ pub use backup::BackupReport;
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// Never reorder: a tree's position is hashed into the content digest of its entries.
-const TREES: [&str; 16] = [
+const TREES: [&str; 20] = [
     "meta",
     "jobs",
     "members",
@@ -49,6 +50,10 @@ const TREES: [&str; 16] = [
     "pairs",
     "watches",
     "watch_files",
+    "events",
+    "event_ids",
+    "event_due",
+    "event_jobs",
 ];
 
 #[derive(Clone, Debug)]
@@ -115,11 +120,19 @@ struct Trees {
     watches: sled::Tree,
     /// Watches' checkpoints: an entry per watch and path.
     watch_files: sled::Tree,
+    /// The event log (`events.rs`): an event per sequence number.
+    events: sled::Tree,
+    /// Event id -> sequence number: an id is written once.
+    event_ids: sled::Tree,
+    /// Events due for delivery: (due, seq).
+    event_due: sled::Tree,
+    /// A job's events: (job, seq), so that retention removes them with the job.
+    event_jobs: sled::Tree,
 }
 
 impl Trees {
     /// Every tree, in [`TREES`] order.
-    fn all(&self) -> [&sled::Tree; 16] {
+    fn all(&self) -> [&sled::Tree; 20] {
         [
             &self.meta,
             &self.jobs,
@@ -137,6 +150,10 @@ impl Trees {
             &self.pairs,
             &self.watches,
             &self.watch_files,
+            &self.events,
+            &self.event_ids,
+            &self.event_due,
+            &self.event_jobs,
         ]
     }
 
@@ -172,6 +189,10 @@ struct Tx<'a> {
     pairs: TxTree<'a>,
     watches: TxTree<'a>,
     watch_files: TxTree<'a>,
+    events: TxTree<'a>,
+    event_ids: TxTree<'a>,
+    event_due: TxTree<'a>,
+    event_jobs: TxTree<'a>,
 }
 
 /// One tree in a transaction; its writes toggle their entries in the transaction's digest.

@@ -192,7 +192,7 @@ impl SledStore {
                 )),
             }
         };
-        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts, refusals, pairs, watches, watch_files] =
+        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts, refusals, pairs, watches, watch_files, events, event_ids, event_due, event_jobs] =
             TREES;
         Ok(Trees {
             meta: open(meta)?,
@@ -211,6 +211,10 @@ impl SledStore {
             pairs: open(pairs)?,
             watches: open(watches)?,
             watch_files: open(watch_files)?,
+            events: open(events)?,
+            event_ids: open(event_ids)?,
+            event_due: open(event_due)?,
+            event_jobs: open(event_jobs)?,
         })
     }
 }

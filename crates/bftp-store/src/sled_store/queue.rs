@@ -27,6 +27,8 @@ use bftp_core::{JobEvent, MemberState, Timestamp};
 use std::path::Path;
 use std::time::Instant;
 
+use crate::events::{Event, NewEvent};
+
 impl JobStore for SledStore {
     fn submit(&self, job: NewJob) -> Result<Submitted, StoreError> {
         let count = plan::member_count(job.members.len())?;
@@ -575,6 +577,40 @@ impl JobStore for SledStore {
 
     fn upkeep(&self) -> Option<&dyn Upkeep> {
         Some(self)
+    }
+
+    fn put_event(&self, event: NewEvent) -> Result<(Event, bool), StoreError> {
+        self.put_event_now(event)
+    }
+
+    fn events_after(
+        &self,
+        after: u64,
+        owner: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        self.read_events_after(after, owner, limit)
+    }
+
+    fn events_due(&self, until: Timestamp, limit: usize) -> Result<Vec<Event>, StoreError> {
+        self.read_events_due(until, limit)
+    }
+
+    fn event_next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.read_event_next_due()
+    }
+
+    fn record_event_delivery(
+        &self,
+        seq: u64,
+        tries: Vec<(String, DeliveryTry)>,
+        now: Timestamp,
+    ) -> Result<Event, StoreError> {
+        self.write_event_delivery(seq, tries, now)
+    }
+
+    fn events_of_job(&self, job: JobId) -> Result<Vec<Event>, StoreError> {
+        self.read_events_of_job(job)
     }
 }
 

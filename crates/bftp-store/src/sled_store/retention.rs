@@ -3,7 +3,8 @@
 //!
 //! Every tree that holds something per job is named here: `jobs`, `members`, `history`,
 //! `requests`, `owners`, `keywords`, `states`, `due` (empty for a final job), `outbox`,
-//! `outbox_due` (empty once the report is done) and `transcripts`. The `refusals` tree (per
+//! `outbox_due` (empty once the report is done), `transcripts`, and the job's events
+//! (`events`, `event_ids`, `event_due`, `event_jobs`: they go with the job). The `refusals` tree (per
 //! server) and the `pairs` tree (per pair of servers) are not per job, and stay.
 
 use std::collections::HashMap;
@@ -140,6 +141,11 @@ impl SledStore {
                     parts.push(k.map_err(backend("remove_jobs"))?);
                 }
                 let last = members < page_budget && parts.len() - members < history_budget;
+                let events = if last {
+                    super::events::job_event_keys(self, id)?
+                } else {
+                    Vec::new()
+                };
                 let step = self.write("remove_jobs", |tx| {
                     remove_step(
                         tx,
@@ -150,6 +156,7 @@ impl SledStore {
                         &parts[members..],
                         last,
                         &request_keys,
+                        &events,
                     )
                 })?;
                 match step {
@@ -192,6 +199,7 @@ fn remove_step(
     history: &[IVec],
     last: bool,
     legacy_requests: &[IVec],
+    events: &[IVec],
 ) -> TxResult<Step> {
     let k = keys::job(id);
     let Some(v) = tx.jobs.get(k)? else {
@@ -246,6 +254,7 @@ fn remove_step(
     }
     tx.outbox.remove(&k)?;
     tx.transcripts.remove(&k)?;
+    super::events::tx_remove_events(tx, events)?;
     tx.jobs.remove(&k)?;
     Ok(Step::Removed)
 }

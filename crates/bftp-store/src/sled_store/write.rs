@@ -1,6 +1,7 @@
 //! A sled write: one transaction over all trees, durable before it returns, and the pieces
 //! transactions are made of, among them the writing of a [`Plan`] (`plan.rs`).
 
+use super::events::tx_final_events;
 use super::members::{tx_append_members, tx_settle_pending};
 use super::watches::tx_mark;
 use super::OrAbort;
@@ -69,6 +70,10 @@ impl SledStore {
                     pairs: tree(13),
                     watches: tree(14),
                     watch_files: tree(15),
+                    events: tree(16),
+                    event_ids: tree(17),
+                    event_due: tree(18),
+                    event_jobs: tree(19),
                 };
                 let value = f(&tx)?;
                 if digest.get() != before {
@@ -143,8 +148,8 @@ pub(super) fn tx_outbox_put(
 }
 
 /// Writes `plan` for job `id` (`plan.rs`): the pending members settled, the new members
-/// (`members`) appended, the indexes moved, the report put in the outbox, the history
-/// entries, and the job's record.
+/// (`members`) appended, the indexes moved, the report put in the outbox with the events of
+/// the job's end, the history entries, and the job's record.
 pub(super) fn tx_write(
     tx: &Tx<'_>,
     id: JobId,
@@ -152,8 +157,9 @@ pub(super) fn tx_write(
     members: &[NewMember],
     now: Timestamp,
 ) -> TxResult<()> {
+    let mut settled = None;
     if let Some(to) = plan.settle {
-        tx_settle_pending(tx, id, plan.rec.members, to, None, now)?;
+        settled = Some(tx_settle_pending(tx, id, plan.rec.members, to, None, now)?);
     }
     if let Some(start) = plan.append_at {
         tx_append_members(tx, id, start, members, now)?;
@@ -170,6 +176,7 @@ pub(super) fn tx_write(
     }
     if let Some(report) = &plan.report {
         tx_outbox_put(tx, id, report, None)?;
+        tx_final_events(tx, id, &plan.rec, settled.as_deref(), now)?;
     }
     for (seq, h) in &plan.history {
         tx.history.insert(&keys::history(id, *seq)[..], encode(h))?;

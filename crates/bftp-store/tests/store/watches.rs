@@ -464,7 +464,42 @@ fn a_members_outcome_settles_its_entry_on_every_path(fx: &Fixture) {
     }
 }
 
+/// Issue 31: a watch's job that ends with files delivered writes `watch.delivered` with its
+/// `job.finished`, in the transaction of its end; one that delivered nothing does not.
+fn a_watch_job_that_delivered_files_makes_a_watch_delivered_event(fx: &Fixture) {
+    let store = fx.open();
+    let w = store.create_watch(new_watch(6)).unwrap();
+    let one = record(&*store, w.id, poll_of(1, 6, &[("a.csv", 1), ("b.csv", 2)])).unwrap();
+    store
+        .apply(one.id, JobEvent::Start { attempt: 1 }, at(61), None)
+        .unwrap();
+    store
+        .update_member(one.id, 0, state(MemberState::Succeeded), at(62))
+        .unwrap();
+    store
+        .settle_and_finish(one.id, MemberState::FailedRetriesExhausted, at(63), None)
+        .unwrap();
+    let two = record(&*store, w.id, poll_of(2, 6, &[("c.csv", 3)])).unwrap();
+    store.apply(two.id, JobEvent::Cancel, at(64), None).unwrap();
+    let ev = store.events_after(0, Some(6), 10).unwrap();
+    let got: Vec<(String, Option<WatchId>)> = ev.iter().map(|e| (e.id.clone(), e.watch)).collect();
+    assert_eq!(
+        got,
+        [
+            (format!("job-{}-final", one.id), Some(w.id)),
+            (
+                format!("watch-{}-job-{}-delivered", w.id, one.id),
+                Some(w.id)
+            ),
+            (format!("job-{}-final", two.id), Some(w.id)),
+        ]
+    );
+    assert_eq!(ev[1].kind, bftp_core::event::EventKind::WatchDelivered);
+    assert_eq!(ev[1].job, Some(one.id));
+}
+
 both_stores!(
+    a_watch_job_that_delivered_files_makes_a_watch_delivered_event,
     watches_are_created_read_listed_paused_and_removed,
     a_poll_writes_its_entries_job_and_status_in_one_transaction,
     a_members_outcome_settles_its_entry_on_every_path,

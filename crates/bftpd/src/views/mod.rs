@@ -1,6 +1,7 @@
 //! Store records to API views. Passwords never leave as anything but `has_password`.
 
 pub mod engine;
+pub mod event;
 pub mod report;
 pub mod watch;
 
@@ -32,6 +33,11 @@ pub fn load_view(
             .outbox_entry(job.id)?
             .map(|e| mail.report_view(job, &e));
     }
+    view.events = store
+        .events_of_job(job.id)?
+        .iter()
+        .map(event::event_view)
+        .collect();
     Ok(view)
 }
 
@@ -196,6 +202,7 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
         report: None,
         node: None,
         watch: job.watch.map(|w| w.0),
+        events: Vec::new(),
     }
 }
 

@@ -225,8 +225,19 @@ impl Watcher {
         ) else {
             return false;
         };
+        // The `watch.late` event (issue 31), whether or not mail is on: its id is the
+        // deadline's, so an alarm raised again for the same deadline is the same event.
+        let event = bftp_store::NewEvent::of(
+            bftp_core::event::watch_late(w.id.0, deadline),
+            w.owner_uid,
+            now,
+        );
+        if let Err(e) = self.store.call(move |s| s.put_event(event)).await {
+            tracing::error!(error = %e, "cannot write the watch.late event; the alarm waits for the next poll");
+            return false;
+        }
         let Some(alarm) = &self.alarm else {
-            tracing::warn!(expect = %words, "no file delivered in time, but [mail] is off: no alarm sent");
+            tracing::warn!(expect = %words, "no file delivered in time, but [mail] is off: no alarm mailed");
             return true;
         };
         let last = status
