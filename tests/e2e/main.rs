@@ -33,3 +33,4 @@ mod tree_limits;
 mod unique;
 mod watch;
 mod watch_listing;
+mod webhook_send;

@@ -2,7 +2,7 @@
 //! real SMTP sink (aiosmtpd), each started per test on a free loopback port in a temporary
 //! directory and killed on drop, plus a raw FTP control client to drive servers by hand,
 //! and the helpers the e2e modules share (`jobs`, `files`, `engine`, `nodes`, `tree`,
-//! `report`, `notify`).
+//! `report`, `notify`), and a webhook receiver (`webhook`).
 //!
 //! Needs root and what `tests/install-deps` installs; a missing piece is an error that says
 //! so, never a skipped test.
@@ -32,6 +32,7 @@ pub mod smtp;
 pub mod sockdiag;
 pub mod tree;
 pub mod watch;
+pub mod webhook;
 
 pub use delay::DelayProxy;
 pub use ftpserver::{Direction, FtpOptions, FtpServer, ServerKind, ServerTls, XferEntry};

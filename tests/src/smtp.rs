@@ -159,6 +159,38 @@ impl SmtpSink {
             .collect()
     }
 
+    /// How many messages are stored (the spool's names only: cheap for a benchmark's polls).
+    pub fn count(&self) -> usize {
+        fs::read_dir(self.spool())
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok())
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "eml"))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Each stored message with the time it was stored (its file's modify time: the handler
+    /// renames it into place once received), oldest first.
+    pub fn arrivals(&self) -> Vec<(std::time::SystemTime, String)> {
+        let mut out: Vec<(std::time::SystemTime, String)> = fs::read_dir(self.spool())
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "eml"))
+                    .filter_map(|p| {
+                        let at = fs::metadata(&p).and_then(|m| m.modified()).ok()?;
+                        let data = fs::read(&p).ok()?;
+                        Some((at, String::from_utf8_lossy(&data).into_owned()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort_by_key(|(at, _)| *at);
+        out
+    }
+
     /// Waits until at least `n` messages are stored; returns them all.
     pub fn wait_for(&self, n: usize, timeout: Duration) -> Result<Vec<String>> {
         let deadline = Instant::now() + timeout;

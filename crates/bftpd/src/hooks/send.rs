@@ -319,7 +319,7 @@ impl Sender {
                     why: format!("{shown}: {p}"),
                 };
             }
-            if let Some(rustls::Error::InvalidCertificate(c)) = s.downcast_ref::<rustls::Error>() {
+            if let Some(rustls::Error::InvalidCertificate(c)) = tls_error(s) {
                 let mut why = format!(
                     "{shown}: certificate refused: {}",
                     certificate_reason(c, &client.trust)
@@ -342,6 +342,18 @@ impl Sender {
             format!("{shown}: {}", chain(e))
         };
         Sent::Transient { why }
+    }
+}
+
+/// The rustls error in `e`: tokio-rustls hands a handshake's error over inside an io::Error
+/// (inside another), whose source() skips it.
+fn tls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut e = e;
+    loop {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        e = e.downcast_ref::<std::io::Error>()?.get_ref()?;
     }
 }
 
