@@ -45,6 +45,7 @@ pub use types::{
     Watch, WatchId, WatchNote, WatchSettings, WatchStatus, WATCH_JOBS_KEPT,
 };
 
+use bftp_core::hostlimit::HostLimit;
 use bftp_core::refusal::{RefusalKey, RefusalMemory, Sighting};
 use bftp_core::retention::Keep;
 use bftp_core::route::{PairKey, PairMemory};
@@ -392,6 +393,32 @@ pub trait JobStore: Send + Sync {
         node: &str,
         now: Timestamp,
         until: Timestamp,
+    ) -> Result<bool, StoreError>;
+
+    // ---- limits learned from the servers (RULES.md §16.2; `bftp_core::hostlimit`) ----
+    //
+    // One record per host (lower-case name), kept across restarts and, on PostgreSQL, shared
+    // by all nodes. `learned_at` is the record's version: the newest write wins.
+
+    /// Remembers a limit a host taught (a refusal for too many connections), replacing what
+    /// was remembered unless that was set later (a late write of an older refusal never hides
+    /// a newer limit; the same time replaces). Durable before it returns.
+    fn learn_host_limit(&self, limit: &HostLimit) -> Result<(), StoreError>;
+
+    /// Every learned limit, by host name.
+    fn host_limits(&self) -> Result<Vec<HostLimit>, StoreError>;
+
+    /// The learned limit of `host` (lower case), if any.
+    fn host_limit(&self, host: &str) -> Result<Option<HostLimit>, StoreError>;
+
+    /// Raises (`to`: `Some`) or forgets (`None`) the learned limit `seen` of its host, only if
+    /// what is remembered is still `seen` (same limit, same `learned_at`): a raise computed
+    /// from an old read never undoes a newer refusal. Whether it changed anything. Durable
+    /// before it returns.
+    fn raise_host_limit(
+        &self,
+        seen: &HostLimit,
+        to: Option<&HostLimit>,
     ) -> Result<bool, StoreError>;
 }
 

@@ -2,7 +2,7 @@
 //! version a database has.
 
 use super::sql::Sql;
-use super::{meta, retention, slots, watches};
+use super::{hostlimits, meta, retention, slots, watches};
 use super::{pg, runtime_failed, Inner, PgOptions, PgStore};
 use crate::error::{BackendError, StoreError};
 use std::time::Duration;
@@ -102,6 +102,7 @@ CREATE TRIGGER transcripts_fence BEFORE INSERT OR UPDATE OR DELETE ON transcript
     (5, retention::MIGRATION),
     (6, meta::PAIRS_MIGRATION),
     (7, watches::MIGRATION),
+    (9, hostlimits::MIGRATION),
 ];
 
 /// The schema version this code writes: the last migration.

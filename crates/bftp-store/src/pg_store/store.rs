@@ -9,6 +9,7 @@ use crate::types::{
     WatchId,
 };
 use crate::{Cluster, HostSlots, JobStore, LeaseCell, Upkeep};
+use bftp_core::hostlimit::HostLimit;
 use bftp_core::refusal::{RefusalKey, RefusalMemory, Sighting};
 use bftp_core::route::{PairKey, PairMemory};
 use bftp_core::{JobEvent, MemberState, Timestamp};
@@ -248,6 +249,29 @@ impl JobStore for PgStore {
     ) -> Result<bool, StoreError> {
         let node = node.to_owned();
         self.with(|i| async move { i.hold_watch(id, node, now, until).await })
+    }
+
+    fn learn_host_limit(&self, limit: &HostLimit) -> Result<(), StoreError> {
+        let limit = limit.clone();
+        self.with(|i| async move { i.learn_host_limit(limit).await })
+    }
+
+    fn host_limits(&self) -> Result<Vec<HostLimit>, StoreError> {
+        self.with(|i| async move { i.host_limits().await })
+    }
+
+    fn host_limit(&self, host: &str) -> Result<Option<HostLimit>, StoreError> {
+        let host = host.to_owned();
+        self.with(|i| async move { i.host_limit(host).await })
+    }
+
+    fn raise_host_limit(
+        &self,
+        seen: &HostLimit,
+        to: Option<&HostLimit>,
+    ) -> Result<bool, StoreError> {
+        let (seen, to) = (seen.clone(), to.cloned());
+        self.with(|i| async move { i.raise_host_limit(seen, to).await })
     }
 
     fn upkeep(&self) -> Option<&dyn Upkeep> {

@@ -23,9 +23,11 @@ use crate::types::{
 };
 
 mod copy;
+mod hostlimit;
 mod intent;
 mod watch;
 pub(crate) use copy::{CopyTlsV1, ResumeV1, RouteV1};
+pub(crate) use hostlimit::HostLimitV1;
 use intent::intent_field;
 pub(crate) use intent::IntentV1;
 pub(crate) use watch::{WatchFileV1, WatchStatusV1, WatchV1};

@@ -16,6 +16,7 @@ use crate::durable::GroupCommit;
 use crate::error::{backend, StoreError};
 
 mod backup;
+mod hostlimits;
 mod members;
 mod open;
 mod pages;
@@ -32,7 +33,7 @@ pub use backup::BackupReport;
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// Never reorder: a tree's position is hashed into the content digest of its entries.
-const TREES: [&str; 16] = [
+const TREES: [&str; 17] = [
     "meta",
     "jobs",
     "members",
@@ -49,6 +50,7 @@ const TREES: [&str; 16] = [
     "pairs",
     "watches",
     "watch_files",
+    "host_limits",
 ];
 
 #[derive(Clone, Debug)]
@@ -115,11 +117,13 @@ struct Trees {
     watches: sled::Tree,
     /// Watches' checkpoints: an entry per watch and path.
     watch_files: sled::Tree,
+    /// Limits learned from the servers, per host (`hostlimits.rs`).
+    host_limits: sled::Tree,
 }
 
 impl Trees {
     /// Every tree, in [`TREES`] order.
-    fn all(&self) -> [&sled::Tree; 16] {
+    fn all(&self) -> [&sled::Tree; 17] {
         [
             &self.meta,
             &self.jobs,
@@ -137,6 +141,7 @@ impl Trees {
             &self.pairs,
             &self.watches,
             &self.watch_files,
+            &self.host_limits,
         ]
     }
 
@@ -172,6 +177,7 @@ struct Tx<'a> {
     pairs: TxTree<'a>,
     watches: TxTree<'a>,
     watch_files: TxTree<'a>,
+    host_limits: TxTree<'a>,
 }
 
 /// One tree in a transaction; its writes toggle their entries in the transaction's digest.

@@ -192,7 +192,7 @@ impl SledStore {
                 )),
             }
         };
-        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts, refusals, pairs, watches, watch_files] =
+        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts, refusals, pairs, watches, watch_files, host_limits] =
             TREES;
         Ok(Trees {
             meta: open(meta)?,
@@ -211,6 +211,7 @@ impl SledStore {
             pairs: open(pairs)?,
             watches: open(watches)?,
             watch_files: open(watch_files)?,
+            host_limits: open(host_limits)?,
         })
     }
 }

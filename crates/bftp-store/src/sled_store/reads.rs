@@ -82,6 +82,7 @@ impl SledStore {
                 decode::<WatchFileV1>("watch file", &k, &v)?;
                 r.bytes += (k.len() + v.len()) as u64;
             }
+            self.verify_limits(&mut r)?;
             let indexes: [(&'static str, &sled::Tree, usize); 5] = [
                 ("owners index", &self.t.owners, 12),
                 ("keywords index", &self.t.keywords, 40),

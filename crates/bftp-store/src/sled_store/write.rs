@@ -69,6 +69,7 @@ impl SledStore {
                     pairs: tree(13),
                     watches: tree(14),
                     watch_files: tree(15),
+                    host_limits: tree(16),
                 };
                 let value = f(&tx)?;
                 if digest.get() != before {
