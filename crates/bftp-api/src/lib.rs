@@ -28,6 +28,8 @@
 
 use serde::{Deserialize, Serialize};
 
+mod hosts;
+pub use hosts::{HostList, HostView, LearnedLimitView};
 mod watch;
 pub use watch::{ReadyView, WatchList, WatchListQuery, WatchNoteView, WatchRequest, WatchView};
 

@@ -145,16 +145,44 @@ mod tests {
         let d = DEFAULT_PATTERNS;
         let table: &[(u16, &str, bool)] = &[
             // vsftpd
-            (421, "There are too many connections from your internet address.", true),
-            (421, "There are too many connected users, please try later.", true),
+            (
+                421,
+                "There are too many connections from your internet address.",
+                true,
+            ),
+            (
+                421,
+                "There are too many connected users, please try later.",
+                true,
+            ),
             // proFTPD: MaxClientsPerHost, MaxClients, MaxClientsPerUser, MaxConnectionsPerHost
-            (530, "Sorry, the maximum number of clients (2) from your host are already connected.", true),
-            (530, "Sorry, the maximum number of allowed clients (10) are already connected.", true),
-            (530, "Sorry, the maximum number of clients (3) for this user are already connected.", true),
-            (421, "Sorry, the maximum number of connections (2) for your host are already connected.", true),
+            (
+                530,
+                "Sorry, the maximum number of clients (2) from your host are already connected.",
+                true,
+            ),
+            (
+                530,
+                "Sorry, the maximum number of allowed clients (10) are already connected.",
+                true,
+            ),
+            (
+                530,
+                "Sorry, the maximum number of clients (3) for this user are already connected.",
+                true,
+            ),
+            (
+                421,
+                "Sorry, the maximum number of connections (2) for your host are already connected.",
+                true,
+            ),
             // Pure-FTPd
             (421, "Too many connections (2) from this IP", true),
-            (421, "10 users (the maximum) are already logged in, sorry", true),
+            (
+                421,
+                "10 users (the maximum) are already logged in, sorry",
+                true,
+            ),
             // IIS
             (421, "Too many users - please try again later.", true),
             // any "too many", any case
@@ -166,7 +194,11 @@ mod tests {
             // A 530 or 421 that is not about connections.
             (530, "Login incorrect.", false),
             (421, "Timeout.", false),
-            (421, "Service not available, closing control connection.", false),
+            (
+                421,
+                "Service not available, closing control connection.",
+                false,
+            ),
         ];
         for &(code, text, want) in table {
             assert_eq!(says_too_many(code, text, d), want, "{code} {text}");
@@ -180,7 +212,10 @@ mod tests {
         assert!(!says_too_many(421, "Too many connections", &mine));
         let none: [&str; 0] = [];
         assert!(!says_too_many(421, "Too many connections", &none));
-        assert!(!says_too_many(421, "anything", &[""]), "an empty pattern matches nothing");
+        assert!(
+            !says_too_many(421, "anything", &[""]),
+            "an empty pattern matches nothing"
+        );
     }
 
     #[test]
@@ -194,7 +229,11 @@ mod tests {
             ((1, 1, 1), 1),
         ];
         for ((held, current, configured), want) in table {
-            assert_eq!(lowered(held, current, configured), want, "{held} {current} {configured}");
+            assert_eq!(
+                lowered(held, current, configured),
+                want,
+                "{held} {current} {configured}"
+            );
         }
     }
 
@@ -210,7 +249,10 @@ mod tests {
 
     #[test]
     fn the_taught_reply_is_one_bounded_line() {
-        assert_eq!(taught_text("421 Too many\r\n    more"), "421 Too many      more");
+        assert_eq!(
+            taught_text("421 Too many\r\n    more"),
+            "421 Too many      more"
+        );
         let long = format!("421 {}", "x".repeat(500));
         let kept = taught_text(&long);
         assert_eq!(kept.chars().count(), MAX_TAUGHT_TEXT + 1);
@@ -228,15 +270,30 @@ mod tests {
             learned_at: Timestamp(10_000),
             refused_at: Timestamp(12_000),
         };
-        assert_eq!(raises_at(&l, quiet), Timestamp(13_000), "from the later of the two");
+        assert_eq!(
+            raises_at(&l, quiet),
+            Timestamp(13_000),
+            "from the later of the two"
+        );
         assert_eq!(raise(&l, 4, Timestamp(12_999), quiet), Raise::Keep);
         let Raise::To(up) = raise(&l, 4, Timestamp(13_000), quiet) else {
             panic!("raised at the end of the quiet period");
         };
-        assert_eq!((up.limit, up.learned_at, up.refused_at), (3, Timestamp(13_000), Timestamp(12_000)));
+        assert_eq!(
+            (up.limit, up.learned_at, up.refused_at),
+            (3, Timestamp(13_000), Timestamp(12_000))
+        );
         assert_eq!(up.reply, l.reply, "the reply that taught it stays");
-        assert_eq!(raise(&up, 4, Timestamp(13_500), quiet), Raise::Keep, "one step a quiet period");
-        assert_eq!(raise(&up, 4, Timestamp(14_000), quiet), Raise::Forget, "the next step is the configured limit");
+        assert_eq!(
+            raise(&up, 4, Timestamp(13_500), quiet),
+            Raise::Keep,
+            "one step a quiet period"
+        );
+        assert_eq!(
+            raise(&up, 4, Timestamp(14_000), quiet),
+            Raise::Forget,
+            "the next step is the configured limit"
+        );
         // A configured limit lowered to (or below) the learned one: forgotten at once.
         assert_eq!(raise(&l, 2, Timestamp(10_001), quiet), Raise::Forget);
         assert_eq!(raise(&l, 1, Timestamp(10_001), quiet), Raise::Forget);

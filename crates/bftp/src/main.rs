@@ -21,6 +21,7 @@ mod cancel;
 mod client;
 mod completions;
 mod exit;
+mod hosts;
 mod man;
 mod netrc;
 mod output;
@@ -106,6 +107,10 @@ pub enum Command {
     /// `submit`'s: add, list, show, pause, resume, remove.
     #[command(after_help = EXIT_CODES_HELP)]
     Watch(watch::WatchArgs),
+    /// Show each host's connection limit: configured, learned from the server's refusals for
+    /// too many connections (the reply, when, when it is raised), and connections in use.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Hosts(hosts::HostsArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or PowerShell.
     ///
     /// For example `bftp completions bash > /usr/share/bash-completion/completions/bftp`,
@@ -215,6 +220,10 @@ fn run(cli: &Cli) -> anyhow::Result<Exit> {
                 Exit::Success,
             )
         }
+        Command::Hosts(args) => (
+            rt.block_on(hosts::run(&client, args, cli.json))?,
+            Exit::Success,
+        ),
         Command::Completions(_) | Command::Man(_) => unreachable!("handled above"),
     };
     output::emit(&text)?;

@@ -1,6 +1,7 @@
 //! The HTTP/JSON API on the Unix socket (routes in `bftp_api`'s crate docs).
 
 pub mod backup;
+pub mod hosts;
 pub mod identity;
 pub mod server;
 pub mod submit;
@@ -74,6 +75,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/watches/{id}", get(watch::show).delete(watch::remove))
         .route("/v1/watches/{id}/pause", post(watch::pause))
         .route("/v1/watches/{id}/resume", post(watch::resume))
+        .route("/v1/hosts", get(crate::api::hosts::list))
         .route("/v1/verify", post(verify))
         .route("/v1/transfer", post(transfer))
         .route("/v1/admin/backup", post(crate::api::backup::handle))
@@ -214,6 +216,7 @@ async fn metrics(State(app): State<Shared>) -> Result<Response, ApiError> {
         text.push_str(&crate::metrics::node_series(&name, running));
     }
     text.push_str(&crate::metrics::watch_series(&watches, app.clock.now()));
+    text.push_str(&app.hosts.limit_series());
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,
