@@ -96,6 +96,13 @@ pub fn effective(configured: usize, learned: Option<&HostLimit>) -> usize {
     }
 }
 
+/// Whether a learned limit `new` replaces `old`, what is remembered of the same host: the one
+/// set later wins; at the same time the lower (two refusals of one burst, written in either
+/// order, keep the lower limit). What both stores keep (RULES.md §16.2).
+pub fn replaces(new: &HostLimit, old: &HostLimit) -> bool {
+    (new.learned_at, std::cmp::Reverse(new.limit)) >= (old.learned_at, std::cmp::Reverse(old.limit))
+}
+
 /// When a learned limit is raised by one: `quiet_ms` after it was last set or refused,
 /// whichever is later.
 pub fn raises_at(l: &HostLimit, quiet_ms: u64) -> Timestamp {
@@ -258,6 +265,27 @@ mod tests {
         assert_eq!(kept.chars().count(), MAX_TAUGHT_TEXT + 1);
         assert!(kept.ends_with('…'));
         assert_eq!(learn("h", 0, "421 x", Timestamp(1)).limit, 1);
+    }
+
+    #[test]
+    fn the_later_limit_wins_and_at_the_same_time_the_lower() {
+        let l = |limit, at| learn("h", limit, "421 Too many", Timestamp(at));
+        // (new, old) -> replaces
+        let table = [
+            ((2, 20), (5, 10), true),  // later and lower
+            ((5, 20), (2, 10), true),  // later and higher (a raise)
+            ((2, 10), (5, 20), false), // an older write never hides a newer one
+            ((2, 10), (5, 10), true),  // the same time: the lower
+            ((5, 10), (2, 10), false),
+            ((2, 10), (2, 10), true), // the same record again
+        ];
+        for ((nl, nt), (ol, ot), want) in table {
+            assert_eq!(
+                replaces(&l(nl, nt), &l(ol, ot)),
+                want,
+                "{nl}@{nt} over {ol}@{ot}"
+            );
+        }
     }
 
     #[test]

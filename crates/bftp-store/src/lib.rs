@@ -402,7 +402,8 @@ pub trait JobStore: Send + Sync {
 
     /// Remembers a limit a host taught (a refusal for too many connections), replacing what
     /// was remembered unless that was set later (a late write of an older refusal never hides
-    /// a newer limit; the same time replaces). Durable before it returns.
+    /// a newer limit; at the same time the lower limit stays: `bftp_core::hostlimit::replaces`).
+    /// Durable before it returns.
     fn learn_host_limit(&self, limit: &HostLimit) -> Result<(), StoreError>;
 
     /// Every learned limit, by host name.

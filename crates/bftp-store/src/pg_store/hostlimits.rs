@@ -10,7 +10,7 @@ use bftp_core::hostlimit::HostLimit;
 
 /// Migration 9: the learned limits.
 pub(super) const MIGRATION: &str = "CREATE TABLE host_limits (host text PRIMARY KEY, \
-     learned_at bigint NOT NULL, rec bytea NOT NULL);";
+     learned_at bigint NOT NULL, lim bigint NOT NULL, rec bytea NOT NULL);";
 
 fn ms(t: bftp_core::Timestamp) -> i64 {
     i64::try_from(t.0).unwrap_or(i64::MAX)
@@ -23,12 +23,16 @@ impl Inner {
         let c = self.client(OP).await?;
         c.exec(
             OP,
-            "INSERT INTO host_limits (host, learned_at, rec) VALUES ($1, $2, $3)
-             ON CONFLICT (host) DO UPDATE SET learned_at = EXCLUDED.learned_at, rec = EXCLUDED.rec
-             WHERE host_limits.learned_at <= EXCLUDED.learned_at",
+            // `bftp_core::hostlimit::replaces`: later wins, at the same time the lower.
+            "INSERT INTO host_limits (host, learned_at, lim, rec) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (host) DO UPDATE
+             SET learned_at = EXCLUDED.learned_at, lim = EXCLUDED.lim, rec = EXCLUDED.rec
+             WHERE (host_limits.learned_at, -host_limits.lim)
+                <= (EXCLUDED.learned_at, -EXCLUDED.lim)",
             &[
                 &host,
                 &ms(limit.learned_at),
+                &i64::from(limit.limit),
                 &encode(&HostLimitV1::from_core(&limit)),
             ],
         )
@@ -94,7 +98,7 @@ impl Inner {
             Some(to) => {
                 c.exec(
                     OP,
-                    "UPDATE host_limits SET learned_at = $3, rec = $4
+                    "UPDATE host_limits SET learned_at = $3, lim = $6, rec = $4
                      WHERE host = $1 AND learned_at = $2 AND rec = $5",
                     &[
                         &host,
@@ -102,6 +106,7 @@ impl Inner {
                         &ms(to.learned_at),
                         &encode(&HostLimitV1::from_core(&to)),
                         &r.get::<_, &[u8]>(0),
+                        &i64::from(to.limit),
                     ],
                 )
                 .await?

@@ -22,7 +22,7 @@ impl SledStore {
         self.write("learn_host_limit", |tx| {
             if let Some(v) = tx.host_limits.get(&k)? {
                 let kept = decode::<HostLimitV1>("host limit", &k, &v).or_abort()?;
-                if kept.learned_at > limit.learned_at.0 {
+                if !bftp_core::hostlimit::replaces(limit, &kept.to_core(&limit.host)) {
                     return Ok(());
                 }
             }

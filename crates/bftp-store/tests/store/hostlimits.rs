@@ -47,7 +47,10 @@ fn learning_again_keeps_the_newest(fx: &Fixture) {
     store.learn_host_limit(&limit("h", 2, 30, 30)).unwrap();
     store.learn_host_limit(&limit("h", 1, 25, 25)).unwrap();
     assert_eq!(store.host_limit("h").unwrap(), Some(limit("h", 2, 30, 30)));
+    // The same time: the lower limit stays, whatever the order of the writes.
     store.learn_host_limit(&limit("h", 1, 30, 30)).unwrap();
+    assert_eq!(store.host_limit("h").unwrap(), Some(limit("h", 1, 30, 30)));
+    store.learn_host_limit(&limit("h", 4, 30, 30)).unwrap();
     assert_eq!(store.host_limit("h").unwrap(), Some(limit("h", 1, 30, 30)));
     fx.verify();
 }

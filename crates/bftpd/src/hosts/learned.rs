@@ -16,6 +16,9 @@ use super::{HostLimits, Slots};
 use crate::clock::Clock;
 use crate::store::Store;
 
+/// How long a limit this node learned is kept in memory before the store has it.
+const JUST_LEARNED_MS: u64 = 60_000;
+
 /// `[ftp] too_many_patterns` and `limit_quiet`.
 #[derive(Debug, Clone)]
 pub struct LearnSettings {
@@ -114,7 +117,24 @@ impl HostLimits {
             return Ok(());
         };
         let all = ctx.store.call(|s| s.host_limits()).await?;
-        *self.learned.known() = all.into_iter().map(|l| (l.host.clone(), l)).collect();
+        let now = ctx.clock.now();
+        {
+            let mut known = self.learned.known();
+            let mut read: HashMap<String, HostLimit> =
+                all.into_iter().map(|l| (l.host.clone(), l)).collect();
+            // A limit this node learned while the read ran may not be written yet: kept when
+            // newer than the store's, or absent there and learned less than a minute ago.
+            for (host, mine) in known.drain() {
+                let keep = match read.get(&host) {
+                    Some(stored) => !hostlimit::replaces(stored, &mine),
+                    None => now.0.saturating_sub(mine.learned_at.0) < JUST_LEARNED_MS,
+                };
+                if keep {
+                    read.insert(host, mine);
+                }
+            }
+            *known = read;
+        }
         self.follow_limits();
         Ok(())
     }
@@ -162,16 +182,23 @@ impl HostLimits {
         let host = host.to_ascii_lowercase();
         let gate = self.gate(&host);
         let marked = slots.is_some_and(|s| s.mark_refused(&host));
-        let state = gate.state();
-        let held = state
-            .in_use
-            .saturating_sub(state.refused)
-            .saturating_sub(usize::from(!marked));
-        let limit = hostlimit::lowered(held, self.limit_of(&host), self.per_host);
-        let now = ctx.map_or_else(|| Clock::system().now(), |c| c.clock.now());
-        let learned = hostlimit::learn(&host, limit, &reply, now);
-        tracing::info!(host, limit, reply = %learned.reply, "a server refused a connection for too many: the host's limit is lowered");
-        self.learned.known().insert(host.clone(), learned.clone());
+        let learned = {
+            // Under the lock from the count to the insert: the refusals of one burst (extra
+            // pairs opened together) each see the limit the one before taught.
+            let mut known = self.learned.known();
+            let state = gate.state();
+            let held = state
+                .in_use
+                .saturating_sub(state.refused)
+                .saturating_sub(usize::from(!marked));
+            let current = hostlimit::effective(self.per_host, known.get(&host));
+            let limit = hostlimit::lowered(held, current, self.per_host);
+            let now = ctx.map_or_else(|| Clock::system().now(), |c| c.clock.now());
+            let learned = hostlimit::learn(&host, limit, &reply, now);
+            known.insert(host.clone(), learned.clone());
+            learned
+        };
+        tracing::info!(host, limit = learned.limit, reply = %learned.reply, "a server refused a connection for too many: the host's limit is lowered");
         gate.set_limit(self.limit_of(&host));
         if let Some(ctx) = ctx {
             if let Err(e) = ctx.store.call(move |s| s.learn_host_limit(&learned)).await {
@@ -202,13 +229,19 @@ impl HostLimits {
             };
             let host = seen.host.clone();
             let (limit, up) = (seen.limit, to.as_ref().map(|t| t.limit));
+            let written = to.clone();
             match ctx
                 .store
-                .call(move |s| s.raise_host_limit(&seen, to.as_ref()))
+                .call(move |s| s.raise_host_limit(&seen, written.as_ref()))
                 .await
             {
                 Ok(true) => {
                     tracing::info!(host, from = limit, to = ?up, "a learned limit is raised after its quiet period");
+                    let mut known = self.learned.known();
+                    match to {
+                        Some(to) => known.insert(host, to),
+                        None => known.remove(&host),
+                    };
                     changed = true;
                 }
                 Ok(false) => changed = true,
@@ -348,5 +381,146 @@ fn refused_host(e: &PairError) -> Option<&str> {
             ..
         } => Some(host.as_str()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bftp_core::reply::{Disposition, ReplyCode, TransientKind};
+    use bftp_ftp::parse::Reply;
+
+    fn too_many_from(host: &str) -> PairError {
+        PairError {
+            failure: JobFailure::Connect {
+                side: bftp_ftp::Side::Source,
+                error: ConnectError::Refused {
+                    host: host.into(),
+                    command: "greeting",
+                    reply: Reply::new(
+                        ReplyCode::new(421).unwrap(),
+                        vec!["There are too many connections from your internet address.".into()],
+                    ),
+                    disposition: Disposition::Transient(TransientKind::Reconnect),
+                },
+            },
+            disposition: Disposition::Transient(TransientKind::Reconnect),
+            transcript: Default::default(),
+        }
+    }
+
+    fn quiet(ms: u64) -> LearnSettings {
+        LearnSettings {
+            quiet: Duration::from_millis(ms),
+            ..Default::default()
+        }
+    }
+
+    /// Six pairs opened at once on a server that allows two sessions: the four refusals, in
+    /// any order, teach 2 (what was held less what was refused), the store keeps it, and the
+    /// host's gate holds a third pair back until one of the two closes.
+    #[tokio::test]
+    async fn refusals_of_one_burst_teach_what_was_held() {
+        let (_dir, store) = crate::testkit::store();
+        let store = Store::new(store);
+        let hosts = HostLimits::new(6, 8);
+        hosts
+            .learn_with(store.clone(), Clock::system(), quiet(60_000))
+            .await
+            .unwrap();
+        let first = hosts.acquire("A", "b").await;
+        let mut extra = hosts.extra_slots("a", "b", 5).await;
+        assert_eq!(extra.len(), 5);
+        let second = extra.remove(0);
+        for (n, slots) in extra.into_iter().enumerate() {
+            assert!(hosts.refused(&too_many_from("A"), Some(&slots)).await);
+            assert_eq!(
+                hosts.limit_of("a"),
+                5 - n,
+                "each refusal sees the one before"
+            );
+            drop(slots);
+        }
+        assert_eq!(hosts.limit_of("a"), 2);
+        assert_eq!(hosts.limit_of("b"), 8, "the other host keeps its limit");
+        let kept = store.call(|s| s.host_limit("a")).await.unwrap().unwrap();
+        assert_eq!(kept.limit, 2);
+        assert!(
+            kept.reply.starts_with("421 There are too many connections"),
+            "{}",
+            kept.reply
+        );
+        assert!(
+            hosts.try_acquire("a", "c").await.is_none(),
+            "two held, two allowed"
+        );
+        drop(second);
+        assert!(hosts.try_acquire("a", "c").await.is_some());
+        drop(first);
+        // Another reply is no lesson.
+        let mut other = too_many_from("a");
+        if let JobFailure::Connect {
+            error: ConnectError::Refused { reply, .. },
+            ..
+        } = &mut other.failure
+        {
+            *reply = Reply::new(
+                ReplyCode::new(530).unwrap(),
+                vec!["Login incorrect.".into()],
+            );
+        }
+        assert!(!hosts.refused(&other, None).await);
+    }
+
+    /// A learned limit read from the store at start is the host's limit; after each quiet
+    /// period it is raised by one, and at the configured limit it is forgotten, in the store
+    /// too.
+    #[tokio::test]
+    async fn a_learned_limit_is_raised_after_the_quiet_period_then_forgotten() {
+        let (_dir, store) = crate::testkit::store();
+        let store = Store::new(store);
+        let clock = Clock::system();
+        let taught = hostlimit::learn(
+            "a",
+            2,
+            "421 Too many connections (2) from this IP",
+            clock.now(),
+        );
+        store
+            .call(move |s| s.learn_host_limit(&taught))
+            .await
+            .unwrap();
+        let hosts = HostLimits::new(4, 4);
+        hosts
+            .learn_with(store.clone(), clock, quiet(300))
+            .await
+            .unwrap();
+        assert_eq!(hosts.limit_of("a"), 2, "read from the store");
+        let held = (hosts.acquire("a", "b").await, hosts.acquire("a", "c").await);
+        assert!(hosts.try_acquire("a", "d").await.is_none());
+        hosts.raise_due().await;
+        assert_eq!(hosts.limit_of("a"), 2, "not before the quiet period");
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        hosts.raise_due().await;
+        assert_eq!(hosts.limit_of("a"), 3);
+        let third = hosts
+            .try_acquire("a", "d")
+            .await
+            .expect("raised: a slot at once");
+        let state = hosts.host_state("a");
+        assert_eq!(state.learned.as_ref().map(|l| l.limit), Some(3));
+        assert_eq!(state.in_use, 3);
+        hosts.raise_due().await;
+        assert_eq!(hosts.limit_of("a"), 3, "one step a quiet period");
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        hosts.raise_due().await;
+        assert_eq!(hosts.limit_of("a"), 4, "the configured limit");
+        assert_eq!(
+            store.call(|s| s.host_limit("a")).await.unwrap(),
+            None,
+            "forgotten"
+        );
+        assert_eq!(hosts.host_state("a").learned, None);
+        drop((held, third));
     }
 }
