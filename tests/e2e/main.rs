@@ -6,6 +6,7 @@ mod frontend_ftp;
 mod host_limit;
 mod hostile;
 mod hostile_infra;
+mod hostlimits;
 mod infra;
 mod ledger;
 mod mail;
