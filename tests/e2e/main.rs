@@ -7,6 +7,7 @@ mod hooks;
 mod host_limit;
 mod hostile;
 mod hostile_infra;
+mod hostlimits;
 mod infra;
 mod ledger;
 mod mail;

@@ -123,6 +123,10 @@ pub struct FtpOptions {
     pub pure_ftpd_args: Vec<String>,
     /// vsftpd only: lines added to its configuration (`force_dot_files=YES`, `lock_upload_files=NO`).
     pub vsftpd_extra: String,
+    /// Sessions one client address may hold at once (vsftpd `max_per_ip`, proFTPD
+    /// `MaxClientsPerHost`, Pure-FTPd `-C`): one more is refused with the server's own "too
+    /// many connections" reply. `None`: the server's default.
+    pub max_sessions_per_client: Option<u32>,
 }
 
 /// A test server's TLS setup: its certificate and key (PEM files), the CA it trusts when it
@@ -153,6 +157,7 @@ impl Default for FtpOptions {
             proftpd_extra: String::new(),
             pure_ftpd_args: Vec::new(),
             vsftpd_extra: String::new(),
+            max_sessions_per_client: None,
         }
     }
 }
@@ -598,7 +603,13 @@ vsftpd_log_file={log}
 log_ftp_protocol=YES
 syslog_enable=NO
 local_max_rate={rate}
+{per_client}
 {extra}",
+                per_client = self
+                    .opts
+                    .max_sessions_per_client
+                    .map(|n| format!("max_per_ip={n}"))
+                    .unwrap_or_default(),
                 extra = self.opts.vsftpd_extra,
                 rate = self.opts.max_rate.unwrap_or(0),
                 ssl = self.vsftpd_tls(),
@@ -675,7 +686,13 @@ DefaultRoot ~
 AllowOverwrite on
 {tls}
 {digest}
+{per_client}
 {extra}",
+                per_client = self
+                    .opts
+                    .max_sessions_per_client
+                    .map(|n| format!("MaxClientsPerHost {n}"))
+                    .unwrap_or_default(),
                 extra = self.opts.proftpd_extra,
                 tls = self.proftpd_tls(),
                 host = self.opts.host,
@@ -737,6 +754,9 @@ AllowOverwrite on
             .arg(fortune);
         if self.opts.fxp {
             cmd.arg("-w");
+        }
+        if let Some(n) = self.opts.max_sessions_per_client {
+            cmd.arg("-C").arg(n.to_string());
         }
         cmd.args(&self.opts.pure_ftpd_args);
         if let Some(tls) = &self.opts.tls {

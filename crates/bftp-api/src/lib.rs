@@ -34,6 +34,8 @@ use serde::{Deserialize, Serialize};
 
 mod events;
 pub use events::{DeliveryView, EventLogPage, EventLogView, EventsQuery};
+mod hosts;
+pub use hosts::{HostList, HostView, LearnedLimitView};
 mod watch;
 pub use watch::{ReadyView, WatchList, WatchListQuery, WatchNoteView, WatchRequest, WatchView};
 

@@ -9,6 +9,7 @@ pub mod event;
 pub mod evidence;
 pub mod ftpurl;
 pub mod glob;
+pub mod hostlimit;
 pub mod intent;
 pub mod lease;
 pub mod ledger;

@@ -47,6 +47,7 @@ pub use types::{
     Watch, WatchId, WatchNote, WatchSettings, WatchStatus, WATCH_JOBS_KEPT,
 };
 
+use bftp_core::hostlimit::HostLimit;
 use bftp_core::refusal::{RefusalKey, RefusalMemory, Sighting};
 use bftp_core::retention::Keep;
 use bftp_core::route::{PairKey, PairMemory};
@@ -438,6 +439,32 @@ pub trait JobStore: Send + Sync {
 
     /// The job's events, in order.
     fn events_of_job(&self, job: JobId) -> Result<Vec<Event>, StoreError>;
+    // ---- limits learned from the servers (RULES.md §16.3; `bftp_core::hostlimit`) ----
+    //
+    // One record per host (lower-case name), kept across restarts and, on PostgreSQL, shared
+    // by all nodes. `learned_at` is the record's version: the newest write wins.
+
+    /// Remembers a limit a host taught (a refusal for too many connections), replacing what
+    /// was remembered unless that was set later (a late write of an older refusal never hides
+    /// a newer limit; at the same time the lower limit stays: `bftp_core::hostlimit::replaces`).
+    /// Durable before it returns.
+    fn learn_host_limit(&self, limit: &HostLimit) -> Result<(), StoreError>;
+
+    /// Every learned limit, by host name.
+    fn host_limits(&self) -> Result<Vec<HostLimit>, StoreError>;
+
+    /// The learned limit of `host` (lower case), if any.
+    fn host_limit(&self, host: &str) -> Result<Option<HostLimit>, StoreError>;
+
+    /// Raises (`to`: `Some`) or forgets (`None`) the learned limit `seen` of its host, only if
+    /// what is remembered is still `seen` (same limit, same `learned_at`): a raise computed
+    /// from an old read never undoes a newer refusal. Whether it changed anything. Durable
+    /// before it returns.
+    fn raise_host_limit(
+        &self,
+        seen: &HostLimit,
+        to: Option<&HostLimit>,
+    ) -> Result<bool, StoreError>;
 }
 
 /// Upkeep of a store: forgetting old final jobs, backups, disk space (`JobStore::upkeep`).

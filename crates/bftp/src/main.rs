@@ -22,6 +22,7 @@ mod client;
 mod completions;
 mod events;
 mod exit;
+mod hosts;
 mod man;
 mod netrc;
 mod output;
@@ -112,6 +113,10 @@ pub enum Command {
     /// --follow keeps printing them as they come.
     #[command(after_help = EXIT_CODES_HELP)]
     Events(events::EventsArgs),
+    /// Show each host's connection limit: configured, learned from the server's refusals for
+    /// too many connections (the reply, when, when it is raised), and connections in use.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Hosts(hosts::HostsArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or PowerShell.
     ///
     /// For example `bftp completions bash > /usr/share/bash-completion/completions/bftp`,
@@ -223,6 +228,10 @@ fn run(cli: &Cli) -> anyhow::Result<Exit> {
         }
         // Prints as the events come.
         Command::Events(args) => return rt.block_on(events::run(&client, args, cli.json)),
+        Command::Hosts(args) => (
+            rt.block_on(hosts::run(&client, args, cli.json))?,
+            Exit::Success,
+        ),
         Command::Completions(_) | Command::Man(_) => unreachable!("handled above"),
     };
     output::emit(&text)?;

@@ -184,6 +184,15 @@ impl Daemon {
             config.ftp.relay_gate(),
         );
         hosts.spawn_give_way();
+        // Limits learned from the servers (RULES.md §16.3): read now, raised by a small task.
+        let learning = config.ftp.learn_settings();
+        if let Err(e) = hosts
+            .learn_with(store.clone(), Clock::system(), learning)
+            .await
+        {
+            tracing::warn!(error = %e, "cannot read the limits learned from the servers");
+        }
+        hosts.spawn_learned_upkeep();
         let gate = hosts.relay_gate();
         tracing::info!(
             data_path = %config.ftp.data_path,

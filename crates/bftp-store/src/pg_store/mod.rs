@@ -41,6 +41,7 @@ use crate::LeaseCell;
 
 mod backup;
 mod events;
+mod hostlimits;
 mod jobs;
 mod lease;
 mod members;

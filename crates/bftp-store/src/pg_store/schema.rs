@@ -2,7 +2,7 @@
 //! version a database has.
 
 use super::sql::Sql;
-use super::{events, meta, retention, slots, watches};
+use super::{events, hostlimits, meta, retention, slots, watches};
 use super::{pg, runtime_failed, Inner, PgOptions, PgStore};
 use crate::error::{BackendError, StoreError};
 use std::time::Duration;
@@ -103,6 +103,7 @@ CREATE TRIGGER transcripts_fence BEFORE INSERT OR UPDATE OR DELETE ON transcript
     (6, meta::PAIRS_MIGRATION),
     (7, watches::MIGRATION),
     (8, events::MIGRATION),
+    (9, hostlimits::MIGRATION),
 ];
 
 /// The schema version this code writes: the last migration.

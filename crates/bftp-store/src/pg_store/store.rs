@@ -10,6 +10,7 @@ use crate::types::{
     WatchId,
 };
 use crate::{Cluster, HostSlots, JobStore, LeaseCell, Upkeep};
+use bftp_core::hostlimit::HostLimit;
 use bftp_core::refusal::{RefusalKey, RefusalMemory, Sighting};
 use bftp_core::route::{PairKey, PairMemory};
 use bftp_core::{JobEvent, MemberState, Timestamp};
@@ -283,6 +284,27 @@ impl JobStore for PgStore {
 
     fn events_of_job(&self, job: JobId) -> Result<Vec<Event>, StoreError> {
         self.with(|i| async move { i.events_of_job(job).await })
+    fn learn_host_limit(&self, limit: &HostLimit) -> Result<(), StoreError> {
+        let limit = limit.clone();
+        self.with(|i| async move { i.learn_host_limit(limit).await })
+    }
+
+    fn host_limits(&self) -> Result<Vec<HostLimit>, StoreError> {
+        self.with(|i| async move { i.host_limits().await })
+    }
+
+    fn host_limit(&self, host: &str) -> Result<Option<HostLimit>, StoreError> {
+        let host = host.to_owned();
+        self.with(|i| async move { i.host_limit(host).await })
+    }
+
+    fn raise_host_limit(
+        &self,
+        seen: &HostLimit,
+        to: Option<&HostLimit>,
+    ) -> Result<bool, StoreError> {
+        let (seen, to) = (seen.clone(), to.cloned());
+        self.with(|i| async move { i.raise_host_limit(seen, to).await })
     }
 
     fn upkeep(&self) -> Option<&dyn Upkeep> {

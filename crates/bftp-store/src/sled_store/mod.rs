@@ -17,6 +17,7 @@ use crate::error::{backend, StoreError};
 
 mod backup;
 mod events;
+mod hostlimits;
 mod members;
 mod open;
 mod pages;
@@ -34,6 +35,7 @@ pub const SCHEMA_VERSION: u32 = 2;
 
 /// Never reorder: a tree's position is hashed into the content digest of its entries.
 const TREES: [&str; 20] = [
+const TREES: [&str; 17] = [
     "meta",
     "jobs",
     "members",
@@ -54,6 +56,7 @@ const TREES: [&str; 20] = [
     "event_ids",
     "event_due",
     "event_jobs",
+    "host_limits",
 ];
 
 #[derive(Clone, Debug)]
@@ -128,11 +131,14 @@ struct Trees {
     event_due: sled::Tree,
     /// A job's events: (job, seq), so that retention removes them with the job.
     event_jobs: sled::Tree,
+    /// Limits learned from the servers, per host (`hostlimits.rs`).
+    host_limits: sled::Tree,
 }
 
 impl Trees {
     /// Every tree, in [`TREES`] order.
     fn all(&self) -> [&sled::Tree; 20] {
+    fn all(&self) -> [&sled::Tree; 17] {
         [
             &self.meta,
             &self.jobs,
@@ -154,6 +160,7 @@ impl Trees {
             &self.event_ids,
             &self.event_due,
             &self.event_jobs,
+            &self.host_limits,
         ]
     }
 
@@ -193,6 +200,7 @@ struct Tx<'a> {
     event_ids: TxTree<'a>,
     event_due: TxTree<'a>,
     event_jobs: TxTree<'a>,
+    host_limits: TxTree<'a>,
 }
 
 /// One tree in a transaction; its writes toggle their entries in the transaction's digest.

@@ -193,6 +193,7 @@ impl SledStore {
             }
         };
         let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts, refusals, pairs, watches, watch_files, events, event_ids, event_due, event_jobs] =
+        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts, refusals, pairs, watches, watch_files, host_limits] =
             TREES;
         Ok(Trees {
             meta: open(meta)?,
@@ -215,6 +216,7 @@ impl SledStore {
             event_ids: open(event_ids)?,
             event_due: open(event_due)?,
             event_jobs: open(event_jobs)?,
+            host_limits: open(host_limits)?,
         })
     }
 }

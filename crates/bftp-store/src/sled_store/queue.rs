@@ -20,6 +20,7 @@ use crate::types::{
     Walk, Watch, WatchId,
 };
 use crate::{JobStore, Upkeep};
+use bftp_core::hostlimit::HostLimit;
 use bftp_core::refusal::{observe, RefusalKey, RefusalMemory, Sighting};
 use bftp_core::retention::Keep;
 use bftp_core::route::{PairKey, PairMemory};
@@ -573,6 +574,26 @@ impl JobStore for SledStore {
         _until: Timestamp,
     ) -> Result<bool, StoreError> {
         self.hold_watch_(id)
+    }
+
+    fn learn_host_limit(&self, limit: &HostLimit) -> Result<(), StoreError> {
+        self.learn_limit(limit)
+    }
+
+    fn host_limits(&self) -> Result<Vec<HostLimit>, StoreError> {
+        self.all_limits()
+    }
+
+    fn host_limit(&self, host: &str) -> Result<Option<HostLimit>, StoreError> {
+        self.one_limit(host)
+    }
+
+    fn raise_host_limit(
+        &self,
+        seen: &HostLimit,
+        to: Option<&HostLimit>,
+    ) -> Result<bool, StoreError> {
+        self.raise_limit(seen, to)
     }
 
     fn upkeep(&self) -> Option<&dyn Upkeep> {

@@ -83,6 +83,7 @@ impl SledStore {
                 r.bytes += (k.len() + v.len()) as u64;
             }
             r.bytes += self.verify_events()?;
+            self.verify_limits(&mut r)?;
             let indexes: [(&'static str, &sled::Tree, usize); 5] = [
                 ("owners index", &self.t.owners, 12),
                 ("keywords index", &self.t.keywords, 40),

@@ -33,6 +33,7 @@ fn member_states(store: &dyn JobStore, id: JobId) -> Vec<MemberState> {
 }
 
 mod events;
+mod hostlimits;
 mod jobs;
 mod members;
 mod meta;

@@ -2,6 +2,7 @@
 
 pub mod backup;
 pub mod events;
+pub mod hosts;
 pub mod identity;
 pub mod server;
 pub mod submit;
@@ -76,6 +77,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/watches/{id}/pause", post(watch::pause))
         .route("/v1/watches/{id}/resume", post(watch::resume))
         .route("/v1/events", get(events::list))
+        .route("/v1/hosts", get(crate::api::hosts::list))
         .route("/v1/verify", post(verify))
         .route("/v1/transfer", post(transfer))
         .route("/v1/admin/backup", post(crate::api::backup::handle))
@@ -216,6 +218,7 @@ async fn metrics(State(app): State<Shared>) -> Result<Response, ApiError> {
         text.push_str(&crate::metrics::node_series(&name, running));
     }
     text.push_str(&crate::metrics::watch_series(&watches, app.clock.now()));
+    text.push_str(&app.hosts.limit_series());
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,

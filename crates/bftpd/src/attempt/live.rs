@@ -189,10 +189,16 @@ pub async fn follow(
                 if watcher.is_none() {
                     let opened = match l.hosts.try_acquire_one(&l.login.host).await {
                         Some(permit) => {
-                            SizeWatch::open(&l.login, &l.limits, &*l.check, l.gate.clone())
+                            match SizeWatch::open(&l.login, &l.limits, &*l.check, l.gate.clone())
                                 .await
-                                .ok()
-                                .map(|w| (w, permit))
+                            {
+                                Ok(w) => Some((w, permit)),
+                                // A refusal for too many lowers the host's limit (§16.3).
+                                Err(e) => {
+                                    l.hosts.refused_login(&e, Some(&permit)).await;
+                                    None
+                                }
+                            }
                         }
                         None => None,
                     };

@@ -126,10 +126,15 @@ impl crate::lanes::Work for Members<'_> {
             return Err(end);
         }
         let label = old.label().unwrap_or_else(|| "p?".into());
-        self.run.open(self.spec, &label).await.map_err(|e| {
-            self.run.keep(e.transcript.clone());
-            pair_failed(&e)
-        })
+        match self.run.open(self.spec, &label).await {
+            Ok(pair) => Ok(pair),
+            Err(e) => {
+                // The lane's slots are held by the lanes: the refused connection is one of them.
+                self.run.ctx.hosts.refused(&e, None).await;
+                self.run.keep(e.transcript.clone());
+                Err(pair_failed(&e))
+            }
+        }
     }
 
     async fn item(&self, pair: &mut Pair, m: Member, _second: bool) -> Step<Member, AttemptEnd> {

@@ -68,7 +68,9 @@ impl Run {
     }
 
     /// The first pair: a kept pair of this owner, servers and logins, or slots held while
-    /// this attempt has connections open (see `crate::hosts::pool`) and a pair opened.
+    /// this attempt has connections open (see `crate::hosts::pool`) and a pair opened. A
+    /// server that refuses it for too many connections teaches its host a lower limit, and
+    /// the pair waits for a slot under it and tries again: no failed try (RULES.md §16.3).
     async fn first_pair(
         &self,
         spec: &JobSpec,
@@ -83,33 +85,45 @@ impl Run {
             .map(ServerLogin::from_endpoint)
             .unwrap_or_else(|| src_login.clone());
         let key = crate::hosts::pool::PoolKey::new(owner, &src_login, &dst_login, spec.params);
-        if let Some(end) = self.fenced() {
-            return Err(end);
-        }
-        let acquired = self
-            .ctx
-            .hosts
-            .acquire_pair(&key, &spec.source.host, dst_host)
-            .await;
-        match acquired {
-            crate::hosts::pool::Acquired::Kept(mut pair, slots, origin) => {
-                pair.set_label("p1");
-                pair.set_gate(self.send_gate());
-                if let Some(routing) = self.routing.get() {
-                    routing.ready(&mut pair);
-                }
-                *self.first.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some((key, slots, origin.used_by(id)));
-                Ok(*pair)
+        let mut pause = crate::hosts::TooMany::default();
+        loop {
+            if let Some(end) = self.fenced() {
+                return Err(end);
             }
-            crate::hosts::pool::Acquired::Slots(slots) => {
-                let opened = self.open(spec, "p1").await;
-                let origin = crate::hosts::pool::Origin::new(self.ctx.clock.now(), id);
-                *self.first.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, slots, origin));
-                opened.map_err(|e| {
-                    self.keep(e.transcript.clone());
-                    pair_failed(&e)
-                })
+            let acquired = self
+                .ctx
+                .hosts
+                .acquire_pair(&key, &spec.source.host, dst_host)
+                .await;
+            match acquired {
+                crate::hosts::pool::Acquired::Kept(mut pair, slots, origin) => {
+                    pair.set_label("p1");
+                    pair.set_gate(self.send_gate());
+                    if let Some(routing) = self.routing.get() {
+                        routing.ready(&mut pair);
+                    }
+                    *self.first.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some((key, slots, origin.used_by(id)));
+                    return Ok(*pair);
+                }
+                crate::hosts::pool::Acquired::Slots(slots) => {
+                    let opened = self.open(spec, "p1").await;
+                    if let Err(e) = &opened {
+                        if self.ctx.hosts.refused(e, Some(&slots)).await {
+                            self.keep(e.transcript.clone());
+                            drop(slots);
+                            pause.wait(&self.ctx.hosts, e).await;
+                            continue;
+                        }
+                    }
+                    let origin = crate::hosts::pool::Origin::new(self.ctx.clock.now(), id);
+                    *self.first.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some((key, slots, origin));
+                    return opened.map_err(|e| {
+                        self.keep(e.transcript.clone());
+                        pair_failed(&e)
+                    });
+                }
             }
         }
     }
@@ -268,8 +282,10 @@ impl Run {
                 }
                 match run.open(spec, &label).await {
                     Ok(p) => Some((p, slots)),
-                    // One pair fewer; the first pair still does the work.
+                    // One pair fewer; the first pair still does the work. A refusal for
+                    // too many connections lowers the host's limit (RULES.md §16.3).
                     Err(e) => {
+                        run.ctx.hosts.refused(&e, Some(&slots)).await;
                         run.keep(e.transcript.clone());
                         None
                     }
@@ -400,6 +416,7 @@ impl Run {
                     crate::hosts::pool::Origin::new(self.ctx.clock.now(), id),
                 ),
                 Err(e) => {
+                    self.ctx.hosts.refused(&e, Some(&slots)).await;
                     self.keep(e.transcript.clone());
                     return;
                 }

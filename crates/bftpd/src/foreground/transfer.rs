@@ -74,8 +74,20 @@ async fn run_transfer(
             .await;
         return;
     };
-    let slots = hosts.acquire(&src.host, &dst.host).await;
-    let mut pair = match Pair::open(&src, &dst, spec.params, limits, check.clone()).await {
+    // A refusal for too many connections teaches the host a lower limit, and the first pair
+    // waits for a slot under it (RULES.md §16.3).
+    let mut pause = crate::hosts::TooMany::default();
+    let (slots, opened) = loop {
+        let slots = hosts.acquire(&src.host, &dst.host).await;
+        match Pair::open(&src, &dst, spec.params, limits, check.clone()).await {
+            Err(e) if hosts.refused(&e, Some(&slots)).await => {
+                drop(slots);
+                pause.wait(&hosts, &e).await;
+            }
+            opened => break (slots, opened),
+        }
+    };
+    let mut pair = match opened {
         Ok(p) => p,
         Err(e) => {
             let _ = tx
@@ -279,7 +291,7 @@ async fn early_pairs(
     dst: &ServerLogin,
     limits: &Limits,
     check: &Arc<dyn AddressCheck>,
-    hosts: &HostLimits,
+    hosts: &Arc<HostLimits>,
 ) -> Vec<JoinHandle<EarlyPair>> {
     let extra = if spec.is_multi_file() {
         hosts.parallel_pairs.saturating_sub(1)
@@ -294,8 +306,12 @@ async fn early_pairs(
         .map(|slots| {
             let (src, dst, limits, check) =
                 (src.clone(), dst.clone(), limits.clone(), check.clone());
+            let hosts = hosts.clone();
             tokio::spawn(async move {
                 let pair = Pair::open(&src, &dst, params, &limits, check).await;
+                if let Err(e) = &pair {
+                    hosts.refused(e, Some(&slots)).await;
+                }
                 (slots, pair)
             })
         })

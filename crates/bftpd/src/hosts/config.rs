@@ -86,6 +86,15 @@ pub struct FtpConfig {
     /// stopped. 0 makes no copy resumable.
     #[serde(default = "d_resume_from")]
     pub resume_from: u64,
+    /// Reply texts (matched case-insensitively in a 421 or 530) that say a server has too
+    /// many connections: the host's limit is lowered to what bftpd held there (RULES.md
+    /// §16.3). The default covers vsftpd, proFTPD, Pure-FTPd, IIS and any "too many".
+    #[serde(default = "d_too_many")]
+    pub too_many_patterns: Vec<String>,
+    /// How long a learned limit stays before it is raised by one (then again, until it is
+    /// the configured limit and forgotten).
+    #[serde(default = "d_limit_quiet", with = "crate::humantime_duration")]
+    pub limit_quiet: Duration,
 }
 
 /// `data_path = "auto"`: one of the words of [`DataPath`].
@@ -154,6 +163,12 @@ pub struct OverrideConfig {
     pub treat_as: String,
 }
 
+fn d_too_many() -> Vec<String> {
+    super::LearnSettings::default().patterns
+}
+fn d_limit_quiet() -> Duration {
+    super::LearnSettings::default().quiet
+}
 fn d_pairs() -> usize {
     4
 }
@@ -225,11 +240,21 @@ impl Default for FtpConfig {
             relay_bytes_per_second: None,
             pair_memory: d_pair_memory(),
             resume_from: d_resume_from(),
+            too_many_patterns: d_too_many(),
+            limit_quiet: d_limit_quiet(),
         }
     }
 }
 
 impl FtpConfig {
+    /// `too_many_patterns` and `limit_quiet`, as the learned limits take them.
+    pub fn learn_settings(&self) -> super::LearnSettings {
+        super::LearnSettings {
+            patterns: self.too_many_patterns.clone(),
+            quiet: self.limit_quiet,
+        }
+    }
+
     /// `resume_from` as the attempt takes it (`None`: no copy is resumable).
     pub fn resumable_from(&self) -> Option<u64> {
         (self.resume_from > 0).then_some(self.resume_from)

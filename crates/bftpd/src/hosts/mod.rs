@@ -4,6 +4,8 @@
 
 mod check;
 mod config;
+mod gate;
+mod learned;
 pub mod pairs;
 pub mod policy;
 pub mod pool;
@@ -14,6 +16,7 @@ mod slots;
 
 pub use check::PolicyCheck;
 pub use config::{DataPathPolicy, FtpConfig, OverrideConfig};
+pub use learned::{HostState, LearnSettings, TooMany};
 pub use slots::Slots;
 use slots::{take_in_cluster, wait_for_release, ClusterHold, CLUSTER_BACKOFF};
 
@@ -31,8 +34,12 @@ use pool::PoolKey;
 pub struct HostLimits {
     /// Connection pairs one job (or one foreground transfer) runs at once.
     pub parallel_pairs: usize,
+    /// `[ftp] max_connections_per_host`; a host that taught a lower limit has that one.
     per_host: usize,
-    hosts: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    /// This node's count of each host's connections (lower case), at its limit.
+    gates: std::sync::Mutex<std::collections::HashMap<String, Arc<gate::Gate>>>,
+    /// The limits learned from the servers (`learned`).
+    learned: learned::Learned,
     /// The count of all nodes, when the store is shared.
     cluster: Option<Arc<dyn HostSlots>>,
     /// Unique (STOU) copies: one at a time per destination directory, over all nodes.
@@ -102,7 +109,8 @@ impl HostLimits {
         Arc::new(HostLimits {
             parallel_pairs: parallel_pairs.max(1),
             per_host: per_host.max(1),
-            hosts: Default::default(),
+            gates: Default::default(),
+            learned: Default::default(),
             unique: crate::hosts::unique::UniqueDirs::new(cluster.clone()),
             cluster,
             pool: crate::hosts::pool::PairPool::new(pool),
@@ -110,33 +118,51 @@ impl HostLimits {
         })
     }
 
-    fn semaphore(&self, host: &str) -> Arc<tokio::sync::Semaphore> {
-        let mut m = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
-        m.entry(host.to_ascii_lowercase())
-            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.per_host)))
+    fn gate(&self, host: &str) -> Arc<gate::Gate> {
+        let host = host.to_ascii_lowercase();
+        let limit = self.limit_of(&host);
+        let mut m = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(host.clone())
+            .or_insert_with(|| gate::Gate::new(&host, limit))
             .clone()
     }
 
+    /// The slots a pair on one host takes there: two, or one where only one is allowed.
+    fn same_host_slots(&self, host: &str) -> usize {
+        2.min(self.limit_of(&host.to_ascii_lowercase()))
+    }
+
     /// The hosts a pair between `a` and `b` takes a slot on, one entry a slot (the key the
-    /// in-memory semaphores use: the host name in lower case).
+    /// in-memory gates use: the host name in lower case).
     fn slot_hosts(&self, a: &str, b: &str) -> Vec<String> {
         let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
         if a == b {
-            vec![a; 2.min(self.per_host)]
+            let n = self.same_host_slots(&a);
+            vec![a; n]
         } else {
             vec![a, b]
         }
     }
 
-    /// Takes `hosts` in the count of all nodes, if there is one: `Some(None)` without one,
-    /// `None` when a host is full there (or the database did not answer: never more
-    /// connections than the limit).
-    async fn take_cluster(&self, hosts: Vec<String>) -> Option<Option<ClusterHold>> {
+    /// Takes `hosts` in the count of all nodes, if there is one, each at its own limit
+    /// (learned limits differ by host): `Some(empty)` without one, `None` when a host is full
+    /// there (or the database did not answer: never more connections than the limit); nothing
+    /// is held then.
+    async fn take_cluster(&self, hosts: Vec<String>) -> Option<Vec<ClusterHold>> {
         let Some(cluster) = self.cluster.clone() else {
-            return Some(None);
+            return Some(Vec::new());
         };
-        let per_host = u32::try_from(self.per_host).unwrap_or(u32::MAX);
-        take_in_cluster(cluster, hosts, per_host).await.map(Some)
+        // Hosts of one limit in one take (in name order), as before learned limits.
+        let mut by_limit: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+        for h in hosts {
+            let limit = u32::try_from(self.limit_of(&h)).unwrap_or(u32::MAX);
+            by_limit.entry(limit).or_default().push(h);
+        }
+        let mut held = Vec::new();
+        for (per_host, hosts) in by_limit {
+            held.push(take_in_cluster(cluster.clone(), hosts, per_host).await?);
+        }
+        Some(held)
     }
 
     /// Waits for a connection slot on both hosts. Hosts are taken in name order, so two
@@ -194,24 +220,16 @@ impl HostLimits {
     }
 
     /// Waits for this daemon's own slots on both hosts.
-    async fn acquire_local(&self, a: &str, b: &str) -> Vec<tokio::sync::OwnedSemaphorePermit> {
+    async fn acquire_local(&self, a: &str, b: &str) -> Vec<gate::Permit> {
         let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
         let mut out = Vec::new();
         if a == b {
-            if let Ok(p) = self
-                .semaphore(&a)
-                .acquire_many_owned(2.min(self.per_host as u32))
-                .await
-            {
-                out.push(p);
-            }
+            out.push(self.gate(&a).take(self.same_host_slots(&a)).await);
             return out;
         }
         let (first, second) = if a < b { (a, b) } else { (b, a) };
         for h in [first, second] {
-            if let Ok(p) = self.semaphore(&h).acquire_owned().await {
-                out.push(p);
-            }
+            out.push(self.gate(&h).take(1).await);
         }
         out
     }
@@ -220,7 +238,7 @@ impl HostLimits {
     /// waits for a slot (and holds it only while the copy it watches runs).
     pub async fn try_acquire_one(&self, host: &str) -> Option<Slots> {
         let host = host.to_ascii_lowercase();
-        let local = self.semaphore(&host).try_acquire_owned().ok()?;
+        let local = self.gate(&host).try_take(1)?;
         let cluster = self.take_cluster(vec![host]).await?;
         Some(Slots {
             _local: vec![local],
@@ -257,11 +275,7 @@ impl HostLimits {
 
     /// This daemon's own slots on both hosts if free now, after closing kept pairs on them
     /// if needed.
-    async fn try_acquire_local(
-        &self,
-        a: &str,
-        b: &str,
-    ) -> Option<Vec<tokio::sync::OwnedSemaphorePermit>> {
+    async fn try_acquire_local(&self, a: &str, b: &str) -> Option<Vec<gate::Permit>> {
         if let Some(free) = self.try_acquire_free(a, b) {
             return Some(free);
         }
@@ -271,18 +285,14 @@ impl HostLimits {
         None
     }
 
-    fn try_acquire_free(&self, a: &str, b: &str) -> Option<Vec<tokio::sync::OwnedSemaphorePermit>> {
+    fn try_acquire_free(&self, a: &str, b: &str) -> Option<Vec<gate::Permit>> {
         let (a, b) = (a.to_ascii_lowercase(), b.to_ascii_lowercase());
         if a == b {
-            let n = 2.min(self.per_host as u32);
-            return self
-                .semaphore(&a)
-                .try_acquire_many_owned(n)
-                .ok()
-                .map(|p| vec![p]);
+            let n = self.same_host_slots(&a);
+            return self.gate(&a).try_take(n).map(|p| vec![p]);
         }
-        let first = self.semaphore(&a).try_acquire_owned().ok()?;
-        let second = self.semaphore(&b).try_acquire_owned().ok()?;
+        let first = self.gate(&a).try_take(1)?;
+        let second = self.gate(&b).try_take(1)?;
         Some(vec![first, second])
     }
 }

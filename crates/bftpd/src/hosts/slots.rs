@@ -11,9 +11,9 @@ use bftp_store::{HostSlots, SlotHold};
 /// gives them back: drop it only once its connections are closed.
 #[derive(Default)]
 pub struct Slots {
-    // Held for their drop alone.
-    pub(super) _local: Vec<tokio::sync::OwnedSemaphorePermit>,
-    pub(super) _cluster: Option<ClusterHold>,
+    // Held for their drop alone (and marked when a server refused one for too many).
+    pub(super) _local: Vec<super::gate::Permit>,
+    pub(super) _cluster: Vec<ClusterHold>,
     /// More slots held with these: a relaying pair's data connections, one on each host.
     pub(super) more: Vec<Slots>,
 }
@@ -23,6 +23,16 @@ impl Slots {
     pub fn with(mut self, more: Slots) -> Slots {
         self.more.push(more);
         self
+    }
+
+    /// A connection on `host` (lower case) of these slots was refused for too many: it is
+    /// not counted as held there while its slot is still taken. Whether one was marked.
+    pub(super) fn mark_refused(&self, host: &str) -> bool {
+        self._local
+            .iter()
+            .filter(|p| p.host() == host)
+            .any(|p| p.mark_refused())
+            || self.more.iter().any(|m| m.mark_refused(host))
     }
 }
 

@@ -323,12 +323,23 @@ impl Watcher {
             .map(ServerLogin::from_endpoint)
             .unwrap_or_else(|| src.clone());
         let key = PoolKey::new(w.owner_uid, &src, &dst, spec.params);
-        match self.hosts.acquire_pair(&key, &src.host, &dst.host).await {
-            Acquired::Kept(pair, slots, _) => Ok((key, *pair, slots)),
-            Acquired::Slots(slots) => {
-                match Pair::open(&src, &dst, spec.params, &self.limits, self.check.clone()).await {
-                    Ok(pair) => Ok((key, pair, slots)),
-                    Err(e) => Err(format!("cannot log in: {e}")),
+        // A server that refuses the login for too many connections teaches its host a lower
+        // limit, and the poll waits for a slot under it (RULES.md §16.3).
+        let mut pause = crate::hosts::TooMany::default();
+        loop {
+            match self.hosts.acquire_pair(&key, &src.host, &dst.host).await {
+                Acquired::Kept(pair, slots, _) => return Ok((key, *pair, slots)),
+                Acquired::Slots(slots) => {
+                    match Pair::open(&src, &dst, spec.params, &self.limits, self.check.clone())
+                        .await
+                    {
+                        Ok(pair) => return Ok((key, pair, slots)),
+                        Err(e) if self.hosts.refused(&e, Some(&slots)).await => {
+                            drop(slots);
+                            pause.wait(&self.hosts, &e).await;
+                        }
+                        Err(e) => return Err(format!("cannot log in: {e}")),
+                    }
                 }
             }
         }
