@@ -284,6 +284,8 @@ impl JobStore for PgStore {
 
     fn events_of_job(&self, job: JobId) -> Result<Vec<Event>, StoreError> {
         self.with(|i| async move { i.events_of_job(job).await })
+    }
+
     fn learn_host_limit(&self, limit: &HostLimit) -> Result<(), StoreError> {
         let limit = limit.clone();
         self.with(|i| async move { i.learn_host_limit(limit).await })

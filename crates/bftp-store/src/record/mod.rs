@@ -24,14 +24,11 @@ use crate::types::{
 
 mod copy;
 mod event;
-mod intent;
-mod watch;
-pub(crate) use copy::{CopyTlsV1, ResumeV1, RouteV1};
-pub(crate) use event::EventV1;
 mod hostlimit;
 mod intent;
 mod watch;
 pub(crate) use copy::{CopyTlsV1, ResumeV1, RouteV1};
+pub(crate) use event::EventV1;
 pub(crate) use hostlimit::HostLimitV1;
 use intent::intent_field;
 pub(crate) use intent::IntentV1;

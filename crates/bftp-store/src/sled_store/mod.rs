@@ -34,8 +34,7 @@ pub use backup::BackupReport;
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// Never reorder: a tree's position is hashed into the content digest of its entries.
-const TREES: [&str; 20] = [
-const TREES: [&str; 17] = [
+const TREES: [&str; 21] = [
     "meta",
     "jobs",
     "members",
@@ -137,8 +136,7 @@ struct Trees {
 
 impl Trees {
     /// Every tree, in [`TREES`] order.
-    fn all(&self) -> [&sled::Tree; 20] {
-    fn all(&self) -> [&sled::Tree; 17] {
+    fn all(&self) -> [&sled::Tree; 21] {
         [
             &self.meta,
             &self.jobs,

@@ -192,8 +192,7 @@ impl SledStore {
                 )),
             }
         };
-        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts, refusals, pairs, watches, watch_files, events, event_ids, event_due, event_jobs] =
-        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts, refusals, pairs, watches, watch_files, host_limits] =
+        let [meta, jobs, members, history, requests, owners, keywords, states, due, outbox, outbox_due, transcripts, refusals, pairs, watches, watch_files, events, event_ids, event_due, event_jobs, host_limits] =
             TREES;
         Ok(Trees {
             meta: open(meta)?,

@@ -74,7 +74,7 @@ impl SledStore {
                     event_ids: tree(17),
                     event_due: tree(18),
                     event_jobs: tree(19),
-                    host_limits: tree(16),
+                    host_limits: tree(20),
                 };
                 let value = f(&tx)?;
                 if digest.get() != before {
