@@ -40,6 +40,7 @@ use crate::types::{JobId, StateFilter};
 use crate::LeaseCell;
 
 mod backup;
+mod gates;
 mod jobs;
 mod lease;
 mod members;

@@ -24,7 +24,9 @@ use crate::types::{
 
 mod copy;
 mod intent;
+mod wait;
 mod watch;
+pub(crate) use wait::WaitV1;
 pub(crate) use copy::{CopyTlsV1, ResumeV1, RouteV1};
 use intent::intent_field;
 pub(crate) use intent::IntentV1;
@@ -59,6 +61,10 @@ pub(crate) struct JobV1 {
     /// written before watches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch: Option<u64>,
+    /// Why the queued job waits at a start gate (RULES.md §16.3, §16.4); cleared whenever
+    /// its state moves. Absent for every other job and in records written before gates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<WaitV1>,
 }
 
 /// A recursive job's walk: directories to list, directories listed (relative to the root).
@@ -582,6 +588,7 @@ impl JobV1 {
             rk: None,
             walk: None,
             watch: None,
+            wait: None,
         }
     }
 }
@@ -1009,6 +1016,7 @@ pub(crate) fn job_to_api(id: JobId, r: &JobV1) -> Result<Job, StoreError> {
         member_count: r.members,
         members_frozen: r.frozen,
         watch: r.watch.map(crate::types::WatchId),
+        waiting: r.wait.as_ref().and_then(WaitV1::to_api),
     })
 }
 

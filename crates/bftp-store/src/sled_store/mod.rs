@@ -16,6 +16,7 @@ use crate::durable::GroupCommit;
 use crate::error::{backend, StoreError};
 
 mod backup;
+mod gates;
 mod members;
 mod open;
 mod pages;

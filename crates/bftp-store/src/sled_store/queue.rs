@@ -576,6 +576,16 @@ impl JobStore for SledStore {
     fn upkeep(&self) -> Option<&dyn Upkeep> {
         Some(self)
     }
+
+    fn defer(
+        &self,
+        id: JobId,
+        until: Timestamp,
+        wait: Option<bftp_core::window::Wait>,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        self.defer_job(id, until, wait, now)
+    }
 }
 
 /// A new job (`JobStore::submit`) inside a write transaction, `count` from

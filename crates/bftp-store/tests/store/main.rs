@@ -32,6 +32,7 @@ fn member_states(store: &dyn JobStore, id: JobId) -> Vec<MemberState> {
         .collect()
 }
 
+mod gates;
 mod jobs;
 mod members;
 mod meta;
