@@ -50,6 +50,9 @@ pub struct Config {
     /// `[mail]`: the reports of final jobs (see `bftp_mail::MailConfig`).
     #[serde(default)]
     pub mail: bftp_mail::MailConfig,
+    /// `[[windows]]`: the hours of hosts and pairs (RULES.md §16.3).
+    #[serde(default)]
+    pub windows: Vec<crate::hosts::gates::WindowConfig>,
 }
 
 /// `[api]`: what one connection, one user and all of them together may hold of the daemon.
@@ -538,6 +541,7 @@ impl Config {
             bail!("[retry_bounds]: max_attempts must be at least 1");
         }
         self.ftp.limits()?;
+        crate::hosts::gates::Windows::from_config(&self.windows)?;
         if self.scheduler.max_running_jobs == 0 {
             bail!("[scheduler]: max_running_jobs must be at least 1");
         }

@@ -60,6 +60,8 @@ pub struct AppState {
     pub data_paths: crate::hosts::DataPathPolicy,
     /// The watches' task, told when a watch is added or resumed (`None` in tests without it).
     pub watcher: Option<Arc<crate::watch::Watcher>>,
+    /// The start gates: the servers' breakers for `/metrics` (`None` in tests without).
+    pub gates: Option<Arc<crate::hosts::gates::Gates>>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -214,6 +216,9 @@ async fn metrics(State(app): State<Shared>) -> Result<Response, ApiError> {
         text.push_str(&crate::metrics::node_series(&name, running));
     }
     text.push_str(&crate::metrics::watch_series(&watches, app.clock.now()));
+    if let Some(g) = &app.gates {
+        text.push_str(&g.breaker.metrics_series());
+    }
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,

@@ -86,6 +86,24 @@ pub struct FtpConfig {
     /// stopped. 0 makes no copy resumable.
     #[serde(default = "d_resume_from")]
     pub resume_from: u64,
+    /// The circuit breaker (RULES.md §16.4): the first probe of a server that is down waits
+    /// this long, each next one twice as long, up to `probe_max`.
+    #[serde(default = "d_probe_first", with = "crate::humantime_duration")]
+    pub probe_first: Duration,
+    #[serde(default = "d_probe_max", with = "crate::humantime_duration")]
+    pub probe_max: Duration,
+}
+
+impl FtpConfig {
+    /// How the breaker probes servers that are down.
+    pub fn probe_settings(&self) -> crate::hosts::breaker::ProbeSettings {
+        crate::hosts::breaker::ProbeSettings {
+            first: self.probe_first,
+            max: self.probe_max,
+            connect_timeout: self.connect_timeout,
+            reply_timeout: self.reply_timeout,
+        }
+    }
 }
 
 /// `data_path = "auto"`: one of the words of [`DataPath`].
@@ -225,8 +243,18 @@ impl Default for FtpConfig {
             relay_bytes_per_second: None,
             pair_memory: d_pair_memory(),
             resume_from: d_resume_from(),
+            probe_first: d_probe_first(),
+            probe_max: d_probe_max(),
         }
     }
+}
+
+fn d_probe_first() -> Duration {
+    Duration::from_secs(1)
+}
+
+fn d_probe_max() -> Duration {
+    Duration::from_secs(60)
 }
 
 impl FtpConfig {

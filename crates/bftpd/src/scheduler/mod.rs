@@ -40,6 +40,16 @@ pub enum AttemptEnd {
     /// Stopped by a cancel, or by shutdown (aborted after the grace period, or drained
     /// between two files), before it ended.
     Interrupted,
+    /// Stopped before a new file at a start gate (a window closed): the job waits, this
+    /// attempt not counted (RULES.md §16.3).
+    Wait(bftp_core::window::Wait),
+}
+
+/// Asked before a due job starts (RULES.md §16.3, §16.4): `Some(wait)` defers the job to
+/// `wait.until` without a try counted, its status saying why. Implemented over the hosts'
+/// windows and breakers (`attempt::gates`), so the scheduler knows nothing of hosts.
+pub trait StartGate: Send + Sync {
+    fn wait_for(&self, job: &Job, now: Timestamp) -> Option<bftp_core::window::Wait>;
 }
 
 impl From<crate::lanes::walk::WalkEnd> for AttemptEnd {
@@ -98,6 +108,8 @@ pub struct Scheduler {
     clock: Clock,
     /// The draw behind each retry's ±10% jitter.
     jitter: Jitter,
+    /// Asked before each start ([`StartGate`]); none: every due job starts.
+    gate: std::sync::RwLock<Option<Arc<dyn StartGate>>>,
 }
 
 impl Scheduler {
@@ -122,7 +134,13 @@ impl Scheduler {
             metrics,
             clock,
             jitter,
+            gate: std::sync::RwLock::new(None),
         })
+    }
+
+    /// The start gate asked before each due job starts.
+    pub fn set_gate(&self, gate: Arc<dyn StartGate>) {
+        *self.gate.write().unwrap_or_else(|p| p.into_inner()) = Some(gate);
     }
 
     /// Rings when a job may have become final (an attempt ended, a cancel).
@@ -339,6 +357,7 @@ impl Scheduler {
         drain: &CancellationToken,
     ) -> Result<(), StoreError> {
         let t = self.clock.now();
+        let gate = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone();
         let started = self
             .store
             .call(move |store| -> Result<Option<(Job, u32)>, StoreError> {
@@ -357,6 +376,13 @@ impl Scheduler {
                         Some("the retry deadline passed before the next attempt".into()),
                     )?;
                     return Ok(None);
+                }
+                // A closed window or a host that is down: the job waits, no try counted.
+                if let Some(wait) = gate.and_then(|g| g.wait_for(&job, t)) {
+                    return match store.defer(id, wait.until, Some(wait), t) {
+                        Ok(_) | Err(StoreError::InvalidTransition { .. } | StoreError::LeaseLost { .. }) => Ok(None),
+                        Err(e) => Err(e),
+                    };
                 }
                 let attempt = job.attempts + 1;
                 match store.apply(id, JobEvent::Start { attempt }, t, None) {
@@ -448,6 +474,10 @@ impl Scheduler {
                         store.settle_and_finish(id, MemberState::FailedRetriesExhausted, t, Some(why)).map(|_| ())
                     }
                 },
+                AttemptEnd::Wait(wait) => {
+                    tracing::info!(job = id.0, attempt, until = %wait.until, "{}; the attempt does not count", wait.text());
+                    store.defer(id, wait.until, Some(wait), t).map(|_| ())
+                }
                 AttemptEnd::Interrupted => {
                     // A cancel already moved the job; a shutdown leaves it due again at once.
                     match store.get(id)? {
