@@ -3,6 +3,7 @@ mod data_path;
 mod engine;
 mod foundation;
 mod frontend_ftp;
+mod gates;
 mod host_limit;
 mod hostile;
 mod hostile_infra;

@@ -14,13 +14,16 @@ use std::time::Duration;
 
 use crate::time::Timestamp;
 
-/// One window of wall time, in minutes since midnight: `start` in `0..1440`, `end` in
-/// `1..=1440` (`24:00` is midnight at the end of the day), never equal.
+/// One window of wall time, in seconds since midnight: `start` in `0..DAY`, `end` in
+/// `1..=DAY` (`24:00` is midnight at the end of the day), never equal. Written `HH:MM`, or
+/// `HH:MM:SS` where a second matters (tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Window {
-    start: u16,
-    end: u16,
+    start: u32,
+    end: u32,
 }
+
+const DAY: u32 = 86_400;
 
 /// Why a window or a time zone was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -41,9 +44,9 @@ impl Window {
         let (a, b) = t
             .split_once('-')
             .ok_or_else(|| WindowError::Syntax(text.into()))?;
-        let start = minutes(text, a.trim(), false)?;
-        let end = minutes(text, b.trim(), true)?;
-        if start == end % 1440 && !(start == 0 && end == 1440) {
+        let start = seconds(text, a.trim(), false)?;
+        let end = seconds(text, b.trim(), true)?;
+        if start == end % DAY && !(start == 0 && end == DAY) {
             return Err(WindowError::Empty(text.into()));
         }
         Ok(Window { start, end })
@@ -57,23 +60,30 @@ impl Window {
 
 impl fmt::Display for Window {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let hm = |m: u16| format!("{:02}:{:02}", m / 60, m % 60);
+        let hm = |t: u32| match t % 60 {
+            0 => format!("{:02}:{:02}", t / 3600, t / 60 % 60),
+            s => format!("{:02}:{:02}:{s:02}", t / 3600, t / 60 % 60),
+        };
         write!(f, "{}-{}", hm(self.start), hm(self.end))
     }
 }
 
-/// `HH:MM` as minutes; `24:00` only as an end.
-fn minutes(whole: &str, t: &str, end: bool) -> Result<u16, WindowError> {
+/// `HH:MM` or `HH:MM:SS` as seconds; `24:00` only as an end.
+fn seconds(whole: &str, t: &str, end: bool) -> Result<u32, WindowError> {
     let bad = || WindowError::Time(whole.into(), t.into());
-    let (h, m) = t.split_once(':').ok_or_else(|| WindowError::Syntax(whole.into()))?;
+    let parts: Vec<&str> = t.split(':').collect();
+    if !(2..=3).contains(&parts.len()) {
+        return Err(WindowError::Syntax(whole.into()));
+    }
     let digits = |s: &str| s.len() == 2 && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(h) || !digits(m) {
+    if !parts.iter().all(|p| digits(p)) {
         return Err(bad());
     }
-    let (h, m): (u16, u16) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
-    match (h, m) {
-        (24, 0) if end => Ok(1440),
-        (0..=23, 0..=59) => Ok(h * 60 + m),
+    let n: Vec<u32> = parts.iter().map(|p| p.parse().unwrap_or(99)).collect();
+    let (h, m, s) = (n[0], n[1], n.get(2).copied().unwrap_or(0));
+    match (h, m, s) {
+        (24, 0, 0) if end => Ok(DAY),
+        (0..=23, 0..=59, 0..=59) => Ok(h * 3600 + m * 60 + s),
         _ => Err(bad()),
     }
 }
@@ -105,13 +115,13 @@ pub enum Now {
 /// The window's instants on the local day `day` (its start on that day), unless it is empty
 /// that day.
 fn interval(w: Window, day: jiff::civil::Date, tz: &jiff::tz::TimeZone) -> Option<(i64, i64)> {
-    let at = |d: jiff::civil::Date, m: u16| -> Option<i64> {
-        let (d, m) = if m >= 1440 {
-            (d.tomorrow().ok()?, m - 1440)
+    let at = |d: jiff::civil::Date, t: u32| -> Option<i64> {
+        let (d, t) = if t >= DAY {
+            (d.tomorrow().ok()?, t - DAY)
         } else {
-            (d, m)
+            (d, t)
         };
-        let dt = d.at((m / 60) as i8, (m % 60) as i8, 0, 0);
+        let dt = d.at((t / 3600) as i8, (t / 60 % 60) as i8, (t % 60) as i8, 0);
         Some(
             tz.to_ambiguous_timestamp(dt)
                 .compatible()
@@ -121,7 +131,7 @@ fn interval(w: Window, day: jiff::civil::Date, tz: &jiff::tz::TimeZone) -> Optio
     };
     let start = at(day, w.start)?;
     let end = if w.crosses_midnight() {
-        at(day, w.end + 1440)?
+        at(day, w.end + DAY)?
     } else {
         at(day, w.end)?
     };

@@ -401,7 +401,7 @@ pub trait JobStore: Send + Sync {
     /// attempt moves, its claim released; a running job (an attempt that stopped before a
     /// new file for a closed window) goes back to the queue and that attempt does not count
     /// (`attempts` back by one). A `waiting` history entry when the reason or host changed.
-    /// A final job is `InvalidTransition`; on a shared store, a job another node holds is
+    /// A final job, and a running one given no `wait`, is `InvalidTransition`; on a shared store, a job another node holds is
     /// `LeaseLost`. Durable before it returns.
     fn defer(
         &self,

@@ -31,6 +31,7 @@ fn windows_parse_or_say_why_not() {
         (" 22:00 - 02:00 ", "22:00-02:00"),
         ("00:00-24:00", "00:00-24:00"),
         ("23:59-00:00", "23:59-00:00"),
+        ("01:00:30-01:00:45", "01:00:30-01:00:45"),
     ];
     for (text, shown) in ok {
         assert_eq!(Window::parse(text).unwrap().to_string(), shown, "{text}");
@@ -44,6 +45,8 @@ fn windows_parse_or_say_why_not() {
         ("06:00-06:00", "the same time"),
         ("00:00-00:00", "the same time"),
         ("a-b", "expected"),
+        ("01:00:60-02:00", "01:00:60 is not a time of day"),
+        ("01:00:00:00-02:00", "expected"),
         ("", "expected"),
     ];
     for (text, why) in bad {

@@ -11,7 +11,8 @@ use crate::types::JobId;
 /// The job waits until `until` for `wait` (`None`: no more, made due at `until`), without a
 /// try counted: a queued job's next attempt moves (no backoff grows, no attempt starts); a
 /// running one (its attempt stopped before a new file for a closed window) goes back to the
-/// queue and that attempt is not counted (`attempts` back to the one before). A history
+/// queue and that attempt is not counted (`attempts` back to the one before); a release
+/// (`wait` `None`) of a running job is refused, as of a final one. A history
 /// entry `waiting` says why when the reason or the host changed, not at each new probe.
 pub(crate) fn defer(
     id: JobId,
@@ -44,7 +45,8 @@ pub(crate) fn defer(
                 plan.note(now, "waiting", Some(&w.text()));
             }
         }
-        JobState::Running { attempt, .. } => {
+        // A release (`None`) is for queued jobs only: a running one is left to its attempt.
+        JobState::Running { attempt, .. } if wait.is_some() => {
             plan.transition(
                 id,
                 JobEvent::Requeue {
@@ -60,7 +62,7 @@ pub(crate) fn defer(
             );
             plan.note(now, "waiting", Some(&detail));
         }
-        JobState::Finished { .. } | JobState::Cancelled { .. } => {
+        JobState::Running { .. } | JobState::Finished { .. } | JobState::Cancelled { .. } => {
             return Err(StoreError::InvalidTransition {
                 job: id,
                 source: InvalidTransition {
@@ -142,6 +144,13 @@ mod tests {
         );
         assert_eq!(p.rec.attempts, 2);
         assert!(p.history[0].1.detail.as_deref().unwrap().contains("does not count"));
+        assert!(
+            matches!(
+                defer(JobId(1), rec(running, 2), T, None, T),
+                Err(StoreError::InvalidTransition { .. })
+            ),
+            "a release leaves a running job to its attempt"
+        );
         let done = JobState::Finished {
             outcome: JobOutcome::Succeeded,
             at: T,

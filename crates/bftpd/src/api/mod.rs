@@ -311,6 +311,21 @@ async fn transfer(
             spec.disposition
         )));
     }
+    // A closed window (RULES.md §16.3): refused, saying when it opens (a foreground
+    // transfer does not wait; `bftp submit` does).
+    if let Some(wait) = app.gates.as_ref().and_then(|g| {
+        let dst = spec.destination.as_ref().map(|d| d.host.as_str());
+        g.windows.look(&spec.source.host, dst, app.clock.now()).wait()
+    }) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "window_closed",
+            format!(
+                "{}; a foreground transfer does not wait: try again then, or `bftp submit` the job, which starts when the window opens",
+                wait.text()
+            ),
+        ));
+    }
     tracing::info!(uid = caller.uid, source = %spec.source.display_url(), "foreground transfer");
     let routing = crate::lanes::routing::Routing::plan(
         &spec,

@@ -206,18 +206,20 @@ impl Breaker {
         // or is held elsewhere meanwhile is left as it is).
         let (store, wake) = (self.store.clone(), self.wake.get().cloned());
         tokio::spawn(async move {
-            let released = store
-                .call(move |s| {
-                    for id in waiting {
-                        if let Err(e) = s.defer(id, now, None, now) {
-                            tracing::debug!(job = id.0, error = %e, "not released: it moved meanwhile");
-                        }
+            // Written together: their durable writes share a group commit.
+            let releases = waiting.into_iter().map(|id| {
+                store.call(move |s| match s.defer(id, now, None, now) {
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        tracing::debug!(job = id.0, error = %e, "not released: it moved meanwhile");
+                        Ok(())
                     }
-                    Ok(())
                 })
-                .await;
-            if let Err(e) = released {
-                tracing::warn!(error = %e, "cannot release the jobs that waited for a server; they start at their next probe time");
+            });
+            for released in futures_util::future::join_all(releases).await {
+                if let Err(e) = released {
+                    tracing::warn!(error = %e, "cannot release a job that waited for a server; it starts at its next probe time");
+                }
             }
             if let Some(wake) = wake {
                 wake();
