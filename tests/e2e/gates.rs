@@ -89,9 +89,11 @@ fn nothing_starts_before_the_window_opens_and_everything_after() -> Result<()> {
         &[],
     );
     // Waiting, and why, as data.
-    bftp_tests::jobs::poll(Duration::from_secs(5), "the job waits for the window", || {
-        status(&d, id)["waiting"]["reason"] == "window"
-    });
+    bftp_tests::jobs::poll(
+        Duration::from_secs(5),
+        "the job waits for the window",
+        || status(&d, id)["waiting"]["reason"] == "window",
+    );
     let v = status(&d, id);
     ensure!(
         v["state"] == "queued" && v["attempts"] == 0,
@@ -298,8 +300,7 @@ fn one_probe_for_a_server_that_is_down_and_all_its_jobs_released_at_once() -> Re
             .zip(&attempts_before)
             .filter(|(id, before)| {
                 now.iter().any(|v| {
-                    v["id"].as_u64() == Some(**id)
-                        && v["attempts"].as_u64().unwrap_or(0) > **before
+                    v["id"].as_u64() == Some(**id) && v["attempts"].as_u64().unwrap_or(0) > **before
                 })
             })
             .count();

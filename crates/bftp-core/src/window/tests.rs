@@ -218,7 +218,10 @@ fn a_wait_says_why_in_words_and_data() {
         host: Some("ftp.example.org".into()),
         until: utc("2026-06-01T01:00"),
     };
-    assert_eq!(d.text(), "waiting for ftp.example.org to come back (probing)");
+    assert_eq!(
+        d.text(),
+        "waiting for ftp.example.org to come back (probing)"
+    );
     for r in [WaitReason::Window, WaitReason::HostDown] {
         assert_eq!(WaitReason::parse(r.as_str()), Some(r));
     }

@@ -57,9 +57,8 @@ pub(crate) fn defer(
             plan.rec.attempts = attempt.saturating_sub(1);
             plan.rec.wait = new_wait;
             let why = wait.map(Wait::text).unwrap_or_default();
-            let detail = format!(
-                "attempt {attempt} stopped before its next file and does not count; {why}"
-            );
+            let detail =
+                format!("attempt {attempt} stopped before its next file and does not count; {why}");
             plan.note(now, "waiting", Some(&detail));
         }
         JobState::Running { .. } | JobState::Finished { .. } | JobState::Cancelled { .. } => {
@@ -104,7 +103,10 @@ mod tests {
             }
         );
         assert_eq!(p.rec.attempts, 0);
-        assert_eq!(p.rec.wait.as_ref().and_then(WaitV1::to_api), Some(down.clone()));
+        assert_eq!(
+            p.rec.wait.as_ref().and_then(WaitV1::to_api),
+            Some(down.clone())
+        );
         assert_eq!(p.history.len(), 1);
         assert_eq!(p.history[0].1.kind, "waiting");
         // The same reason again (the next probe): moved, no new line.
@@ -118,8 +120,8 @@ mod tests {
         assert!(p3.rec.wait.is_none() && p3.history.is_empty());
         // A start clears a wait.
         let p4 = defer(id, p3.rec, Timestamp(500), Some(&down), T).unwrap();
-        let started = crate::plan::event(id, p4.rec, JobEvent::Start { attempt: 1 }, T, None)
-            .unwrap();
+        let started =
+            crate::plan::event(id, p4.rec, JobEvent::Start { attempt: 1 }, T, None).unwrap();
         assert!(started.rec.wait.is_none());
     }
 
@@ -143,7 +145,12 @@ mod tests {
             ))
         );
         assert_eq!(p.rec.attempts, 2);
-        assert!(p.history[0].1.detail.as_deref().unwrap().contains("does not count"));
+        assert!(p.history[0]
+            .1
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("does not count"));
         assert!(
             matches!(
                 defer(JobId(1), rec(running, 2), T, None, T),

@@ -26,10 +26,10 @@ mod copy;
 mod intent;
 mod wait;
 mod watch;
-pub(crate) use wait::WaitV1;
 pub(crate) use copy::{CopyTlsV1, ResumeV1, RouteV1};
 use intent::intent_field;
 pub(crate) use intent::IntentV1;
+pub(crate) use wait::WaitV1;
 pub(crate) use watch::{WatchFileV1, WatchStatusV1, WatchV1};
 
 /// The record version this code writes. Also the schema version in the `meta` tree.

@@ -16,7 +16,9 @@ fn a_deferred_job_waits_says_why_and_is_released(fx: &Fixture) {
     let id = store.submit(job(1)).unwrap().job().id;
     // Claimed by `due` (on PostgreSQL), then deferred: the claim goes, the due time moves.
     assert_eq!(store.due(at(60), 10).unwrap().len(), 1);
-    let j = store.defer(id, at(300), Some(down(at(300))), at(61)).unwrap();
+    let j = store
+        .defer(id, at(300), Some(down(at(300))), at(61))
+        .unwrap();
     assert_eq!(
         j.state,
         JobState::Queued {
@@ -28,14 +30,18 @@ fn a_deferred_job_waits_says_why_and_is_released(fx: &Fixture) {
     assert_eq!(store.due(at(299), 10).unwrap(), []);
     assert_eq!(store.next_due().unwrap(), Some(at(300)));
     // The next probe: moved again, one history line for the whole wait.
-    store.defer(id, at(400), Some(down(at(400))), at(300)).unwrap();
+    store
+        .defer(id, at(400), Some(down(at(400))), at(300))
+        .unwrap();
     assert_eq!(kinds(&*store, id), ["submitted", "waiting"]);
     // The host is back: due at once, no wait shown.
     let j = store.defer(id, at(310), None, at(310)).unwrap();
     assert_eq!(j.waiting, None);
     assert_eq!(store.due(at(310), 10).unwrap(), [(at(310), id)]);
     // A start clears any wait; a start is the first try.
-    store.defer(id, at(310), Some(down(at(310))), at(310)).unwrap();
+    store
+        .defer(id, at(310), Some(down(at(310))), at(310))
+        .unwrap();
     let j = store
         .apply(id, JobEvent::Start { attempt: 1 }, at(311), None)
         .unwrap();
@@ -46,7 +52,9 @@ fn a_deferred_job_waits_says_why_and_is_released(fx: &Fixture) {
         host: None,
         until: at(900),
     };
-    let j = store.defer(id, at(900), Some(window.clone()), at(320)).unwrap();
+    let j = store
+        .defer(id, at(900), Some(window.clone()), at(320))
+        .unwrap();
     assert_eq!(
         (j.state, j.attempts, j.waiting),
         (

@@ -315,7 +315,9 @@ async fn transfer(
     // transfer does not wait; `bftp submit` does).
     if let Some(wait) = app.gates.as_ref().and_then(|g| {
         let dst = spec.destination.as_ref().map(|d| d.host.as_str());
-        g.windows.look(&spec.source.host, dst, app.clock.now()).wait()
+        g.windows
+            .look(&spec.source.host, dst, app.clock.now())
+            .wait()
     }) {
         return Err(ApiError::new(
             StatusCode::CONFLICT,

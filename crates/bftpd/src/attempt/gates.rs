@@ -58,9 +58,7 @@ impl WindowWatch {
         let look = gates.windows.look(&src, dst.as_deref(), clock.now());
         let closes_at = match look.now {
             Now::Open { closes_at: None } => return None,
-            Now::Open {
-                closes_at: Some(t),
-            } => t,
+            Now::Open { closes_at: Some(t) } => t,
             Now::Closed { .. } => clock.now(),
         };
         let watch = WindowWatch {
@@ -68,7 +66,8 @@ impl WindowWatch {
             done: CancellationToken::new(),
         };
         let (stopped, done) = (watch.stopped.clone(), watch.done.clone());
-        let (gates, clock, drain, abort) = (gates.clone(), clock.clone(), drain.clone(), abort.clone());
+        let (gates, clock, drain, abort) =
+            (gates.clone(), clock.clone(), drain.clone(), abort.clone());
         tokio::spawn(async move {
             tokio::select! {
                 () = done.cancelled() => return,
@@ -80,7 +79,11 @@ impl WindowWatch {
             let wait = look.wait().or_else(|| {
                 gates
                     .windows
-                    .look(&src, dst.as_deref(), now.saturating_add(std::time::Duration::from_millis(1)))
+                    .look(
+                        &src,
+                        dst.as_deref(),
+                        now.saturating_add(std::time::Duration::from_millis(1)),
+                    )
                     .wait()
             });
             let Some(wait) = wait else { return };
@@ -128,15 +131,14 @@ pub(super) fn failure_of(e: &PairError) -> Option<(Side, Failure)> {
         return None;
     };
     let failure = match error {
-        ConnectError::Session(s) => match s {
+        ConnectError::Session(
             SessionError::Dns { .. }
             | SessionError::Connect { .. }
             | SessionError::Io { .. }
             | SessionError::Timeout { .. }
             | SessionError::Malformed { .. }
-            | SessionError::Closed { .. } => Failure::Unreachable,
-            _ => Failure::Permanent,
-        },
+            | SessionError::Closed { .. },
+        ) => Failure::Unreachable,
         ConnectError::Refused { reply, .. } if e.is_transient() => {
             if too_many_connections(&reply.text()) {
                 Failure::TooManyConnections
@@ -162,7 +164,10 @@ mod tests {
         ] {
             assert!(too_many_connections(busy), "{busy}");
         }
-        for down in ["421 Service not available, closing control connection", "421 Timeout."] {
+        for down in [
+            "421 Service not available, closing control connection",
+            "421 Timeout.",
+        ] {
             assert!(!too_many_connections(down), "{down}");
         }
     }

@@ -120,9 +120,10 @@ impl Executor for FtpExecutor {
         // The attempt's own drain: shutdown's, or its window closing (`gates::WindowWatch`).
         let shutdown = signals.drain.clone();
         let drain = signals.drain.child_token();
-        let window = ctx.gates.as_ref().and_then(|g| {
-            gates::WindowWatch::start(g, &job, &ctx.clock, &drain, &signals.abort)
-        });
+        let window = ctx
+            .gates
+            .as_ref()
+            .and_then(|g| gates::WindowWatch::start(g, &job, &ctx.clock, &drain, &signals.abort));
         let run = Run {
             ctx: ctx.clone(),
             drain,
@@ -391,7 +392,9 @@ impl Run {
                             bftp_ftp::Side::Destination => dst,
                         };
                         let why = e.failure.to_string();
-                        gates.breaker.failed(&ep.host, ep.port, failure, &why, Some(self.id));
+                        gates
+                            .breaker
+                            .failed(&ep.host, ep.port, failure, &why, Some(self.id));
                     }
                 }
             }

@@ -161,11 +161,8 @@ impl Breaker {
                 s.open = true;
                 s.since = now;
                 s.probes = 0;
-                s.next_probe = now.saturating_add(probe_delay(
-                    self.settings.first,
-                    self.settings.max,
-                    0,
-                ));
+                s.next_probe =
+                    now.saturating_add(probe_delay(self.settings.first, self.settings.max, 0));
                 true
             }
         };
@@ -338,9 +335,11 @@ pub async fn probe(
         .map_err(|why| format!("{host}: the address check refused it: {why}"))?;
     let mut last = format!("{host}: no address");
     for addr in addrs {
-        let conn =
-            tokio::time::timeout(settings.connect_timeout, tokio::net::TcpStream::connect(addr))
-                .await;
+        let conn = tokio::time::timeout(
+            settings.connect_timeout,
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await;
         let stream = match conn {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
@@ -380,4 +379,116 @@ pub async fn probe(
         }
     }
     Err(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> ProbeSettings {
+        ProbeSettings {
+            first: Duration::from_millis(50),
+            max: Duration::from_millis(100),
+            connect_timeout: Duration::from_secs(2),
+            reply_timeout: Duration::from_secs(2),
+        }
+    }
+
+    /// A server on loopback that greets with `greeting` (none: closes at once).
+    async fn server(greeting: Option<&'static str>) -> u16 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                if let Some(g) = greeting {
+                    let _ = s.write_all(g.as_bytes()).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn a_probe_wants_the_greeting_through_the_address_check() {
+        let allow = bftp_ftp::AllowAll;
+        let up = server(Some("220-hello\r\n220 ready\r\n")).await;
+        assert_eq!(probe("127.0.0.1", up, &allow, settings()).await, Ok(()));
+        let busy = server(Some("421 not now\r\n")).await;
+        let e = probe("127.0.0.1", busy, &allow, settings())
+            .await
+            .unwrap_err();
+        assert!(e.contains("421 not now"), "{e}");
+        let mute = server(None).await;
+        let e = probe("127.0.0.1", mute, &allow, settings())
+            .await
+            .unwrap_err();
+        assert!(e.contains("closed before the greeting"), "{e}");
+        let refuse = |_: &str, _: &[std::net::IpAddr]| Err("loopback refused".to_string());
+        let e = probe("127.0.0.1", up, &refuse, settings())
+            .await
+            .unwrap_err();
+        assert!(
+            e.contains("address check refused it: loopback refused"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn down_opens_busy_does_not_and_a_login_closes_it() {
+        let (_dir, store) = crate::testkit::store();
+        let b = Breaker::new(
+            settings(),
+            Arc::new(bftp_ftp::AllowAll),
+            store.into(),
+            Clock::system(),
+        );
+        let (id, now) = (JobId(7), b.clock.now());
+        b.failed(
+            "Ftp.Example",
+            21,
+            Failure::TooManyConnections,
+            "421 too many",
+            Some(id),
+        );
+        b.failed(
+            "ftp.example",
+            21,
+            Failure::Permanent,
+            "530 login incorrect",
+            Some(id),
+        );
+        assert_eq!(b.wait_for(id, "ftp.example", 21, now), None);
+        b.failed(
+            "Ftp.Example",
+            21,
+            Failure::Unreachable,
+            "connection refused",
+            Some(id),
+        );
+        let w = b.wait_for(JobId(8), "FTP.example", 21, now).unwrap();
+        assert_eq!(
+            (w.reason, w.host.as_deref()),
+            (WaitReason::HostDown, Some("ftp.example:21"))
+        );
+        assert!(w.until > now, "a wait is never due at once");
+        assert_eq!(
+            b.wait_for(id, "ftp.example", 2121, now),
+            None,
+            "another port"
+        );
+        let v = b.breaker_view();
+        assert_eq!(
+            (v[0].state, v[0].waiting, v[0].last_error.as_deref()),
+            ("open", 2, Some("connection refused"))
+        );
+        assert!(b
+            .metrics_series()
+            .contains("bftp_host_breaker_open{host=\"ftp.example:21\"} 1"));
+        b.succeeded("ftp.example", 21);
+        assert_eq!(b.wait_for(id, "ftp.example", 21, now), None);
+        let v = b.breaker_view();
+        assert_eq!((v[0].state, v[0].waiting), ("closed", 0));
+        b.stop();
+    }
 }

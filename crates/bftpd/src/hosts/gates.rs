@@ -71,10 +71,16 @@ impl Windows {
                     Scope::Hosts(e.hosts.iter().map(|h| h.to_ascii_lowercase()).collect())
                 }
                 (Some(_), false) => bail!("{}: give either hosts or pair, not both", which()),
-                (None, true) => bail!("{}: give hosts = [...] or pair = [source, destination]", which()),
+                (None, true) => bail!(
+                    "{}: give hosts = [...] or pair = [source, destination]",
+                    which()
+                ),
             };
             if e.windows.is_empty() {
-                bail!("{}: windows is empty (leave the entry out to allow every time)", which());
+                bail!(
+                    "{}: windows is empty (leave the entry out to allow every time)",
+                    which()
+                );
             }
             let windows = e
                 .windows
@@ -245,6 +251,9 @@ mod tests {
         assert!(!open(&pair) && pair.hard);
         assert_eq!(pair.label.as_deref(), Some("b -> c"));
         assert_eq!(pair.wait().unwrap().until, at(24 + 3));
-        assert!(open(&w.look("c", Some("b"), at(5))), "a pair has a direction");
+        assert!(
+            open(&w.look("c", Some("b"), at(5))),
+            "a pair has a direction"
+        );
     }
 }

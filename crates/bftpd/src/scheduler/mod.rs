@@ -380,7 +380,10 @@ impl Scheduler {
                 // A closed window or a host that is down: the job waits, no try counted.
                 if let Some(wait) = gate.and_then(|g| g.wait_for(&job, t)) {
                     return match store.defer(id, wait.until, Some(wait), t) {
-                        Ok(_) | Err(StoreError::InvalidTransition { .. } | StoreError::LeaseLost { .. }) => Ok(None),
+                        Ok(_)
+                        | Err(
+                            StoreError::InvalidTransition { .. } | StoreError::LeaseLost { .. },
+                        ) => Ok(None),
                         Err(e) => Err(e),
                     };
                 }
@@ -585,6 +588,91 @@ mod tests {
 
     fn at(d: Duration) -> Timestamp {
         T0.saturating_add(d)
+    }
+
+    /// A gate closed until `open`: each job asked before then waits for it.
+    struct ClosedUntil(Timestamp, Mutex<u32>);
+
+    impl StartGate for ClosedUntil {
+        fn wait_for(&self, _job: &Job, now: Timestamp) -> Option<bftp_core::window::Wait> {
+            *self.1.lock().unwrap() += 1;
+            (now < self.0).then(|| bftp_core::window::Wait {
+                reason: bftp_core::window::WaitReason::Window,
+                host: None,
+                until: self.0,
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gated_job_waits_without_a_try_and_starts_when_it_opens() {
+        let (_dir, store) = testkit::store();
+        let clock = Clock::following_tokio(T0);
+        let executor = Arc::new(Scripted {
+            store: store.clone(),
+            clock: clock.clone(),
+            ends: Mutex::new(vec![]),
+            started: Mutex::new(vec![]),
+        });
+        let scheduler = Scheduler::new(
+            store.clone().into(),
+            executor.clone(),
+            Arc::new(Metrics::new()),
+            SchedulerLimits {
+                max_running_jobs: 4,
+                grace: Duration::from_secs(1),
+            },
+            clock.clone(),
+            Arc::new(|| 0.0),
+        );
+        let gate = Arc::new(ClosedUntil(at(7 * MIN), Mutex::new(0)));
+        scheduler.set_gate(gate.clone());
+        let retry = RetryPolicy {
+            first_interval: MIN,
+            factor: 2.0,
+            cap: MIN,
+            max_attempts: 1,
+            deadline: Duration::from_secs(86_400),
+        };
+        let id = testkit::submit_one_file_job(&*store, retry);
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(scheduler.clone().run(stop.clone()));
+        tokio::time::sleep(MIN).await;
+        let waiting = store.get(id).unwrap().unwrap();
+        assert_eq!(
+            (
+                waiting.state,
+                waiting.attempts,
+                waiting.waiting.map(|w| w.until)
+            ),
+            (
+                JobState::Queued {
+                    next_attempt_at: at(7 * MIN)
+                },
+                0,
+                Some(at(7 * MIN))
+            )
+        );
+        let job = loop {
+            let job = store.get(id).unwrap().unwrap();
+            if job.state.is_final() {
+                break job;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        stop.cancel();
+        running.await.unwrap();
+        // One look while closed, one when it opened; the only try is the one that ran.
+        assert_eq!(*gate.1.lock().unwrap(), 2);
+        assert_eq!(executor.started.lock().unwrap().clone(), [(1, at(7 * MIN))]);
+        assert!(matches!(
+            job.state,
+            JobState::Finished {
+                outcome: JobOutcome::Succeeded,
+                ..
+            }
+        ));
+        assert_eq!(job.attempts, 1);
     }
 
     #[tokio::test(start_paused = true)]
