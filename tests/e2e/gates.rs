@@ -113,6 +113,26 @@ fn nothing_starts_before_the_window_opens_and_everything_after() -> Result<()> {
         "bftp status: {}",
         bftp_tests::daemon::text(&shown)
     );
+    // A foreground transfer does not wait: refused, saying when the window opens.
+    let o = d.bftp_env(
+        None,
+        &[
+            "transfer",
+            &via(&src, &sp, "out/f0.bin"),
+            &via(&dst, &dp, "in/"),
+        ],
+        &[
+            ("BFTP_SOURCE_PASSWORD", src.password()),
+            ("BFTP_DEST_PASSWORD", dst.password()),
+        ],
+    );
+    let said = bftp_tests::daemon::text(&o);
+    ensure!(
+        o.status.code() != Some(0)
+            && said.contains("waiting for the window")
+            && said.contains(&rfc3339(opens)),
+        "bftp transfer during a closed window: {said}"
+    );
     // Nothing reaches a server before the window opens.
     let first = loop {
         if sp.connections() + dp.connections() > 0 {
@@ -223,6 +243,66 @@ fn no_new_file_starts_after_the_window_closes() -> Result<()> {
     for (i, f) in files.iter().enumerate() {
         ensure!(dst.read_file(&format!("in/f{i}.bin"))? == *f, "in/f{i}.bin");
     }
+    Ok(())
+}
+
+/// `hard = true`: the copy in flight when the window closes is aborted (ABOR to the
+/// source), not finished; the job waits for the window and copies the file once it opens.
+#[test]
+fn a_hard_window_aborts_the_copy_in_flight() -> Result<()> {
+    let f = payload(30_000, 3);
+    let src = HostileServer::start(
+        Script::new()
+            .host(std::net::Ipv4Addr::new(127, 0, 0, 1))
+            .user("src", "src-pw")
+            .file("/out/f.bin", f.clone())
+            .on(
+                "RETR",
+                Action::delayed(Duration::from_secs(8), Action::Default),
+            ),
+    )?;
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default())?;
+    dst.mkdir("in")?;
+    let now = unix_now();
+    // The RETR's reply comes 8 s after it: the window closes while it is awaited.
+    let (closes, reopens) = (now + 5, now + 12);
+    let d = start(format!(
+        "[[windows]]\nhosts = [\"{}\"]\nwindows = [\"{}-{}\", \"{}-{}\"]\nhard = true\n",
+        dst.host(),
+        hms(now - 60),
+        hms(closes),
+        hms(reopens),
+        hms(reopens + 600)
+    ))?;
+    let id = submit_urls(
+        &d,
+        (&src.url("out/f.bin"), src.password()),
+        (&dst.url("in/"), dst.password()),
+        &[],
+    );
+    src.wait_for_command("ABOR", Duration::from_secs(15))
+        .with_context(|| {
+            format!(
+                "no ABOR reached the source when the hard window closed\n{}",
+                d.logs()
+            )
+        })?;
+    let aborted = unix_now();
+    ensure!(
+        (closes..reopens).contains(&aborted),
+        "ABOR at {aborted}, the window closed at {closes} and reopens at {reopens}"
+    );
+    bftp_tests::jobs::poll(
+        Duration::from_secs(5),
+        "the job waits for the window",
+        || status(&d, id)["waiting"]["reason"] == "window",
+    );
+    let v = wait_final(&d, id, Duration::from_secs(60));
+    ensure!(
+        v["outcome"] == "succeeded" && v["attempts"] == 1,
+        "the aborted attempt does not count: {v:#}"
+    );
+    ensure!(dst.read_file("in/f.bin")? == f, "in/f.bin differs");
     Ok(())
 }
 
