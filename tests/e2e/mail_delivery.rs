@@ -60,6 +60,7 @@ fn member(index: u32, name: &str, state: &str, code: u16, text: &str) -> MemberV
 /// A partial job whose one failure's reply carries the source password.
 fn report() -> Report {
     let job = JobView {
+        waiting: None,
         id: 7,
         owner_uid: 1000,
         state: "finished".into(),

@@ -4,6 +4,7 @@ mod engine;
 mod foundation;
 mod frontend_ftp;
 mod hooks;
+mod gates;
 mod host_limit;
 mod hostile;
 mod hostile_infra;

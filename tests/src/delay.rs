@@ -29,6 +29,8 @@ use anyhow::{Context, Result};
 
 /// Largest chunk read at once.
 const CHUNK: usize = 64 * 1024;
+/// How long a connection is held before it is closed while the proxy is down.
+pub const DOWN_HOLD: Duration = Duration::from_millis(300);
 /// How long connecting to the target may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -53,6 +55,12 @@ struct Shared {
     delay_us: AtomicU64,
     /// Every socket pair the proxy holds, by connection, so dropping it closes them all.
     sockets: Mutex<HashMap<u64, [TcpStream; 2]>>,
+    /// A server that is down ([`DelayProxy::set_down`]): each new connection is held a
+    /// moment, sent nothing and closed; counted, with how many were held at once.
+    down: AtomicBool,
+    refused: AtomicU64,
+    refusing: AtomicU64,
+    max_refusing: AtomicU64,
 }
 
 /// A running delay proxy; dropping it stops it and closes every proxied connection.
@@ -74,6 +82,10 @@ impl DelayProxy {
             stats: Stats::default(),
             delay_us: AtomicU64::new(delay.as_micros() as u64),
             sockets: Mutex::new(HashMap::new()),
+            down: AtomicBool::new(false),
+            refused: AtomicU64::new(0),
+            refusing: AtomicU64::new(0),
+            max_refusing: AtomicU64::new(0),
         });
         let acceptor = {
             let shared = shared.clone();
@@ -132,6 +144,21 @@ impl DelayProxy {
         self.shared.stats.turns.load(Ordering::Relaxed)
     }
 
+    /// Down (`true`): the server behind looks dead, every new connection is accepted, held
+    /// [`DOWN_HOLD`] without a byte and closed (a server that hangs before its greeting);
+    /// up again: forwarded as before. Connections open already stay as they are.
+    pub fn set_down(&self, down: bool) {
+        self.shared.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Connections turned away while down, and the most held at once.
+    pub fn refused(&self) -> (u64, u64) {
+        (
+            self.shared.refused.load(Ordering::SeqCst),
+            self.shared.max_refusing.load(Ordering::SeqCst),
+        )
+    }
+
     /// Bytes forwarded from clients to the server, and from the server to clients.
     pub fn bytes(&self) -> (u64, u64) {
         (
@@ -170,6 +197,19 @@ fn accept_loop(listener: TcpListener, target: SocketAddr, shared: Arc<Shared>) {
         let Ok(client) = client else { continue };
         let id = shared.stats.connections.fetch_add(1, Ordering::Relaxed);
         let shared = shared.clone();
+        if shared.down.load(Ordering::SeqCst) {
+            shared.refused.fetch_add(1, Ordering::SeqCst);
+            let now = shared.refusing.fetch_add(1, Ordering::SeqCst) + 1;
+            shared.max_refusing.fetch_max(now, Ordering::SeqCst);
+            let _ = thread::Builder::new()
+                .name("delay-proxy-down".into())
+                .spawn(move || {
+                    thread::sleep(DOWN_HOLD);
+                    let _ = client.shutdown(Shutdown::Both);
+                    shared.refusing.fetch_sub(1, Ordering::SeqCst);
+                });
+            continue;
+        }
         // A failed connection to the target closes the client: what a dead server looks like.
         let _ = thread::Builder::new()
             .name("delay-proxy-conn".into())

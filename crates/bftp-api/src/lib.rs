@@ -477,6 +477,24 @@ pub struct JobView {
     /// The job's events (issue 31) with their webhook deliveries; absent: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<EventLogView>,
+    /// A queued job waiting at a start gate (RULES.md §16.4, §16.5): why, and until when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<WaitingView>,
+}
+
+/// Why a queued job waits at a start gate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitingView {
+    /// `window` (a time window of its hosts is closed) or `host_down` (a server is down
+    /// and probed; the job starts as soon as a probe reaches it).
+    pub reason: String,
+    /// The server (`host:port`) or the window's hosts, when one is named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// RFC 3339: the window's opening, or the next probe.
+    pub until: String,
+    /// The same in words: "waiting for the window, opens at ...".
+    pub text: String,
 }
 
 /// Where a final job's report stands.

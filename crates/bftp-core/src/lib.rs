@@ -27,6 +27,7 @@ pub mod time;
 pub mod tls;
 pub mod tree;
 pub mod watch;
+pub mod window;
 
 pub use intent::{Decision, Evidence, Intent, Probe};
 pub use model::*;

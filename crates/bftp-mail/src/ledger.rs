@@ -137,6 +137,7 @@ impl<'a> ReportBuilder<'a> {
         match self.members {
             Members::Few(members) => {
                 let job = JobView {
+                    waiting: None,
                     counts: Tally::of(&members).counts(),
                     members,
                     ..self.job

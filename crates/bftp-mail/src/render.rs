@@ -255,6 +255,7 @@ pub(crate) fn safe_view(v: &JobView, safe: &dyn Fn(&str) -> String) -> JobView {
         url: safe(&redact_url(&e.url)),
     };
     let mut out = JobView {
+        waiting: None,
         members: Vec::new(),
         ..v.clone()
     };

@@ -70,6 +70,7 @@ fn event(at: &str, event: &str, detail: Option<&str>) -> EventView {
 /// A finished copy job of `members`, one attempt, with a plausible history.
 fn job(outcome: &str, members: Vec<MemberView>) -> JobView {
     JobView {
+        waiting: None,
         id: 42,
         owner_uid: 1000,
         state: "finished".into(),
@@ -638,6 +639,7 @@ fn ten_thousand_file_tree() -> JobView {
 /// The report the daemon makes: members given one at a time.
 fn built(job: &JobView, transcript: &[String], secrets: &[String]) -> Report {
     let header = JobView {
+        waiting: None,
         members: Vec::new(),
         ..job.clone()
     };
@@ -840,6 +842,7 @@ fn a_ledger_past_its_limit_keeps_the_files_not_copied() {
         .collect();
     let j = job("partial", members);
     let header = JobView {
+        waiting: None,
         members: Vec::new(),
         ..j.clone()
     };

@@ -439,6 +439,7 @@ pub trait JobStore: Send + Sync {
 
     /// The job's events, in order.
     fn events_of_job(&self, job: JobId) -> Result<Vec<Event>, StoreError>;
+
     // ---- limits learned from the servers (RULES.md §16.3; `bftp_core::hostlimit`) ----
     //
     // One record per host (lower-case name), kept across restarts and, on PostgreSQL, shared
@@ -465,6 +466,23 @@ pub trait JobStore: Send + Sync {
         seen: &HostLimit,
         to: Option<&HostLimit>,
     ) -> Result<bool, StoreError>;
+
+    // ---- start gates (RULES.md §16.4, §16.5) ----
+
+    /// The job waits at a start gate until `until` (`wait`: why, shown in its status; `None`:
+    /// it waits no more and is due at `until`), without a try counted: a queued job's next
+    /// attempt moves, its claim released; a running job (an attempt that stopped before a
+    /// new file for a closed window) goes back to the queue and that attempt does not count
+    /// (`attempts` back by one). A `waiting` history entry when the reason or host changed.
+    /// A final job, and a running one given no `wait`, is `InvalidTransition`; on a shared store, a job another node holds is
+    /// `LeaseLost`. Durable before it returns.
+    fn defer(
+        &self,
+        id: JobId,
+        until: Timestamp,
+        wait: Option<bftp_core::window::Wait>,
+        now: Timestamp,
+    ) -> Result<Job, StoreError>;
 }
 
 /// Upkeep of a store: forgetting old final jobs, backups, disk space (`JobStore::upkeep`).

@@ -12,6 +12,9 @@ use crate::error::StoreError;
 use crate::record::{HistoryV1, JobV1, MemberStateV1, MemberV1, OutboxV1, StateV1, WalkV1};
 use crate::types::{HistoryEvent, JobId, NewJob, Walk, WatchId, WatchStatus, WATCH_JOBS_KEPT};
 
+mod defer;
+pub(crate) use defer::defer;
+
 /// Most members one job may have (one wildcard listing).
 pub const MAX_MEMBERS: usize = 1_000_000;
 
@@ -61,6 +64,7 @@ impl Plan {
             self.report = Some(OutboxV1::new(now));
         }
         self.rec.state = StateV1::from_api(&new);
+        self.rec.wait = None;
         self.rec.updated = now.0;
         self.moved = Some((old, new));
         Ok(())
@@ -352,7 +356,7 @@ mod tests {
         DestCommand, Disposition, FileStructure, FtpParams, RetryPolicy, TransferMode, TransferType,
     };
 
-    const T: Timestamp = Timestamp(1_000_000);
+    pub(super) const T: Timestamp = Timestamp(1_000_000);
     const NOW: Timestamp = Timestamp(2_000_000);
     const ID: JobId = JobId(7);
 
@@ -392,7 +396,7 @@ mod tests {
         }
     }
 
-    fn rec(state: JobState, members: u32) -> JobV1 {
+    pub(super) fn rec(state: JobState, members: u32) -> JobV1 {
         let mut r = JobV1::new(1, &spec(), None, &state, T, members);
         r.hist = 3;
         r

@@ -245,6 +245,9 @@ pub struct Job {
     pub members_frozen: bool,
     /// The watch whose poll made this job (`None` for every other job).
     pub watch: Option<WatchId>,
+    /// Why the queued job waits at a start gate, and until when (`JobStore::defer`); `None`
+    /// once its state moved.
+    pub waiting: Option<bftp_core::window::Wait>,
 }
 
 /// One file of a job, as listed (name, and size and modify time where MLSD/SIZE/MDTM gave them).

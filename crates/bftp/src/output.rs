@@ -401,6 +401,10 @@ pub fn job_detail_at(job: &JobView, now: Option<SystemTime>) -> String {
         ("next attempt", opt(&job.next_attempt_at)),
         ("attempts", job.attempts.to_string()),
     ]);
+    if let Some(w) = &job.waiting {
+        // A start gate (RULES.md §16.4, §16.5): a closed window, a server that is down.
+        fields.push(("waiting", sanitize(&w.text)));
+    }
     if let Some(node) = &job.node {
         // Several nodes on one store: which one runs it.
         fields.push(("node", sanitize(node)));
@@ -557,6 +561,7 @@ pub(crate) mod tests {
             url: format!("ftp://alice@{host}:21/{path}"),
         };
         JobView {
+            waiting: None,
             id,
             owner_uid: 1000,
             state: "queued".into(),

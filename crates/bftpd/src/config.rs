@@ -53,6 +53,9 @@ pub struct Config {
     /// `[webhooks]`: events POSTed to programs (SPEC §16).
     #[serde(default)]
     pub webhooks: crate::hooks::config::WebhooksConfig,
+    /// `[[windows]]`: the hours of hosts and pairs (RULES.md §16.4).
+    #[serde(default)]
+    pub windows: Vec<crate::hosts::gates::WindowConfig>,
 }
 
 /// `[api]`: what one connection, one user and all of them together may hold of the daemon.
@@ -541,6 +544,7 @@ impl Config {
             bail!("[retry_bounds]: max_attempts must be at least 1");
         }
         self.ftp.limits()?;
+        crate::hosts::gates::Windows::from_config(&self.windows)?;
         if self.scheduler.max_running_jobs == 0 {
             bail!("[scheduler]: max_running_jobs must be at least 1");
         }

@@ -155,6 +155,8 @@ pub struct Daemon {
     /// The webhook sender (`[webhooks]`): built at start, so the key file exists from the
     /// first start and a bad CA file stops it.
     pub webhooks: crate::hooks::send::Sender,
+    /// Start gates (RULES.md §16.4, §16.5): the `[[windows]]` and the servers' breakers.
+    pub gates: Arc<crate::hosts::gates::Gates>,
 }
 
 impl Daemon {
@@ -203,14 +205,25 @@ impl Daemon {
             config.ftp.data_path,
             if config.ftp.relay { "" } else { "; bftpd relays nothing ([ftp] relay = false)" }
         );
+        let policy = HostPolicy::new(&config.policy);
+        let gates = Arc::new(crate::hosts::gates::Gates {
+            windows: crate::hosts::gates::Windows::from_config(&config.windows)?,
+            breaker: crate::hosts::breaker::Breaker::new(
+                config.ftp.probe_settings(),
+                Arc::new(PolicyCheck(policy.clone())),
+                store.clone(),
+                Clock::system(),
+            ),
+        });
         Ok(Daemon {
+            gates,
             store,
             secrets,
             clock: Clock::system(),
             metrics: Arc::new(Metrics::new()),
             live: Arc::new(Live::default()),
             hosts,
-            policy: HostPolicy::new(&config.policy),
+            policy,
             limits: config.ftp.limits()?,
             mail: MailSettings::new(&config.mail),
             webhooks: crate::hooks::send::Sender::from_config(config)?,
@@ -235,8 +248,9 @@ impl Daemon {
             ),
             resume_from: config.ftp.resumable_from(),
             data_paths: config.ftp.data_path_policy(),
+            gates: Some(self.gates.clone()),
         }));
-        Scheduler::new(
+        let scheduler = Scheduler::new(
             self.store.clone(),
             executor,
             self.metrics.clone(),
@@ -246,7 +260,16 @@ impl Daemon {
             },
             self.clock.clone(),
             clock::random_jitter(),
-        )
+        );
+        // The start gates; a server back wakes the scheduler for the jobs it released.
+        scheduler.set_gate(Arc::new(attempt::gates::JobGates(self.gates.clone())));
+        let weak = Arc::downgrade(&scheduler);
+        self.gates.breaker.set_wake(Arc::new(move || {
+            if let Some(s) = weak.upgrade() {
+                s.notify();
+            }
+        }));
+        scheduler
     }
 
     /// The postman, if `[mail]` is enabled; a bad `[mail]` section is an error here, before
@@ -327,6 +350,7 @@ impl Daemon {
             key_file: key_file(config),
             data_paths: config.ftp.data_path_policy(),
             watcher: Some(watcher.clone()),
+            gates: Some(self.gates.clone()),
         }))
     }
 
@@ -408,6 +432,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     shutdown.await;
     service::notify_stopping();
     running.stop(&config.socket).await?;
+    daemon.gates.breaker.stop();
     // Every write was durable when acknowledged: nothing is left to flush.
     drop(daemon);
     tracing::info!("stopped");

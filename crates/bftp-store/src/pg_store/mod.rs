@@ -42,6 +42,7 @@ use crate::LeaseCell;
 mod backup;
 mod events;
 mod hostlimits;
+mod gates;
 mod jobs;
 mod lease;
 mod members;

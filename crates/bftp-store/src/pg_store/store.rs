@@ -316,6 +316,16 @@ impl JobStore for PgStore {
     fn cluster(&self) -> Option<&dyn Cluster> {
         Some(self)
     }
+
+    fn defer(
+        &self,
+        id: JobId,
+        until: Timestamp,
+        wait: Option<bftp_core::window::Wait>,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        self.with(|i| async move { i.defer(id, until, wait, now).await })
+    }
 }
 
 impl Upkeep for PgStore {

@@ -26,12 +26,14 @@ mod copy;
 mod event;
 mod hostlimit;
 mod intent;
+mod wait;
 mod watch;
 pub(crate) use copy::{CopyTlsV1, ResumeV1, RouteV1};
 pub(crate) use event::EventV1;
 pub(crate) use hostlimit::HostLimitV1;
 use intent::intent_field;
 pub(crate) use intent::IntentV1;
+pub(crate) use wait::WaitV1;
 pub(crate) use watch::{WatchFileV1, WatchStatusV1, WatchV1};
 
 /// The record version this code writes. Also the schema version in the `meta` tree.
@@ -63,6 +65,10 @@ pub(crate) struct JobV1 {
     /// written before watches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch: Option<u64>,
+    /// Why the queued job waits at a start gate (RULES.md §16.4, §16.5); cleared whenever
+    /// its state moves. Absent for every other job and in records written before gates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<WaitV1>,
 }
 
 /// A recursive job's walk: directories to list, directories listed (relative to the root).
@@ -587,6 +593,7 @@ impl JobV1 {
             rk: None,
             walk: None,
             watch: None,
+            wait: None,
         }
     }
 }
@@ -1014,6 +1021,7 @@ pub(crate) fn job_to_api(id: JobId, r: &JobV1) -> Result<Job, StoreError> {
         member_count: r.members,
         members_frozen: r.frozen,
         watch: r.watch.map(crate::types::WatchId),
+        waiting: r.wait.as_ref().and_then(WaitV1::to_api),
     })
 }
 

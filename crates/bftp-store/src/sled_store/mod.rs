@@ -18,6 +18,7 @@ use crate::error::{backend, StoreError};
 mod backup;
 mod events;
 mod hostlimits;
+mod gates;
 mod members;
 mod open;
 mod pages;

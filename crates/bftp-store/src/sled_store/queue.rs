@@ -633,6 +633,16 @@ impl JobStore for SledStore {
     fn events_of_job(&self, job: JobId) -> Result<Vec<Event>, StoreError> {
         self.read_events_of_job(job)
     }
+
+    fn defer(
+        &self,
+        id: JobId,
+        until: Timestamp,
+        wait: Option<bftp_core::window::Wait>,
+        now: Timestamp,
+    ) -> Result<Job, StoreError> {
+        self.defer_job(id, until, wait, now)
+    }
 }
 
 /// A new job (`JobStore::submit`) inside a write transaction, `count` from

@@ -34,6 +34,7 @@ fn member_states(store: &dyn JobStore, id: JobId) -> Vec<MemberState> {
 
 mod events;
 mod hostlimits;
+mod gates;
 mod jobs;
 mod members;
 mod meta;

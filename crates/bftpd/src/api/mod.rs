@@ -62,6 +62,8 @@ pub struct AppState {
     pub data_paths: crate::hosts::DataPathPolicy,
     /// The watches' task, told when a watch is added or resumed (`None` in tests without it).
     pub watcher: Option<Arc<crate::watch::Watcher>>,
+    /// The start gates: the servers' breakers for `/metrics` (`None` in tests without).
+    pub gates: Option<Arc<crate::hosts::gates::Gates>>,
 }
 
 pub type Shared = Arc<AppState>;
@@ -219,6 +221,9 @@ async fn metrics(State(app): State<Shared>) -> Result<Response, ApiError> {
     }
     text.push_str(&crate::metrics::watch_series(&watches, app.clock.now()));
     text.push_str(&app.hosts.limit_series());
+    if let Some(g) = &app.gates {
+        text.push_str(&g.breaker.metrics_series());
+    }
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,
@@ -310,6 +315,23 @@ async fn transfer(
             "`bftp transfer` copies; a `{}` job goes through `bftp submit`",
             spec.disposition
         )));
+    }
+    // A closed window (RULES.md §16.4): refused, saying when it opens (a foreground
+    // transfer does not wait; `bftp submit` does).
+    if let Some(wait) = app.gates.as_ref().and_then(|g| {
+        let dst = spec.destination.as_ref().map(|d| d.host.as_str());
+        g.windows
+            .look(&spec.source.host, dst, app.clock.now())
+            .wait()
+    }) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "window_closed",
+            format!(
+                "{}; a foreground transfer does not wait: try again then, or `bftp submit` the job, which starts when the window opens",
+                wait.text()
+            ),
+        ));
     }
     tracing::info!(uid = caller.uid, source = %spec.source.display_url(), "foreground transfer");
     let routing = crate::lanes::routing::Routing::plan(

@@ -130,6 +130,7 @@ pub(super) mod fake {
             ),
             resume_from: None,
             data_paths: Default::default(),
+            gates: None,
         };
         Run {
             ctx: Arc::new(ctx),

@@ -29,6 +29,7 @@ mod conn;
 mod copy;
 mod delete;
 mod fence;
+pub mod gates;
 mod intent;
 mod ledger_batch;
 pub mod live;
@@ -98,6 +99,8 @@ pub struct AttemptCtx {
     /// `[ftp] data_path`, `relay`, `pair_memory`: the path each job runs with
     /// (`DataPathPolicy::effective_data_path`) and how long a refusing pair is remembered.
     pub data_paths: crate::hosts::DataPathPolicy,
+    /// The windows and breakers of hosts (RULES.md §16.4, §16.5); `None` in tests without.
+    pub gates: Option<Arc<crate::hosts::gates::Gates>>,
 }
 
 /// The [`Executor`] the scheduler runs: one attempt of one job at a time per job.
@@ -114,9 +117,16 @@ impl FtpExecutor {
 impl Executor for FtpExecutor {
     fn attempt(&self, job: Job, attempt: u32, signals: AttemptSignals) -> AttemptFuture {
         let ctx = &self.ctx;
+        // The attempt's own drain: shutdown's, or its window closing (`gates::WindowWatch`).
+        let shutdown = signals.drain.clone();
+        let drain = signals.drain.child_token();
+        let window = ctx
+            .gates
+            .as_ref()
+            .and_then(|g| gates::WindowWatch::start(g, &job, &ctx.clock, &drain, &signals.abort));
         let run = Run {
             ctx: ctx.clone(),
-            drain: signals.drain,
+            drain,
             abort: signals.abort.clone(),
             id: job.id,
             log: Arc::default(),
@@ -160,6 +170,19 @@ impl Executor for FtpExecutor {
                 (AttemptEnd::Transient { .. }, Some(Err(_))) => AttemptEnd::Interrupted,
                 (end, _) => end,
             };
+            // Stopped by its window closing (not by shutdown, nor a job-level end): the job
+            // waits for the window, this attempt not counted.
+            let end = match (end, window.as_ref().and_then(|w| w.stopped())) {
+                (AttemptEnd::Interrupted | AttemptEnd::Transient { .. }, Some(wait))
+                    if !shutdown.is_cancelled() =>
+                {
+                    AttemptEnd::Wait(wait)
+                }
+                (end, _) => end,
+            };
+            if let Some(w) = &window {
+                w.done.cancel();
+            }
             let lines = log.lock().unwrap_or_else(|p| p.into_inner()).take();
             if !lines.is_empty() {
                 let t = AttemptTranscript { attempt, lines };
@@ -355,6 +378,27 @@ impl Run {
             self.send_gate(),
         )
         .await;
+        if let Some(gates) = &self.ctx.gates {
+            let dst = spec.destination.as_ref().unwrap_or(&spec.source);
+            match &opened {
+                Ok(_) => {
+                    gates.breaker.succeeded(&spec.source.host, spec.source.port);
+                    gates.breaker.succeeded(&dst.host, dst.port);
+                }
+                Err(e) => {
+                    if let Some((side, failure)) = gates::failure_of(e) {
+                        let ep = match side {
+                            bftp_ftp::Side::Source => &spec.source,
+                            bftp_ftp::Side::Destination => dst,
+                        };
+                        let why = e.failure.to_string();
+                        gates
+                            .breaker
+                            .failed(&ep.host, ep.port, failure, &why, Some(self.id));
+                    }
+                }
+            }
+        }
         match opened {
             Ok(mut pair) => {
                 pair.set_label(label);

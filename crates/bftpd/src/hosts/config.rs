@@ -95,6 +95,24 @@ pub struct FtpConfig {
     /// the configured limit and forgotten).
     #[serde(default = "d_limit_quiet", with = "crate::humantime_duration")]
     pub limit_quiet: Duration,
+    /// The circuit breaker (RULES.md §16.5): the first probe of a server that is down waits
+    /// this long, each next one twice as long, up to `probe_max`.
+    #[serde(default = "d_probe_first", with = "crate::humantime_duration")]
+    pub probe_first: Duration,
+    #[serde(default = "d_probe_max", with = "crate::humantime_duration")]
+    pub probe_max: Duration,
+}
+
+impl FtpConfig {
+    /// How the breaker probes servers that are down.
+    pub fn probe_settings(&self) -> crate::hosts::breaker::ProbeSettings {
+        crate::hosts::breaker::ProbeSettings {
+            first: self.probe_first,
+            max: self.probe_max,
+            connect_timeout: self.connect_timeout,
+            reply_timeout: self.reply_timeout,
+        }
+    }
 }
 
 /// `data_path = "auto"`: one of the words of [`DataPath`].
@@ -242,8 +260,18 @@ impl Default for FtpConfig {
             resume_from: d_resume_from(),
             too_many_patterns: d_too_many(),
             limit_quiet: d_limit_quiet(),
+            probe_first: d_probe_first(),
+            probe_max: d_probe_max(),
         }
     }
+}
+
+fn d_probe_first() -> Duration {
+    Duration::from_secs(1)
+}
+
+fn d_probe_max() -> Duration {
+    Duration::from_secs(60)
 }
 
 impl FtpConfig {

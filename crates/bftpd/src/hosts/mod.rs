@@ -2,10 +2,12 @@
 //! by several nodes, counted over all of them; and what the daemon knows of hosts and pairs
 //! of hosts (`pairs`: the pairs that refused the third party).
 
+pub mod breaker;
 mod check;
 mod config;
 mod gate;
 mod learned;
+pub mod gates;
 pub mod pairs;
 pub mod policy;
 pub mod pool;

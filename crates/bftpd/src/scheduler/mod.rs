@@ -40,6 +40,16 @@ pub enum AttemptEnd {
     /// Stopped by a cancel, or by shutdown (aborted after the grace period, or drained
     /// between two files), before it ended.
     Interrupted,
+    /// Stopped before a new file at a start gate (a window closed): the job waits, this
+    /// attempt not counted (RULES.md §16.4).
+    Wait(bftp_core::window::Wait),
+}
+
+/// Asked before a due job starts (RULES.md §16.4, §16.5): `Some(wait)` defers the job to
+/// `wait.until` without a try counted, its status saying why. Implemented over the hosts'
+/// windows and breakers (`attempt::gates`), so the scheduler knows nothing of hosts.
+pub trait StartGate: Send + Sync {
+    fn wait_for(&self, job: &Job, now: Timestamp) -> Option<bftp_core::window::Wait>;
 }
 
 impl From<crate::lanes::walk::WalkEnd> for AttemptEnd {
@@ -98,6 +108,8 @@ pub struct Scheduler {
     clock: Clock,
     /// The draw behind each retry's ±10% jitter.
     jitter: Jitter,
+    /// Asked before each start ([`StartGate`]); none: every due job starts.
+    gate: std::sync::RwLock<Option<Arc<dyn StartGate>>>,
 }
 
 impl Scheduler {
@@ -122,7 +134,13 @@ impl Scheduler {
             metrics,
             clock,
             jitter,
+            gate: std::sync::RwLock::new(None),
         })
+    }
+
+    /// The start gate asked before each due job starts.
+    pub fn set_gate(&self, gate: Arc<dyn StartGate>) {
+        *self.gate.write().unwrap_or_else(|p| p.into_inner()) = Some(gate);
     }
 
     /// Rings when a job may have become final (an attempt ended, a cancel).
@@ -339,6 +357,7 @@ impl Scheduler {
         drain: &CancellationToken,
     ) -> Result<(), StoreError> {
         let t = self.clock.now();
+        let gate = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone();
         let started = self
             .store
             .call(move |store| -> Result<Option<(Job, u32)>, StoreError> {
@@ -357,6 +376,16 @@ impl Scheduler {
                         Some("the retry deadline passed before the next attempt".into()),
                     )?;
                     return Ok(None);
+                }
+                // A closed window or a host that is down: the job waits, no try counted.
+                if let Some(wait) = gate.and_then(|g| g.wait_for(&job, t)) {
+                    return match store.defer(id, wait.until, Some(wait), t) {
+                        Ok(_)
+                        | Err(
+                            StoreError::InvalidTransition { .. } | StoreError::LeaseLost { .. },
+                        ) => Ok(None),
+                        Err(e) => Err(e),
+                    };
                 }
                 let attempt = job.attempts + 1;
                 match store.apply(id, JobEvent::Start { attempt }, t, None) {
@@ -448,6 +477,10 @@ impl Scheduler {
                         store.settle_and_finish(id, MemberState::FailedRetriesExhausted, t, Some(why)).map(|_| ())
                     }
                 },
+                AttemptEnd::Wait(wait) => {
+                    tracing::info!(job = id.0, attempt, until = %wait.until, "{}; the attempt does not count", wait.text());
+                    store.defer(id, wait.until, Some(wait), t).map(|_| ())
+                }
                 AttemptEnd::Interrupted => {
                     // A cancel already moved the job; a shutdown leaves it due again at once.
                     match store.get(id)? {
@@ -555,6 +588,91 @@ mod tests {
 
     fn at(d: Duration) -> Timestamp {
         T0.saturating_add(d)
+    }
+
+    /// A gate closed until `open`: each job asked before then waits for it.
+    struct ClosedUntil(Timestamp, Mutex<u32>);
+
+    impl StartGate for ClosedUntil {
+        fn wait_for(&self, _job: &Job, now: Timestamp) -> Option<bftp_core::window::Wait> {
+            *self.1.lock().unwrap() += 1;
+            (now < self.0).then(|| bftp_core::window::Wait {
+                reason: bftp_core::window::WaitReason::Window,
+                host: None,
+                until: self.0,
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gated_job_waits_without_a_try_and_starts_when_it_opens() {
+        let (_dir, store) = testkit::store();
+        let clock = Clock::following_tokio(T0);
+        let executor = Arc::new(Scripted {
+            store: store.clone(),
+            clock: clock.clone(),
+            ends: Mutex::new(vec![]),
+            started: Mutex::new(vec![]),
+        });
+        let scheduler = Scheduler::new(
+            store.clone().into(),
+            executor.clone(),
+            Arc::new(Metrics::new()),
+            SchedulerLimits {
+                max_running_jobs: 4,
+                grace: Duration::from_secs(1),
+            },
+            clock.clone(),
+            Arc::new(|| 0.0),
+        );
+        let gate = Arc::new(ClosedUntil(at(7 * MIN), Mutex::new(0)));
+        scheduler.set_gate(gate.clone());
+        let retry = RetryPolicy {
+            first_interval: MIN,
+            factor: 2.0,
+            cap: MIN,
+            max_attempts: 1,
+            deadline: Duration::from_secs(86_400),
+        };
+        let id = testkit::submit_one_file_job(&*store, retry);
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(scheduler.clone().run(stop.clone()));
+        tokio::time::sleep(MIN).await;
+        let waiting = store.get(id).unwrap().unwrap();
+        assert_eq!(
+            (
+                waiting.state,
+                waiting.attempts,
+                waiting.waiting.map(|w| w.until)
+            ),
+            (
+                JobState::Queued {
+                    next_attempt_at: at(7 * MIN)
+                },
+                0,
+                Some(at(7 * MIN))
+            )
+        );
+        let job = loop {
+            let job = store.get(id).unwrap().unwrap();
+            if job.state.is_final() {
+                break job;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        stop.cancel();
+        running.await.unwrap();
+        // One look while closed, one when it opened; the only try is the one that ran.
+        assert_eq!(*gate.1.lock().unwrap(), 2);
+        assert_eq!(executor.started.lock().unwrap().clone(), [(1, at(7 * MIN))]);
+        assert!(matches!(
+            job.state,
+            JobState::Finished {
+                outcome: JobOutcome::Succeeded,
+                ..
+            }
+        ));
+        assert_eq!(job.attempts, 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -132,6 +132,12 @@ pub fn job_view(job: &Job, members: &[Member], history: &[HistoryEvent]) -> JobV
         JobState::Cancelled { at } => (Some("cancelled".to_string()), None, None, Some(ts(at))),
     };
     JobView {
+        waiting: job.waiting.as_ref().map(|w| bftp_api::WaitingView {
+            reason: w.reason.as_str().to_owned(),
+            host: w.host.clone(),
+            until: ts(w.until),
+            text: w.text(),
+        }),
         id: job.id.0,
         owner_uid: job.owner_uid,
         state: job.state.name().to_string(),
