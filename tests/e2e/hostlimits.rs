@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use bftp_tests::daemon::{http, text, Bftpd};
+use bftp_tests::daemon::{http, text, Bftpd, ALICE, BOB};
 use bftp_tests::jobs::wait_final;
 use bftp_tests::{payload, FtpOptions, FtpServer, ServerKind};
 use serde_json::Value;
@@ -196,8 +196,9 @@ fn a_first_pair_refused_for_too_many_waits_and_is_no_failed_try() -> Result<()> 
     limited.put_file("out/a.bin", &file)?;
     let held = (limited.login()?, limited.login()?);
     let d = Bftpd::start_with(config)?;
+    // Alice's job: she sees its hosts, Bob (no jobs) none, root (an admin) every one.
     let o = d.bftp_env(
-        None,
+        Some(ALICE),
         &[
             "--json",
             "submit",
@@ -227,6 +228,22 @@ fn a_first_pair_refused_for_too_many_waits_and_is_no_failed_try() -> Result<()> 
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    let as_user = |user| -> Result<Value> {
+        let o = d.bftp_env(Some(user), &["--json", "hosts"], &[]);
+        ensure!(o.status.code() == Some(0), "bftp hosts: {}", text(&o));
+        Ok(serde_json::from_slice(&o.stdout)?)
+    };
+    let alices = as_user(ALICE)?;
+    ensure!(
+        host(&alices, &name).is_some_and(|h| h["learned"]["limit"] == 1)
+            && host(&alices, "127.0.0.2").is_some(),
+        "Alice sees her job's hosts: {alices:#}"
+    );
+    let bobs = as_user(BOB)?;
+    ensure!(
+        bobs["hosts"] == serde_json::json!([]),
+        "Bob sees no host: {bobs:#}"
+    );
     std::thread::sleep(Duration::from_secs(2));
     let v = bftp_tests::jobs::status(&d, id);
     ensure!(v["state"] == "running", "still in its first try: {v:#}");

@@ -112,7 +112,12 @@ impl Run {
                         if self.ctx.hosts.refused(e, Some(&slots)).await {
                             self.keep(e.transcript.clone());
                             drop(slots);
-                            pause.wait(&self.ctx.hosts, e).await;
+                            // A stop or a cancel does not wait for the pause.
+                            tokio::select! {
+                                () = pause.wait(&self.ctx.hosts, e) => {}
+                                () = self.drain.cancelled() => return Err(AttemptEnd::Interrupted),
+                                () = self.abort.cancelled() => return Err(AttemptEnd::Interrupted),
+                            }
                             continue;
                         }
                     }
