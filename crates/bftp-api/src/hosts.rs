@@ -27,9 +27,32 @@ pub struct HostView {
     pub learned: Option<LearnedLimitView>,
     /// This node's connections to the host now (kept pairs and looks at copies included).
     pub in_use: u32,
-    /// The host's circuit breaker (filled where the daemon has one; `None` otherwise).
+    /// The circuit breakers of the host's servers (one per port) that this node ever opened
+    /// (RULES.md §16.5); empty: none was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub breakers: Vec<BreakerView>,
+}
+
+/// One server's circuit breaker on this node (RULES.md §16.5).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BreakerView {
+    /// `host:port`.
+    pub server: String,
+    /// `open` (the server is down: its jobs wait while one probe at a time connects) or
+    /// `closed`.
+    pub state: String,
+    /// When it opened (open) or last closed, RFC 3339.
+    pub since: String,
+    /// The failure that opened it, or the last probe's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub breaker: Option<serde_json::Value>,
+    pub last_error: Option<String>,
+    /// When the next probe goes (open only), RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_probe: Option<String>,
+    /// Probes made since it opened (closed: by the probe that closed it, if one did).
+    pub probes: u32,
+    /// Jobs waiting for the server.
+    pub waiting: u32,
 }
 
 /// A learned limit and why.
@@ -59,8 +82,19 @@ impl HostView {
                 l.limit, l.learned_at, l.reply, l.refused_at, l.raises_at
             ));
         }
-        if let Some(b) = &self.breaker {
-            out.push(format!("  breaker: {b}"));
+        for b in &self.breakers {
+            let mut line = format!("  breaker {} {} since {}", b.server, b.state, b.since);
+            if let Some(next) = &b.next_probe {
+                line.push_str(&format!(
+                    ", {} waiting, probe {} at {next}",
+                    b.waiting,
+                    b.probes + 1
+                ));
+            }
+            if let Some(e) = &b.last_error {
+                line.push_str(&format!(" (last error: {e})"));
+            }
+            out.push(line);
         }
         out
     }

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 mod events;
 pub use events::{DeliveryView, EventLogPage, EventLogView, EventsQuery};
 mod hosts;
-pub use hosts::{HostList, HostView, LearnedLimitView};
+pub use hosts::{BreakerView, HostList, HostView, LearnedLimitView};
 mod watch;
 pub use watch::{ReadyView, WatchList, WatchListQuery, WatchNoteView, WatchRequest, WatchView};
 

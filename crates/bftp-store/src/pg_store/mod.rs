@@ -41,8 +41,8 @@ use crate::LeaseCell;
 
 mod backup;
 mod events;
-mod hostlimits;
 mod gates;
+mod hostlimits;
 mod jobs;
 mod lease;
 mod members;

@@ -17,8 +17,8 @@ use crate::error::{backend, StoreError};
 
 mod backup;
 mod events;
-mod hostlimits;
 mod gates;
+mod hostlimits;
 mod members;
 mod open;
 mod pages;

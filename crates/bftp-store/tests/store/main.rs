@@ -33,8 +33,8 @@ fn member_states(store: &dyn JobStore, id: JobId) -> Vec<MemberState> {
 }
 
 mod events;
-mod hostlimits;
 mod gates;
+mod hostlimits;
 mod jobs;
 mod members;
 mod meta;

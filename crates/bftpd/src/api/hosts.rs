@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use axum::extract::State;
 use axum::{Extension, Json};
-use bftp_api::{HostList, HostView, LearnedLimitView};
+use bftp_api::{BreakerView, HostList, HostView, LearnedLimitView};
 use bftp_store::JobFilter;
 
 use super::{ApiError, Shared};
@@ -20,9 +20,22 @@ pub async fn list(
     State(app): State<Shared>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<HostList>, ApiError> {
-    let states = app.hosts.host_states();
+    let mut states = app.hosts.host_states();
+    let breakers = app
+        .gates
+        .as_ref()
+        .map(|g| g.breaker.breaker_view())
+        .unwrap_or_default();
+    // A server that is down may never have been connected to: its host is known by its breaker.
+    for b in &breakers {
+        let host = breaker_host(&b.host);
+        if !states.iter().any(|s| s.host == host) {
+            states.push(app.hosts.host_state(host));
+        }
+    }
+    states.sort_by(|a, b| a.host.cmp(&b.host));
     let hosts = if caller.admin {
-        states.into_iter().map(|s| view(&s)).collect()
+        states.into_iter().map(|s| view(&s, &breakers)).collect()
     } else {
         let uid = caller.uid;
         let named: BTreeSet<String> = app
@@ -53,7 +66,7 @@ pub async fn list(
                     .find(|s| s.host == host)
                     .cloned()
                     .unwrap_or_else(|| app.hosts.host_state(&host));
-                view(&state)
+                view(&state, &breakers)
             })
             .collect()
     };
@@ -64,8 +77,15 @@ fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// A host's view, never a password (the reply was masked by the session that read it).
-pub fn view(s: &HostState) -> HostView {
+/// The host of a breaker's `host:port` (an IPv6 address keeps its brackets off).
+fn breaker_host(server: &str) -> &str {
+    let host = server.rsplit_once(':').map_or(server, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// A host's view, never a password (the reply was masked by the session that read it), with
+/// the breakers of its servers.
+pub fn view(s: &HostState, breakers: &[crate::hosts::breaker::BreakerView]) -> HostView {
     let learned = s.learned.as_ref().map(|l| LearnedLimitView {
         limit: l.limit,
         reply: l.reply.clone(),
@@ -82,6 +102,18 @@ pub fn view(s: &HostState) -> HostView {
         )),
         learned,
         in_use: count(s.in_use),
-        breaker: None,
+        breakers: breakers
+            .iter()
+            .filter(|b| breaker_host(&b.host) == s.host)
+            .map(|b| BreakerView {
+                server: b.host.clone(),
+                state: b.state.to_owned(),
+                since: b.since.to_rfc3339(),
+                last_error: b.last_error.clone(),
+                next_probe: b.next_probe.map(|t| t.to_rfc3339()),
+                probes: b.probes,
+                waiting: count(b.waiting),
+            })
+            .collect(),
     }
 }
