@@ -112,17 +112,6 @@ impl WebhooksConfig {
         Ok(())
     }
 
-    /// The delivery's backoff in the outbox's terms (for `bftp_mail::next_delay`): the wait
-    /// doubles from `retry_first` up to `retry_max`; given up `give_up_after` the event.
-    pub fn retry(&self) -> bftp_mail::MailRetry {
-        bftp_mail::MailRetry {
-            first_interval: self.retry_first,
-            factor: 2.0,
-            cap: self.retry_max,
-            give_up_after: self.give_up_after,
-        }
-    }
-
     /// The signing key's file: `secret_file`, or `webhook.key` in `state_dir`.
     pub fn secret_path(&self, state_dir: &Path) -> PathBuf {
         self.secret_file
