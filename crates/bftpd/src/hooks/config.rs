@@ -112,6 +112,21 @@ impl WebhooksConfig {
         Ok(())
     }
 
+    /// Reads every CA file as the sender will at start (`bftpd check-config`).
+    pub fn check_files(&self) -> anyhow::Result<()> {
+        let hosts = self
+            .ca_files
+            .iter()
+            .map(|(host, path)| bftp_ftp::tls::HostTrust {
+                host: host.clone(),
+                trust: bftp_ftp::tls::Trust::CaFile(path.clone()),
+            })
+            .collect();
+        bftp_ftp::tls::TlsTrust::new(hosts)
+            .map(drop)
+            .map_err(|e| anyhow::anyhow!("[webhooks] ca_files: {e}"))
+    }
+
     /// The signing key's file: `secret_file`, or `webhook.key` in `state_dir`.
     pub fn secret_path(&self, state_dir: &Path) -> PathBuf {
         self.secret_file
@@ -261,6 +276,25 @@ ca_files = { "hooks.example.org" = "/etc/bftpd/hooks-ca.pem" }
             assert!(e.contains(needle), "{bad}: {e}");
             assert!(!e.contains(":pw@"), "{e}");
         }
+    }
+
+    #[test]
+    fn check_config_reads_the_ca_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.pem");
+        let c = parse(&format!(
+            "ca_files = {{ \"hooks.example.org\" = \"{}\" }}",
+            missing.display()
+        ))
+        .unwrap();
+        let e = format!("{:#}", c.check_files().unwrap_err());
+        assert!(
+            e.contains("[webhooks] ca_files") && e.contains("missing.pem"),
+            "{e}"
+        );
+        std::fs::write(&missing, "not a certificate\n").unwrap();
+        assert!(c.check_files().is_err());
+        assert!(parse("").unwrap().check_files().is_ok());
     }
 
     #[test]
