@@ -364,3 +364,109 @@ fn status_shows_a_given_up_delivery_and_why() {
         "a permanent answer is not tried again"
     );
 }
+
+/// A file the source refuses for good (550) is `member.failed` as soon as its ledger says so,
+/// then the job's `job.finished`: both to the job's webhook, each signed with its own id.
+#[test]
+fn a_file_failed_permanently_gives_member_failed() {
+    use bftp_tests::files::content;
+    use bftp_tests::jobs::{submit, wait_final};
+    use bftp_tests::{FtpOptions, FtpServer, ServerKind};
+    let rx = Receiver::start(&[]);
+    let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    for n in ["a", "b"] {
+        src.put_file(&format!("out/{n}.dat"), &content(n, 2_000))
+            .unwrap();
+    }
+    // The session runs as bftp-ftp: mode 000 makes RETR of b.dat fail with 550.
+    std::fs::set_permissions(
+        src.path("out/b.dat"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o000),
+    )
+    .unwrap();
+    dst.mkdir("in").unwrap();
+    let d = Bftpd::start_with(|dir| config(dir, "[ftp]\nreply_timeout = \"3s\"\n")).unwrap();
+    let hook = rx.url("/in");
+    let id = submit(&d, &src, &dst, "out/*.dat", "in/", &["--notify", &hook]);
+    let v = wait_final(&d, id, Duration::from_secs(60));
+    assert_eq!(v["outcome"], "partial", "{v:#}");
+    let got = rx.wait_for(2, Duration::from_secs(20), &d);
+    let mut ids: Vec<&str> = got.iter().map(|r| r.header("bftp-event-id")).collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        [
+            format!("job-{id}-final"),
+            format!("job-{id}-member-1-failed")
+        ]
+    );
+    let failed = got
+        .iter()
+        .find(|r| r.header("bftp-event-type") == "member.failed")
+        .unwrap()
+        .json();
+    assert_eq!(failed["data"]["member"]["name"], "b.dat", "{failed:#}");
+    assert_eq!(
+        failed["data"]["member"]["state"], "failed_permanent",
+        "{failed:#}"
+    );
+    for r in &got {
+        bftp_core::event::verify(
+            r.header("bftp-signature"),
+            &webhook_key(&d),
+            &r.body,
+            now_secs(),
+            Duration::from_secs(300),
+        )
+        .unwrap();
+    }
+}
+
+/// A watch's poll that delivers a file gives `watch.delivered` (besides its job's
+/// `job.finished`) to the watch's webhook.
+#[test]
+fn a_watch_delivery_gives_watch_delivered() {
+    use bftp_tests::files::content;
+    use bftp_tests::watch::{add, wait_for};
+    use bftp_tests::{FtpOptions, FtpServer, ServerKind};
+    let rx = Receiver::start(&[]);
+    let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
+    let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
+    src.mkdir("out").unwrap();
+    dst.mkdir("in").unwrap();
+    src.put_file("out/x.csv", &content("x", 1_000)).unwrap();
+    let d = Bftpd::start_with(|dir| config(dir, "")).unwrap();
+    let hook = rx.url("/w");
+    let w = add(
+        &d,
+        (&src, "out"),
+        (&dst, "in"),
+        "1s",
+        serde_json::json!({"settle": "0s", "job": {"notify": [hook]}}),
+    );
+    wait_for(&d, w, Duration::from_secs(30), "x.csv delivered", |v| {
+        v["delivered"].as_u64() == Some(1)
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let delivered = loop {
+        let got = rx.received();
+        if let Some(r) = got
+            .iter()
+            .find(|r| r.header("bftp-event-type") == "watch.delivered")
+        {
+            break r.json();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no watch.delivered\n{}",
+            d.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(delivered["watch"], w, "{delivered:#}");
+    assert_eq!(delivered["data"]["delivered"], 1, "{delivered:#}");
+    assert_eq!(delivered["data"]["files"], serde_json::json!(["x.csv"]));
+    let job = delivered["job"].as_u64().unwrap();
+    assert_eq!(delivered["id"], format!("watch-{w}-job-{job}-delivered"));
+}
