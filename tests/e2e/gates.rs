@@ -348,6 +348,16 @@ fn one_probe_for_a_server_that_is_down_and_all_its_jobs_released_at_once() -> Re
     let (refused_before, _) = dp.refused();
     let watched = Instant::now();
     std::thread::sleep(Duration::from_secs(3));
+    let (refused, most_at_once) = dp.refused();
+    let probes = refused - refused_before;
+    // A probe every 300 ms at most (each held 300 ms by the dead server): about ten in 3 s,
+    // and never two at once; without the breaker each of the 20 jobs tries on its own.
+    let bound = watched.elapsed().as_millis() as u64 / 300 + 2;
+    ensure!(
+        probes <= bound && most_at_once == 1,
+        "{probes} connections reached the dead server in {:?} (bound {bound}), {most_at_once} at once",
+        watched.elapsed()
+    );
     let all = jobs(&d)?;
     for v in all.iter().filter(|v| v["id"].as_u64() != Some(first)) {
         ensure!(
@@ -359,16 +369,6 @@ fn one_probe_for_a_server_that_is_down_and_all_its_jobs_released_at_once() -> Re
             "a job while the server is down: {v:#}"
         );
     }
-    let (refused, most_at_once) = dp.refused();
-    let probes = refused - refused_before;
-    // A probe every 300 ms at most (each held 300 ms by the dead server): about ten in 3 s,
-    // and never two at once; without the breaker each of the 20 jobs tries on its own.
-    let bound = watched.elapsed().as_millis() as u64 / 300 + 2;
-    ensure!(
-        probes <= bound && most_at_once == 1,
-        "{probes} connections reached the dead server in {:?} (bound {bound}), {most_at_once} at once",
-        watched.elapsed()
-    );
     let attempts_before: Vec<u64> = ids
         .iter()
         .map(|&id| status(&d, id)["attempts"].as_u64().unwrap_or(0))
