@@ -25,6 +25,7 @@ impl StartGate for JobGates {
             job.id,
             (&s.source.host, s.source.port),
             s.destination.as_ref().map(|d| (d.host.as_str(), d.port)),
+            job.attempts == 0,
             now,
         )
     }

@@ -57,6 +57,8 @@ struct Server {
     next_probe: Timestamp,
     probes: u32,
     waiting: BTreeSet<JobId>,
+    /// Moves at each opening: a probe task of an earlier opening stops (one probe task).
+    opening: u64,
 }
 
 /// Every server's breaker on this node.
@@ -152,25 +154,27 @@ impl Breaker {
                 next_probe: now,
                 probes: 0,
                 waiting: BTreeSet::new(),
+                opening: 0,
             });
             s.last_error = Some(error.to_owned());
             s.waiting.extend(job);
             if s.open {
-                false
+                None
             } else {
                 s.open = true;
+                s.opening += 1;
                 s.since = now;
                 s.probes = 0;
                 s.next_probe =
                     now.saturating_add(probe_delay(self.settings.first, self.settings.max, 0));
-                true
+                Some(s.opening)
             }
         };
-        if start_probe {
+        if let Some(opening) = start_probe {
             tracing::warn!(server = %key, %error, "server down: its jobs wait, one probe at a time tells when it is back");
             let me = Arc::clone(self);
             let (host, key2) = (host.to_owned(), key);
-            tokio::spawn(async move { me.probe_loop(host, port, key2).await });
+            tokio::spawn(async move { me.probe_loop(host, port, key2, opening).await });
         }
     }
 
@@ -226,17 +230,18 @@ impl Breaker {
 
     /// One probe at a time, with backoff, until the server answers or the breaker closed
     /// otherwise (a login succeeded), or shutdown.
-    async fn probe_loop(self: Arc<Self>, host: String, port: u16, key: String) {
+    async fn probe_loop(self: Arc<Self>, host: String, port: u16, key: String, opening: u64) {
+        let current = |s: &Server| s.open && s.opening == opening;
         loop {
             let next = match self.servers().get(&key) {
-                Some(s) if s.open => s.next_probe,
+                Some(s) if current(s) => s.next_probe,
                 _ => return,
             };
             tokio::select! {
                 () = self.stop.cancelled() => return,
                 () = self.clock.sleep_until(next) => {}
             }
-            if !self.servers().get(&key).is_some_and(|s| s.open) {
+            if !self.servers().get(&key).is_some_and(current) {
                 return;
             }
             self.probes_total
@@ -247,7 +252,7 @@ impl Breaker {
             };
             let probes = {
                 let mut servers = self.servers();
-                let Some(s) = servers.get_mut(&key) else {
+                let Some(s) = servers.get_mut(&key).filter(|s| current(s)) else {
                     return;
                 };
                 s.probes += 1;

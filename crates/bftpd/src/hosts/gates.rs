@@ -183,13 +183,15 @@ pub struct Gates {
 
 impl Gates {
     /// Whether job `id` (between `source` and `destination`, each host and port) must wait
-    /// at `now`: a closed window first, then a host that is down (the job is then released
-    /// when the host's probe succeeds).
+    /// at `now`: a closed window first, then, for a job that has not tried yet
+    /// (`first_try`), a host that is down (the job is then released when the host's probe
+    /// succeeds). A job that tried before keeps its own retry schedule (RULES.md §5, §16.5).
     pub fn wait_for(
         &self,
         id: bftp_store::JobId,
         source: (&str, u16),
         destination: Option<(&str, u16)>,
+        first_try: bool,
         now: Timestamp,
     ) -> Option<Wait> {
         if let Some(w) = self
@@ -198,6 +200,9 @@ impl Gates {
             .wait()
         {
             return Some(w);
+        }
+        if !first_try {
+            return None;
         }
         std::iter::once(source)
             .chain(destination)

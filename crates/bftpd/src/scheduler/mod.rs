@@ -596,7 +596,7 @@ mod tests {
     impl StartGate for ClosedUntil {
         fn wait_for(&self, _job: &Job, now: Timestamp) -> Option<bftp_core::window::Wait> {
             *self.1.lock().unwrap() += 1;
-            (now < self.0).then(|| bftp_core::window::Wait {
+            (now < self.0).then_some(bftp_core::window::Wait {
                 reason: bftp_core::window::WaitReason::Window,
                 host: None,
                 until: self.0,
