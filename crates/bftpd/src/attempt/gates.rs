@@ -106,28 +106,14 @@ impl WindowWatch {
     }
 }
 
-/// "Too many connections" in a refusal's text (the learned per-host limits' business, not
-/// the breaker's). A short built-in list; `bftp_core::hostlimit`'s configured patterns
-/// replace it where that module exists.
-fn too_many_connections(text: &str) -> bool {
-    let t = text.to_ascii_lowercase();
-    [
-        "too many",
-        "maximum number",
-        "max clients",
-        "maxclients",
-        "connection limit",
-        "per ip",
-        "per-ip",
-        "from your ip",
-    ]
-    .iter()
-    .any(|p| t.contains(p))
-}
-
 /// What a failed pair opening tells the breaker: which side's server, and how it failed
-/// (`None`: nothing about a server's being up, such as a refused address).
-pub(super) fn failure_of(e: &PairError) -> Option<(Side, Failure)> {
+/// (`None`: nothing about a server's being up, such as a refused address). `too_many`: the
+/// learned limits' rule of a refusal for too many connections (`HostLimits::is_too_many`),
+/// which says the server is busy, not down.
+pub(super) fn failure_of(
+    e: &PairError,
+    too_many: impl Fn(&ConnectError) -> bool,
+) -> Option<(Side, Failure)> {
     let JobFailure::Connect { side, error } = &e.failure else {
         return None;
     };
@@ -141,7 +127,7 @@ pub(super) fn failure_of(e: &PairError) -> Option<(Side, Failure)> {
             | SessionError::Closed { .. },
         ) => Failure::Unreachable,
         ConnectError::Refused { reply, .. } if e.is_transient() => {
-            if too_many_connections(&reply.text()) {
+            if too_many(error) {
                 Failure::TooManyConnections
             } else {
                 Failure::TransientReply
@@ -156,20 +142,45 @@ pub(super) fn failure_of(e: &PairError) -> Option<(Side, Failure)> {
 mod tests {
     use super::*;
 
+    /// A pair whose source refused the login with `reply` ("CODE text"), transiently.
+    fn refusal(reply: &str) -> PairError {
+        use bftp_core::reply::{Disposition, ReplyCode, TransientKind};
+        use bftp_ftp::parse::Reply;
+        let (code, text) = reply.split_once(' ').expect("CODE text");
+        let disposition = Disposition::Transient(TransientKind::Reconnect);
+        PairError {
+            failure: JobFailure::Connect {
+                side: Side::Source,
+                error: ConnectError::Refused {
+                    host: "ftp.example.org".into(),
+                    command: "greeting",
+                    reply: Reply::new(
+                        ReplyCode::new(code.parse().expect("a code")).expect("a reply code"),
+                        vec![text.into()],
+                    ),
+                    disposition,
+                },
+            },
+            disposition,
+            transcript: Default::default(),
+        }
+    }
+
     #[test]
     fn a_busy_server_is_not_a_down_one() {
-        for busy in [
-            "421 Too many connections (2) from this IP",
-            "530 Sorry, the maximum number of clients (5) from your host are already connected.",
-            "421 There are too many connected users, please try later.",
+        let hosts = crate::hosts::HostLimits::new(1, 4);
+        for (reply, busy) in [
+            ("421 Too many connections (2) from this IP", true),
+            ("530 Sorry, the maximum number of clients (5) from your host are already connected.", true),
+            ("421 There are too many connected users, please try later.", true),
+            ("421 Service not available, closing control connection", false),
+            ("421 Timeout.", false),
         ] {
-            assert!(too_many_connections(busy), "{busy}");
-        }
-        for down in [
-            "421 Service not available, closing control connection",
-            "421 Timeout.",
-        ] {
-            assert!(!too_many_connections(down), "{down}");
+            let e = refusal(reply);
+            let (side, failure) = failure_of(&e, |c| hosts.is_too_many(c)).expect("a login failure");
+            assert_eq!(side, Side::Source, "{reply}");
+            let want = if busy { Failure::TooManyConnections } else { Failure::TransientReply };
+            assert_eq!(failure, want, "{reply}");
         }
     }
 }

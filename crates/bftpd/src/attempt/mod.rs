@@ -386,7 +386,9 @@ impl Run {
                     gates.breaker.succeeded(&dst.host, dst.port);
                 }
                 Err(e) => {
-                    if let Some((side, failure)) = gates::failure_of(e) {
+                    if let Some((side, failure)) =
+                        gates::failure_of(e, |c| self.ctx.hosts.is_too_many(c))
+                    {
                         let ep = match side {
                             bftp_ftp::Side::Source => &spec.source,
                             bftp_ftp::Side::Destination => dst,

@@ -171,6 +171,15 @@ impl HostLimits {
         }
     }
 
+    /// Whether `e` is a refusal for too many connections by `[ftp] too_many_patterns`
+    /// (`bftp_core::hostlimit::says_too_many`): a busy server, not a down one.
+    pub fn is_too_many(&self, e: &ConnectError) -> bool {
+        let default = LearnSettings::default();
+        let ctx = self.learned.ctx.get();
+        let settings = ctx.map_or(&default, |c| &c.settings);
+        too_many(e, &settings.patterns).is_some()
+    }
+
     /// [`Self::refused`] of one connection's login (a look at a copy's bytes, a listing).
     pub async fn refused_login(&self, e: &ConnectError, slots: Option<&Slots>) -> bool {
         let default = LearnSettings::default();
