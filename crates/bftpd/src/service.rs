@@ -48,8 +48,8 @@ fn notify(state: NotifyState<'_>) {
 /// What [`crate::run`] would refuse at start, short of what needs the state directory, the
 /// socket's directory or the network. [`Config::load`] has already checked the syntax, the
 /// socket mode, `[retry]`, `[retry_bounds]`, `[ftp]`, `[scheduler]` and `[store]`; this adds
-/// the groups (they must exist) and the mail transport, built as the daemon builds it (which
-/// reads `password_file`).
+/// the groups (they must exist), the mail transport, built as the daemon builds it (which
+/// reads `password_file`), and `[webhooks] ca_files` (each read as the sender reads it).
 pub fn check(config: &Config) -> anyhow::Result<()> {
     crate::api::identity::AdminPolicy::new(config.admin_group.as_deref())?;
     if let Some(name) = &config.socket_group {
@@ -60,6 +60,7 @@ pub fn check(config: &Config) -> anyhow::Result<()> {
     if config.mail.enabled {
         bftp_mail::Mailer::new(&config.mail).context("[mail]")?;
     }
+    config.webhooks.check_files()?;
     if config.store.kind == crate::config::StoreKind::Postgres {
         check_postgres(config)?;
     }

@@ -112,15 +112,19 @@ impl WebhooksConfig {
         Ok(())
     }
 
-    /// The delivery's backoff in the outbox's terms (for `bftp_mail::next_delay`): the wait
-    /// doubles from `retry_first` up to `retry_max`; given up `give_up_after` the event.
-    pub fn retry(&self) -> bftp_mail::MailRetry {
-        bftp_mail::MailRetry {
-            first_interval: self.retry_first,
-            factor: 2.0,
-            cap: self.retry_max,
-            give_up_after: self.give_up_after,
-        }
+    /// Reads every CA file as the sender will at start (`bftpd check-config`).
+    pub fn check_files(&self) -> anyhow::Result<()> {
+        let hosts = self
+            .ca_files
+            .iter()
+            .map(|(host, path)| bftp_ftp::tls::HostTrust {
+                host: host.clone(),
+                trust: bftp_ftp::tls::Trust::CaFile(path.clone()),
+            })
+            .collect();
+        bftp_ftp::tls::TlsTrust::new(hosts)
+            .map(drop)
+            .map_err(|e| anyhow::anyhow!("[webhooks] ca_files: {e}"))
     }
 
     /// The signing key's file: `secret_file`, or `webhook.key` in `state_dir`.
@@ -272,6 +276,25 @@ ca_files = { "hooks.example.org" = "/etc/bftpd/hooks-ca.pem" }
             assert!(e.contains(needle), "{bad}: {e}");
             assert!(!e.contains(":pw@"), "{e}");
         }
+    }
+
+    #[test]
+    fn check_config_reads_the_ca_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.pem");
+        let c = parse(&format!(
+            "ca_files = {{ \"hooks.example.org\" = \"{}\" }}",
+            missing.display()
+        ))
+        .unwrap();
+        let e = format!("{:#}", c.check_files().unwrap_err());
+        assert!(
+            e.contains("[webhooks] ca_files") && e.contains("missing.pem"),
+            "{e}"
+        );
+        std::fs::write(&missing, "not a certificate\n").unwrap();
+        assert!(c.check_files().is_err());
+        assert!(parse("").unwrap().check_files().is_ok());
     }
 
     #[test]
