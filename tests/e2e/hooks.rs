@@ -6,13 +6,11 @@
 //! The jobs here are cancelled before they are due: a cancel makes a job final (and writes
 //! its `job.cancelled` event) without an FTP server.
 
-use std::collections::{HashMap, VecDeque};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bftp_tests::daemon::{text, Bftpd, ALICE, BOB};
+use bftp_tests::pki::Pki;
+use bftp_tests::webhook::{verify, Received, Receiver, Reply};
 use serde_json::Value;
 
 const SRC: &str = "ftp://alice@127.0.0.1:2121/pub/data.bin";
@@ -22,136 +20,34 @@ const PW_ENV: &[(&str, &str)] = &[
     ("BFTP_DEST_PASSWORD", "dst-pw-K9z"),
 ];
 
-/// What the receiver answers a request with.
-#[derive(Clone, Copy, Debug)]
-enum Reply {
-    Status(u16),
-    /// No answer: the connection is held open until the sender gives up.
-    Hang,
+/// H2's receiver (HTTP and HTTPS with the tests' CA), with the daemon's logs in a failure.
+fn wait_for(rx: &Receiver, n: usize, limit: Duration, d: &Bftpd) -> Vec<Received> {
+    rx.wait_for(n, limit)
+        .unwrap_or_else(|e| panic!("{e}\n{}", d.logs()))
 }
 
-#[derive(Clone, Debug)]
-struct Got {
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
+fn header<'a>(r: &'a Received, name: &str) -> &'a str {
+    r.header(name).unwrap_or("")
 }
 
-impl Got {
-    fn header(&self, name: &str) -> &str {
-        self.headers
-            .get(&name.to_ascii_lowercase())
-            .map(String::as_str)
-            .unwrap_or("")
-    }
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap()
-    }
+fn body(r: &Received) -> Value {
+    serde_json::from_slice(&r.body).unwrap()
 }
 
-/// A minimal HTTP/1.1 receiver on loopback: records every request, answers from its script
-/// (then 200).
-struct Receiver {
-    addr: SocketAddr,
-    got: Arc<Mutex<Vec<Got>>>,
+fn receiver(pki: &Pki, script: &[Reply]) -> Receiver {
+    let rx = Receiver::start(pki).unwrap();
+    rx.script(script.iter().cloned());
+    rx
 }
 
-impl Receiver {
-    fn start(script: &[Reply]) -> Receiver {
-        Receiver::on(TcpListener::bind("127.0.0.1:0").unwrap(), script)
-    }
-
-    fn on(listener: TcpListener, script: &[Reply]) -> Receiver {
-        let addr = listener.local_addr().unwrap();
-        let got = Arc::new(Mutex::new(Vec::new()));
-        let script = Arc::new(Mutex::new(script.iter().copied().collect::<VecDeque<_>>()));
-        let (g, s) = (got.clone(), script);
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let (g, s) = (g.clone(), s.clone());
-                std::thread::spawn(move || serve(conn, &g, &s));
-            }
-        });
-        Receiver { addr, got }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    fn received(&self) -> Vec<Got> {
-        self.got.lock().unwrap().clone()
-    }
-
-    fn wait_for(&self, n: usize, limit: Duration, d: &Bftpd) -> Vec<Got> {
-        let deadline = Instant::now() + limit;
-        loop {
-            let got = self.received();
-            if got.len() >= n {
-                return got;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} of {n} requests after {limit:?}\n{}",
-                got.len(),
-                d.logs()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-fn serve(conn: TcpStream, got: &Mutex<Vec<Got>>, script: &Mutex<VecDeque<Reply>>) {
-    let mut r = BufReader::new(conn.try_clone().unwrap());
-    let mut headers = HashMap::new();
-    let mut line = String::new();
-    if r.read_line(&mut line).unwrap_or(0) == 0 {
-        return;
-    }
-    loop {
-        line.clear();
-        if r.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let l = line.trim_end();
-        if l.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = l.split_once(':') {
-            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-        }
-    }
-    let len: usize = headers
-        .get("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; len];
-    if r.read_exact(&mut body).is_err() {
-        return;
-    }
-    got.lock().unwrap().push(Got { headers, body });
-    let reply = script
-        .lock()
-        .unwrap()
-        .pop_front()
-        .unwrap_or(Reply::Status(200));
-    match reply {
-        Reply::Status(code) => {
-            let mut w = conn;
-            let _ = write!(
-                w,
-                "HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            );
-        }
-        Reply::Hang => std::thread::sleep(Duration::from_secs(30)),
-    }
-}
-
-/// The test config with `[webhooks]` tuned to seconds (and `extra` after it).
-fn config(dir: &std::path::Path, extra: &str) -> String {
+/// The test config with `[webhooks]` tuned to seconds, `https` to 127.0.0.1 checked against
+/// the tests' CA (and `extra` after it).
+fn config(dir: &std::path::Path, pki: &Pki, extra: &str) -> String {
     format!(
-        "{}[webhooks]\ntimeout = \"1s\"\nretry_first = \"1s\"\nretry_max = \"2s\"\n{extra}",
-        Bftpd::default_config(dir)
+        "{}[webhooks]\ntimeout = \"1s\"\nretry_first = \"1s\"\nretry_max = \"2s\"\n\
+         ca_files = {{ \"127.0.0.1\" = \"{}\" }}\n{extra}",
+        Bftpd::default_config(dir),
+        pki.ca_file().display()
     )
 }
 
@@ -209,64 +105,60 @@ fn webhook_key(d: &Bftpd) -> Vec<u8> {
         .to_vec()
 }
 
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
 #[test]
 fn a_jobs_end_arrives_signed_and_the_signature_verifies() {
-    let rx = Receiver::start(&[]);
-    let d = Bftpd::start_with(|dir| config(dir, "")).unwrap();
-    let hook = rx.url("/in?token=t0ken");
-    let id = cancelled_job(&d, None, &["ops@example.org", &hook]);
-    let got = rx.wait_for(1, Duration::from_secs(20), &d);
-    let r = &got[0];
-    let sig = r.header("bftp-signature");
-    bftp_core::event::verify(
-        sig,
-        &webhook_key(&d),
-        &r.body,
-        now_secs(),
-        Duration::from_secs(300),
-    )
-    .unwrap_or_else(|e| panic!("{sig}: {e:?}"));
-    assert_eq!(r.header("bftp-event-id"), format!("job-{id}-final"));
-    assert_eq!(r.header("bftp-event-type"), "job.cancelled");
-    let body = r.json();
-    assert_eq!(body["schema"], "bftp.event.v1");
-    assert_eq!(body["id"], format!("job-{id}-final"));
-    assert_eq!(body["type"], "job.cancelled");
-    assert_eq!(body["job"], id);
-    assert_eq!(body["data"]["summary"]["state"], "cancelled", "{body:#}");
-    let raw = String::from_utf8_lossy(&r.body);
-    assert!(
-        !raw.contains("src-pw-X7q") && !raw.contains("dst-pw-K9z"),
-        "{raw}"
-    );
-    // The delivery as status shows it: the target without its query.
+    let pki = Pki::new().unwrap();
+    let rx = receiver(&pki, &[]);
+    let d = Bftpd::start_with(|dir| config(dir, &pki, "")).unwrap();
+    // Over HTTP and over HTTPS (the tests' CA, for 127.0.0.1).
+    let (plain, tls) = (rx.http_url("/in?token=t0ken"), rx.https_url("/tls"));
+    let id = cancelled_job(&d, None, &["ops@example.org", &plain, &tls]);
+    let got = wait_for(&rx, 2, Duration::from_secs(20), &d);
+    assert_eq!(got.iter().filter(|r| r.tls).count(), 1, "{got:?}");
+    for r in &got {
+        verify(r, &webhook_key(&d), Duration::from_secs(300))
+            .unwrap_or_else(|e| panic!("{:?}: {e:?}", r.header("bftp-signature")));
+        assert_eq!(header(r, "bftp-event-id"), format!("job-{id}-final"));
+        assert_eq!(header(r, "bftp-event-type"), "job.cancelled");
+        let b = body(r);
+        assert_eq!(b["schema"], "bftp.event.v1");
+        assert_eq!(b["id"], format!("job-{id}-final"));
+        assert_eq!(b["type"], "job.cancelled");
+        assert_eq!(b["job"], id);
+        assert_eq!(b["data"]["summary"]["state"], "cancelled", "{b:#}");
+        let raw = String::from_utf8_lossy(&r.body);
+        assert!(
+            !raw.contains("src-pw-X7q") && !raw.contains("dst-pw-K9z"),
+            "{raw}"
+        );
+    }
+    // The deliveries as status shows them: the targets without their query.
     let v = wait_deliveries(&d, id, |ds| {
-        ds.first().is_some_and(|x| x["state"] == "delivered")
+        ds.len() == 2 && ds.iter().all(|x| x["state"] == "delivered")
     });
-    let dl = &v["events"][0]["deliveries"][0];
-    assert_eq!(dl["target"], rx.url("/in"));
-    assert_eq!(dl["tries"], 1);
+    let dl = &v["events"][0]["deliveries"];
+    assert_eq!(dl[0]["target"], rx.http_url("/in"));
+    assert_eq!(dl[1]["target"], tls);
+    assert_eq!(dl[0]["tries"], 1);
     assert!(!v.to_string().contains("t0ken"), "{v}");
 }
 
 #[test]
 fn a_receiver_that_fails_or_hangs_gets_the_same_event_again() {
-    let failing = Receiver::start(&[Reply::Status(500)]);
-    let hanging = Receiver::start(&[Reply::Hang]);
-    let d = Bftpd::start_with(|dir| config(dir, "")).unwrap();
-    let id = cancelled_job(&d, None, &[&failing.url("/a"), &hanging.url("/b")]);
-    let a = failing.wait_for(2, Duration::from_secs(30), &d);
-    let b = hanging.wait_for(2, Duration::from_secs(30), &d);
+    let pki = Pki::new().unwrap();
+    let failing = receiver(&pki, &[Reply::Status(500)]);
+    let hanging = receiver(&pki, &[Reply::Hang]);
+    let d = Bftpd::start_with(|dir| config(dir, &pki, "")).unwrap();
+    let id = cancelled_job(
+        &d,
+        None,
+        &[&failing.http_url("/a"), &hanging.http_url("/b")],
+    );
+    let a = wait_for(&failing, 2, Duration::from_secs(30), &d);
+    let b = wait_for(&hanging, 2, Duration::from_secs(30), &d);
     let want = format!("job-{id}-final");
     for r in a.iter().chain(&b) {
-        assert_eq!(r.header("bftp-event-id"), want);
+        assert_eq!(header(r, "bftp-event-id"), want);
     }
     let v = wait_deliveries(&d, id, |ds| {
         ds.len() == 2 && ds.iter().all(|x| x["state"] == "delivered")
@@ -276,28 +168,35 @@ fn a_receiver_that_fails_or_hangs_gets_the_same_event_again() {
     }
 }
 
+/// The event is written with the cancel; bftpd is killed while its first delivery is in
+/// flight (the receiver holds the request unanswered), before any try is recorded: after the
+/// restart the receiver gets the same event again, and it is recorded delivered.
 #[test]
 fn a_kill9_between_the_change_and_the_delivery_loses_no_event() {
-    // The receiver's port, reserved and closed: nothing listens while the job is cancelled.
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let mut d = Bftpd::start_with(|dir| config(dir, "")).unwrap();
-    let id = cancelled_job(&d, None, &[&format!("http://{port}/in")]);
+    let pki = Pki::new().unwrap();
+    let rx = receiver(&pki, &[Reply::Hang]);
+    let mut d = Bftpd::start_with(|dir| config(dir, &pki, "")).unwrap();
+    let id = cancelled_job(&d, None, &[&rx.http_url("/in")]);
+    wait_for(&rx, 1, Duration::from_secs(20), &d);
     d.kill9();
-    let rx = Receiver::on(TcpListener::bind(port).unwrap(), &[]);
     d.restart_after_kill9().unwrap();
-    let got = rx.wait_for(1, Duration::from_secs(30), &d);
-    assert_eq!(got[0].header("bftp-event-id"), format!("job-{id}-final"));
-    wait_deliveries(&d, id, |ds| {
+    let got = wait_for(&rx, 2, Duration::from_secs(30), &d);
+    for r in &got {
+        assert_eq!(header(r, "bftp-event-id"), format!("job-{id}-final"));
+    }
+    let v = wait_deliveries(&d, id, |ds| {
         ds.first().is_some_and(|x| x["state"] == "delivered")
     });
+    assert_eq!(
+        v["events"][0]["deliveries"][0]["tries"], 1,
+        "the cut try was never recorded"
+    );
 }
 
 #[test]
 fn bftp_events_shows_only_the_callers_own_events() {
-    let d = Bftpd::start_with(|dir| config(dir, "")).unwrap();
+    let pki = Pki::new().unwrap();
+    let d = Bftpd::start_with(|dir| config(dir, &pki, "")).unwrap();
     let a = cancelled_job(&d, Some(ALICE), &[]);
     let b = cancelled_job(&d, Some(BOB), &[]);
     let ids = |user: Option<&str>, args: &[&str]| -> Vec<String> {
@@ -338,13 +237,44 @@ fn bftp_events_shows_only_the_callers_own_events() {
         ids(None, &["--all", "--after", &after]),
         [format!("job-{b}-final")]
     );
+    // Followed: an event written later arrives on the open stream.
+    let mut follow = std::process::Command::new(bftp_tests::daemon::bin("bftp"))
+        .args(["--socket"])
+        .arg(d.socket())
+        .args(["--json", "events", "--all", "--follow", "--after", &after])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = follow.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufRead::lines(std::io::BufReader::new(out)) {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let c = cancelled_job(&d, None, &[]);
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let Ok(l) = lines.recv_timeout(Duration::from_secs(20)) else {
+            break;
+        };
+        let v: Value = serde_json::from_str(&l).unwrap();
+        seen.push(v["id"].as_str().unwrap().to_string());
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert_eq!(seen, [format!("job-{b}-final"), format!("job-{c}-final")]);
 }
 
 #[test]
 fn status_shows_a_given_up_delivery_and_why() {
-    let rx = Receiver::start(&[Reply::Status(404)]);
-    let d = Bftpd::start_with(|dir| config(dir, "")).unwrap();
-    let id = cancelled_job(&d, None, &[&rx.url("/gone")]);
+    let pki = Pki::new().unwrap();
+    let rx = receiver(&pki, &[Reply::Status(404)]);
+    let d = Bftpd::start_with(|dir| config(dir, &pki, "")).unwrap();
+    let id = cancelled_job(&d, None, &[&rx.http_url("/gone")]);
     let v = wait_deliveries(&d, id, |ds| {
         ds.first().is_some_and(|x| x["state"] == "gave_up")
     });
@@ -358,11 +288,7 @@ fn status_shows_a_given_up_delivery_and_why() {
         t.contains("webhook") && t.contains("gave_up") && t.contains("404"),
         "{t}"
     );
-    assert_eq!(
-        rx.received().len(),
-        1,
-        "a permanent answer is not tried again"
-    );
+    assert_eq!(rx.count(), 1, "a permanent answer is not tried again");
 }
 
 /// A file the source refuses for good (550) is `member.failed` as soon as its ledger says so,
@@ -372,7 +298,8 @@ fn a_file_failed_permanently_gives_member_failed() {
     use bftp_tests::files::content;
     use bftp_tests::jobs::{submit, wait_final};
     use bftp_tests::{FtpOptions, FtpServer, ServerKind};
-    let rx = Receiver::start(&[]);
+    let pki = Pki::new().unwrap();
+    let rx = receiver(&pki, &[]);
     let src = FtpServer::start(ServerKind::Vsftpd, FtpOptions::default()).unwrap();
     let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
     for n in ["a", "b"] {
@@ -386,13 +313,13 @@ fn a_file_failed_permanently_gives_member_failed() {
     )
     .unwrap();
     dst.mkdir("in").unwrap();
-    let d = Bftpd::start_with(|dir| config(dir, "[ftp]\nreply_timeout = \"3s\"\n")).unwrap();
-    let hook = rx.url("/in");
+    let d = Bftpd::start_with(|dir| config(dir, &pki, "[ftp]\nreply_timeout = \"3s\"\n")).unwrap();
+    let hook = rx.http_url("/in");
     let id = submit(&d, &src, &dst, "out/*.dat", "in/", &["--notify", &hook]);
     let v = wait_final(&d, id, Duration::from_secs(60));
     assert_eq!(v["outcome"], "partial", "{v:#}");
-    let got = rx.wait_for(2, Duration::from_secs(20), &d);
-    let mut ids: Vec<&str> = got.iter().map(|r| r.header("bftp-event-id")).collect();
+    let got = wait_for(&rx, 2, Duration::from_secs(20), &d);
+    let mut ids: Vec<&str> = got.iter().map(|r| header(r, "bftp-event-id")).collect();
     ids.sort();
     assert_eq!(
         ids,
@@ -403,23 +330,16 @@ fn a_file_failed_permanently_gives_member_failed() {
     );
     let failed = got
         .iter()
-        .find(|r| r.header("bftp-event-type") == "member.failed")
-        .unwrap()
-        .json();
+        .find(|r| header(r, "bftp-event-type") == "member.failed")
+        .map(body)
+        .unwrap();
     assert_eq!(failed["data"]["member"]["name"], "b.dat", "{failed:#}");
     assert_eq!(
         failed["data"]["member"]["state"], "failed_permanent",
         "{failed:#}"
     );
     for r in &got {
-        bftp_core::event::verify(
-            r.header("bftp-signature"),
-            &webhook_key(&d),
-            &r.body,
-            now_secs(),
-            Duration::from_secs(300),
-        )
-        .unwrap();
+        verify(r, &webhook_key(&d), Duration::from_secs(300)).unwrap();
     }
 }
 
@@ -430,14 +350,15 @@ fn a_watch_delivery_gives_watch_delivered() {
     use bftp_tests::files::content;
     use bftp_tests::watch::{add, wait_for};
     use bftp_tests::{FtpOptions, FtpServer, ServerKind};
-    let rx = Receiver::start(&[]);
+    let pki = Pki::new().unwrap();
+    let rx = receiver(&pki, &[]);
     let src = FtpServer::start(ServerKind::Proftpd, FtpOptions::default()).unwrap();
     let dst = FtpServer::start(ServerKind::PureFtpd, FtpOptions::default()).unwrap();
     src.mkdir("out").unwrap();
     dst.mkdir("in").unwrap();
     src.put_file("out/x.csv", &content("x", 1_000)).unwrap();
-    let d = Bftpd::start_with(|dir| config(dir, "")).unwrap();
-    let hook = rx.url("/w");
+    let d = Bftpd::start_with(|dir| config(dir, &pki, "")).unwrap();
+    let hook = rx.http_url("/w");
     let w = add(
         &d,
         (&src, "out"),
@@ -453,9 +374,9 @@ fn a_watch_delivery_gives_watch_delivered() {
         let got = rx.received();
         if let Some(r) = got
             .iter()
-            .find(|r| r.header("bftp-event-type") == "watch.delivered")
+            .find(|r| header(r, "bftp-event-type") == "watch.delivered")
         {
-            break r.json();
+            break body(r);
         }
         assert!(
             Instant::now() < deadline,
