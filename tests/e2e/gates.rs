@@ -369,6 +369,33 @@ fn one_probe_for_a_server_that_is_down_and_all_its_jobs_released_at_once() -> Re
             "a job while the server is down: {v:#}"
         );
     }
+    // `bftp hosts` shows the breaker as data: open, the jobs waiting, the probes, why.
+    let server = format!("{}:{}", dst.host(), dp.port());
+    let breaker = |d: &Bftpd| -> Result<Value> {
+        let o = d.bftp(&["--json", "hosts"]);
+        ensure!(
+            o.status.success(),
+            "bftp hosts: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: Value = serde_json::from_slice(&o.stdout)?;
+        v["hosts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|h| h["breakers"].as_array().into_iter().flatten())
+            .find(|b| b["server"] == server.as_str())
+            .cloned()
+            .with_context(|| format!("no breaker of {server} in bftp hosts: {v:#}"))
+    };
+    let open = breaker(&d)?;
+    ensure!(
+        open["state"] == "open"
+            && open["waiting"].as_u64() >= Some(1)
+            && open["next_probe"].is_string()
+            && open["last_error"].is_string(),
+        "the breaker while the server is down: {open:#}"
+    );
     let attempts_before: Vec<u64> = ids
         .iter()
         .map(|&id| status(&d, id)["attempts"].as_u64().unwrap_or(0))
@@ -404,5 +431,10 @@ fn one_probe_for_a_server_that_is_down_and_all_its_jobs_released_at_once() -> Re
         let v = wait_final(&d, id, Duration::from_secs(60));
         ensure!(v["outcome"] == "succeeded", "{v:#}");
     }
+    let closed = breaker(&d)?;
+    ensure!(
+        closed["state"] == "closed" && closed["next_probe"].is_null(),
+        "the breaker once the server is back: {closed:#}"
+    );
     Ok(())
 }
