@@ -147,6 +147,20 @@ impl Deliverer {
                 })
                 .await?
         };
+        // A delivery still pending to a target the event no longer has (taken out of
+        // `[webhooks] urls`, or its watch removed) is given up: left pending, it would keep
+        // the event due at once, and the deliverer looking at it again in a loop.
+        let dropped: Vec<(String, DeliveryTry)> = ev
+            .deliveries
+            .iter()
+            .filter(|d| d.state == OutboxState::Pending && !targets.contains(&d.target))
+            .map(|d| {
+                let error = "no longer a target of this event ([webhooks] urls changed, or its \
+                             watch was removed)"
+                    .to_string();
+                (d.target.clone(), DeliveryTry::GaveUp { error })
+            })
+            .collect();
         let pending: Vec<String> = targets
             .into_iter()
             .filter(|t| match ev.deliveries.iter().find(|d| &d.target == t) {
@@ -157,7 +171,8 @@ impl Deliverer {
             })
             .collect();
         let postpone = ev.kind.is_job() && ev.job.is_some_and(|j| (self.running)(j));
-        let mut tries = Vec::with_capacity(pending.len());
+        let mut tries = Vec::with_capacity(pending.len() + dropped.len());
+        tries.extend(dropped);
         if postpone {
             let next_try_at = now.saturating_add(WAIT_FOR_ATTEMPT);
             tries.extend(
@@ -289,6 +304,54 @@ mod tests {
             max: Duration::from_secs(20),
             give_up_after: Duration::from_secs(60),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_delivery_to_a_target_no_longer_listed_is_given_up_not_looked_at_again() {
+        let (dir, store) = testkit::store();
+        let id = testkit::submit_one_file_job_notifying(&*store, RetryPolicy::default(), vec![]);
+        store
+            .apply(id, JobEvent::Start { attempt: 1 }, T0, None)
+            .unwrap();
+        let finish = JobEvent::Finish {
+            outcome: JobOutcome::Succeeded,
+        };
+        store.apply(id, finish, T0, None).unwrap();
+        let fake = Arc::new(Fake::default());
+        *fake.script.lock().unwrap() = vec![(
+            "https://gone.example/".into(),
+            vec![TryOutcome::Transient("HTTP 503".into())],
+        )];
+        let deliverer = |urls: Vec<String>| Deliverer {
+            store: store.clone().into(),
+            secrets: Arc::new(Secrets::load_or_create(&dir.path().join("secret.key")).unwrap()),
+            settings: Settings {
+                urls,
+                max_body_bytes: 1 << 20,
+                backoff: backoff(),
+            },
+            post: fake.clone(),
+            running: Arc::new(|_| false),
+            wake: Arc::new(Notify::new()),
+            clock: Clock::following_tokio(T0),
+        };
+        let ev = store.events_of_job(id).unwrap().remove(0);
+        deliverer(vec!["https://gone.example/".into()])
+            .round(ev)
+            .await
+            .unwrap();
+        let ev = store.events_of_job(id).unwrap().remove(0);
+        assert_eq!(ev.deliveries[0].state, OutboxState::Pending);
+        assert!(ev.due.is_some());
+        // The operator takes the target out of [webhooks] urls and restarts.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        deliverer(vec![]).round(ev).await.unwrap();
+        let ev = store.events_of_job(id).unwrap().remove(0);
+        assert_eq!(ev.deliveries[0].state.as_str(), "gave_up");
+        let why = ev.deliveries[0].last_error.clone().unwrap();
+        assert!(why.contains("no longer a target"), "{why}");
+        assert!(ev.due.is_none(), "the event is still due: {:?}", ev.due);
+        assert_eq!(fake.got.lock().unwrap().len(), 1, "tried again");
     }
 
     #[tokio::test(start_paused = true)]
