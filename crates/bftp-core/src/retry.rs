@@ -165,11 +165,42 @@ impl RetryPolicy {
         }
         RetryDecision::RetryAt(next)
     }
+
+    /// When a job waiting at a start gate until `until` (a window's opening, a probe) is looked
+    /// at again: then, but never later than just past the deadline, so that a gate opening
+    /// after the deadline, or never, ends the job at its deadline (RULES.md §5, §16.4).
+    pub fn wait_until(&self, start_at: Timestamp, until: Timestamp) -> Timestamp {
+        let past_deadline = start_at
+            .saturating_add(self.deadline)
+            .saturating_add(Duration::from_millis(1));
+        until.min(past_deadline)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_at_a_gate_ends_just_past_the_deadline() {
+        let p = RetryPolicy {
+            deadline: Duration::from_secs(3600),
+            ..RetryPolicy::default()
+        };
+        let s = Timestamp(1_000_000);
+        let at = |secs: u64| s.saturating_add(Duration::from_secs(secs));
+        for (until, want) in [
+            (at(60), at(60)),
+            (at(3600), at(3600)),
+            (at(7200), at(3600).saturating_add(Duration::from_millis(1))),
+            (
+                Timestamp(u64::MAX),
+                at(3600).saturating_add(Duration::from_millis(1)),
+            ),
+        ] {
+            assert_eq!(p.wait_until(s, until), want, "until {until:?}");
+        }
+    }
 
     const MIN: Duration = Duration::from_secs(60);
 

@@ -112,6 +112,19 @@ impl Run {
                         if self.ctx.hosts.refused(e, Some(&slots)).await {
                             self.keep(e.transcript.clone());
                             drop(slots);
+                            // The wait for a slot is no failed try, but it ends at the job's
+                            // deadline: a server that stays full ends the job as §5 says,
+                            // instead of holding a running place for ever.
+                            let deadline = spec.start_at.saturating_add(spec.retry.deadline);
+                            if self.ctx.clock.now() > deadline {
+                                return Err(AttemptEnd::Transient {
+                                    reason: format!(
+                                        "{}; the job's deadline passed while it waited for a \
+                                         connection slot",
+                                        e.failure
+                                    ),
+                                });
+                            }
                             // A stop or a cancel does not wait for the pause.
                             tokio::select! {
                                 () = pause.wait(&self.ctx.hosts, e) => {}

@@ -379,7 +379,8 @@ impl Scheduler {
                 }
                 // A closed window or a host that is down: the job waits, no try counted.
                 if let Some(wait) = gate.and_then(|g| g.wait_for(&job, t)) {
-                    return match store.defer(id, wait.until, Some(wait), t) {
+                    let until = job.spec.retry.wait_until(job.spec.start_at, wait.until);
+                    return match store.defer(id, until, Some(wait), t) {
                         Ok(_)
                         | Err(
                             StoreError::InvalidTransition { .. } | StoreError::LeaseLost { .. },
@@ -479,7 +480,8 @@ impl Scheduler {
                 },
                 AttemptEnd::Wait(wait) => {
                     tracing::info!(job = id.0, attempt, until = %wait.until, "{}; the attempt does not count", wait.text());
-                    store.defer(id, wait.until, Some(wait), t).map(|_| ())
+                    let until = policy.wait_until(start_at, wait.until);
+                    store.defer(id, until, Some(wait), t).map(|_| ())
                 }
                 AttemptEnd::Interrupted => {
                     // A cancel already moved the job; a shutdown leaves it due again at once.
@@ -602,6 +604,66 @@ mod tests {
                 until: self.0,
             })
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gate_that_opens_after_the_deadline_ends_the_job_at_its_deadline() {
+        let (_dir, store) = testkit::store();
+        let clock = Clock::following_tokio(T0);
+        let executor = Arc::new(Scripted {
+            store: store.clone(),
+            clock: clock.clone(),
+            ends: Mutex::new(vec![]),
+            started: Mutex::new(vec![]),
+        });
+        let scheduler = Scheduler::new(
+            store.clone().into(),
+            executor.clone(),
+            Arc::new(Metrics::new()),
+            SchedulerLimits {
+                max_running_jobs: 4,
+                grace: Duration::from_secs(1),
+            },
+            clock.clone(),
+            Arc::new(|| 0.0),
+        );
+        // Closed for a day; the job's deadline is an hour.
+        scheduler.set_gate(Arc::new(ClosedUntil(at(24 * 60 * MIN), Mutex::new(0))));
+        let retry = RetryPolicy {
+            first_interval: MIN,
+            factor: 2.0,
+            cap: MIN,
+            max_attempts: 3,
+            deadline: Duration::from_secs(3600),
+        };
+        let id = testkit::submit_one_file_job(&*store, retry);
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(scheduler.clone().run(stop.clone()));
+        let job = loop {
+            let job = store.get(id).unwrap().unwrap();
+            if job.state.is_final() {
+                break job;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        let ended = clock.now();
+        stop.cancel();
+        running.await.unwrap();
+        assert!(executor.started.lock().unwrap().is_empty());
+        assert_eq!(job.attempts, 0);
+        // At the deadline (and the second of the loop's look), not when the gate opens.
+        assert!(ended <= at(61 * MIN), "ended at {ended:?}");
+        assert!(
+            matches!(
+                job.state,
+                JobState::Finished {
+                    outcome: JobOutcome::Failed,
+                    ..
+                }
+            ),
+            "{:?}",
+            job.state
+        );
     }
 
     #[tokio::test(start_paused = true)]
