@@ -40,12 +40,20 @@ pub struct HostLimit {
 }
 
 /// Whether a reply with `code` and `text` says the server has too many connections: a 421 or
-/// a 530 whose text contains one of `patterns` (case-insensitive; empty patterns ignored).
+/// a 530 whose text contains one of `patterns` (case-insensitive; empty patterns ignored), and
+/// is not about failed logins ("Too many failed login attempts" is a refused password, whose
+/// job must fail, not wait, and which must not lower the host's limit for everybody).
 pub fn says_too_many<S: AsRef<str>>(code: u16, text: &str, patterns: &[S]) -> bool {
     if code != 421 && code != 530 {
         return false;
     }
     let text = text.to_lowercase();
+    if ["attempt", "password", "incorrect", "authentication"]
+        .iter()
+        .any(|w| text.contains(w))
+    {
+        return false;
+    }
     patterns
         .iter()
         .map(|p| p.as_ref().trim().to_lowercase())
@@ -200,6 +208,9 @@ mod tests {
             (220, "too many", false),
             // A 530 or 421 that is not about connections.
             (530, "Login incorrect.", false),
+            (530, "Too many failed login attempts.", false),
+            (421, "Too many login attempts, closing.", false),
+            (530, "Too many wrong passwords", false),
             (421, "Timeout.", false),
             (
                 421,
