@@ -297,6 +297,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut io: S, tls: bool, shared: 
             Ok(Some(r)) => r,
             Ok(None) | Err(_) => return,
         };
+        // Like many receivers, it quotes what it was asked (a webhook URL's token included).
+        let asked = request.target.clone();
         let reply = {
             let mut state = shared.lock();
             state.received.push(request);
@@ -337,7 +339,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut io: S, tls: bool, shared: 
             }
             Reply::Redirect(s, to) => (s, Some(to)),
         };
-        let body = format!("receiver says {status}\n");
+        let body = format!("receiver says {status} to {asked}\n");
         let mut head = format!(
             "HTTP/1.1 {status} {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n",
             reason(status),

@@ -135,6 +135,28 @@ impl WebhookTarget {
         shown
     }
 
+    /// What of the URL is never shown, so a text that quotes it back (a receiver's answer, an
+    /// error naming the URL) is scrubbed of it: the whole query, and each of its values (as
+    /// written and decoded; values shorter than 4 characters would scrub ordinary words).
+    pub fn secrets(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(q) = self.url.query().filter(|q| !q.is_empty()) {
+            out.push(q.to_owned());
+            for part in q.split('&') {
+                let raw = part.split_once('=').map_or(part, |(_, v)| v);
+                if raw.chars().count() >= 4 {
+                    out.push(raw.to_owned());
+                }
+            }
+        }
+        for (_, v) in self.url.query_pairs() {
+            if v.chars().count() >= 4 && !out.iter().any(|o| *o == v) {
+                out.push(v.into_owned());
+            }
+        }
+        out
+    }
+
     /// The host as the URL names it (`[...]` around an IPv6 address).
     pub fn host_text(&self) -> &str {
         self.url.host_str().unwrap_or("")
@@ -185,6 +207,19 @@ pub fn shown_entry(entry: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_targets_secrets_are_its_query_and_the_values_in_it() {
+        let t = |u: &str| WebhookTarget::parse(u).unwrap().secrets();
+        assert!(t("https://h.example/in").is_empty());
+        assert_eq!(
+            t("https://h.example/in?token=s3cret%2Fx&v=1"),
+            ["token=s3cret%2Fx&v=1", "s3cret%2Fx", "s3cret/x"]
+        );
+        let scrubbed = crate::scrub::Scrubber::new(&t("https://h.example/in?key=abcd1234"))
+            .scrub("401 invalid key abcd1234 for https://h.example/in?key=abcd1234");
+        assert!(!scrubbed.contains("abcd1234"), "{scrubbed}");
+    }
 
     #[test]
     fn which_entries_are_webhooks() {

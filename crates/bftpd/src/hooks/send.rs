@@ -227,6 +227,37 @@ impl Sender {
         body: &[u8],
         now: Timestamp,
     ) -> Sent {
+        // A receiver may quote the URL's token back, and an error may name the URL: the
+        // reason is scrubbed of the query and its values before anyone sees or stores it.
+        let secrets = WebhookTarget::parse(target)
+            .map(|t| t.secrets())
+            .unwrap_or_default();
+        let sent = self
+            .send_unscrubbed(target, event_id, kind, body, now)
+            .await;
+        if secrets.is_empty() {
+            return sent;
+        }
+        let scrub = bftp_core::scrub::Scrubber::new(&secrets);
+        match sent {
+            Sent::Transient { why } => Sent::Transient {
+                why: scrub.scrub(&why),
+            },
+            Sent::Permanent { why } => Sent::Permanent {
+                why: scrub.scrub(&why),
+            },
+            delivered => delivered,
+        }
+    }
+
+    async fn send_unscrubbed(
+        &self,
+        target: &str,
+        event_id: &str,
+        kind: &str,
+        body: &[u8],
+        now: Timestamp,
+    ) -> Sent {
         let permanent = |why: String| Sent::Permanent { why };
         let t = match WebhookTarget::parse(target) {
             Ok(t) => t,
