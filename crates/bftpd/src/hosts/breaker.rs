@@ -24,6 +24,8 @@ use crate::store::Store;
 /// How probes are made (`[ftp] probe_first`, `probe_max`, and the engine's timeouts).
 #[derive(Debug, Clone, Copy)]
 pub struct ProbeSettings {
+    /// `[ftp] breaker`: false, no breaker ever opens (every job keeps its own retries, §5).
+    pub enabled: bool,
     pub first: Duration,
     pub max: Duration,
     pub connect_timeout: Duration,
@@ -140,7 +142,7 @@ impl Breaker {
         error: &str,
         job: Option<JobId>,
     ) {
-        if !opens_breaker(failure) {
+        if !self.settings.enabled || !opens_breaker(failure) {
             return;
         }
         let key = server_key(host, port);
@@ -392,6 +394,7 @@ mod tests {
 
     fn settings() -> ProbeSettings {
         ProbeSettings {
+            enabled: true,
             first: Duration::from_millis(50),
             max: Duration::from_millis(100),
             connect_timeout: Duration::from_secs(2),

@@ -95,8 +95,12 @@ pub struct FtpConfig {
     /// the configured limit and forgotten).
     #[serde(default = "d_limit_quiet", with = "crate::humantime_duration")]
     pub limit_quiet: Duration,
-    /// The circuit breaker (RULES.md §16.5): the first probe of a server that is down waits
-    /// this long, each next one twice as long, up to `probe_max`.
+    /// The circuit breaker (RULES.md §16.5); false: none, every job retries a server that is
+    /// down on its own schedule (§5).
+    #[serde(default = "d_breaker")]
+    pub breaker: bool,
+    /// The first probe of a server that is down waits this long, each next one twice as
+    /// long, up to `probe_max`.
     #[serde(default = "d_probe_first", with = "crate::humantime_duration")]
     pub probe_first: Duration,
     #[serde(default = "d_probe_max", with = "crate::humantime_duration")]
@@ -107,6 +111,7 @@ impl FtpConfig {
     /// How the breaker probes servers that are down.
     pub fn probe_settings(&self) -> crate::hosts::breaker::ProbeSettings {
         crate::hosts::breaker::ProbeSettings {
+            enabled: self.breaker,
             first: self.probe_first,
             max: self.probe_max,
             connect_timeout: self.connect_timeout,
@@ -196,6 +201,9 @@ fn d_data_path() -> DataPath {
 fn d_relay() -> bool {
     true
 }
+fn d_breaker() -> bool {
+    true
+}
 fn d_relay_max() -> usize {
     16
 }
@@ -260,6 +268,7 @@ impl Default for FtpConfig {
             resume_from: d_resume_from(),
             too_many_patterns: d_too_many(),
             limit_quiet: d_limit_quiet(),
+            breaker: d_breaker(),
             probe_first: d_probe_first(),
             probe_max: d_probe_max(),
         }
