@@ -606,9 +606,9 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_gate_that_opens_after_the_deadline_ends_the_job_at_its_deadline() {
-        let (_dir, store) = testkit::store();
+    /// A scheduler on a paused clock at `T0` whose attempts the returned `Scripted` runs
+    /// (each ends as scripted, by default complete), for the start gate's tests.
+    fn gated(store: &Arc<dyn bftp_store::JobStore>) -> (Clock, Arc<Scripted>, Arc<Scheduler>) {
         let clock = Clock::following_tokio(T0);
         let executor = Arc::new(Scripted {
             store: store.clone(),
@@ -627,6 +627,13 @@ mod tests {
             clock.clone(),
             Arc::new(|| 0.0),
         );
+        (clock, executor, scheduler)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gate_that_opens_after_the_deadline_ends_the_job_at_its_deadline() {
+        let (_dir, store) = testkit::store();
+        let (clock, executor, scheduler) = gated(&store);
         // Closed for a day; the job's deadline is an hour.
         scheduler.set_gate(Arc::new(ClosedUntil(at(24 * 60 * MIN), Mutex::new(0))));
         let retry = RetryPolicy {
@@ -669,24 +676,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_gated_job_waits_without_a_try_and_starts_when_it_opens() {
         let (_dir, store) = testkit::store();
-        let clock = Clock::following_tokio(T0);
-        let executor = Arc::new(Scripted {
-            store: store.clone(),
-            clock: clock.clone(),
-            ends: Mutex::new(vec![]),
-            started: Mutex::new(vec![]),
-        });
-        let scheduler = Scheduler::new(
-            store.clone().into(),
-            executor.clone(),
-            Arc::new(Metrics::new()),
-            SchedulerLimits {
-                max_running_jobs: 4,
-                grace: Duration::from_secs(1),
-            },
-            clock.clone(),
-            Arc::new(|| 0.0),
-        );
+        let (_clock, executor, scheduler) = gated(&store);
         let gate = Arc::new(ClosedUntil(at(7 * MIN), Mutex::new(0)));
         scheduler.set_gate(gate.clone());
         let retry = RetryPolicy {
