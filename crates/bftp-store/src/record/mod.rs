@@ -26,6 +26,8 @@ mod copy;
 mod event;
 mod hostlimit;
 mod intent;
+mod memory;
+mod outbox;
 mod wait;
 mod watch;
 pub(crate) use copy::{CopyTlsV1, ResumeV1, RouteV1};
@@ -33,6 +35,8 @@ pub(crate) use event::EventV1;
 pub(crate) use hostlimit::HostLimitV1;
 use intent::intent_field;
 pub(crate) use intent::IntentV1;
+pub(crate) use memory::{PairV1, RefusalV1};
+pub(crate) use outbox::{OutboxStateV1, OutboxV1};
 pub(crate) use wait::WaitV1;
 pub(crate) use watch::{WatchFileV1, WatchStatusV1, WatchV1};
 
@@ -363,113 +367,11 @@ pub(crate) struct RequestV1 {
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub(crate) struct OutboxV1 {
-    pub v: u32,
-    pub created: u64,
-    pub tries: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next: Option<u64>,
-    pub state: OutboxStateV1,
-    /// When it was delivered or given up.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub done: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub err: Option<String>,
-    pub updated: u64,
-}
-
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum OutboxStateV1 {
-    Pending,
-    Delivered,
-    GaveUp,
-}
-
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub(crate) struct TranscriptV1 {
     pub v: u32,
     pub attempt: u32,
     pub lines: Vec<String>,
 }
-
-/// A server's last transient refusal of a command (`bftp_core::refusal::RefusalMemory`).
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub(crate) struct RefusalV1 {
-    pub v: u32,
-    pub code: u16,
-    pub text: String,
-    pub first_seen: u64,
-    pub last_seen: u64,
-    pub count: u32,
-    pub last_job: u64,
-    pub last_attempt: u32,
-}
-
-impl RefusalV1 {
-    pub(crate) fn from_core(m: &bftp_core::refusal::RefusalMemory) -> RefusalV1 {
-        RefusalV1 {
-            v: RECORD_VERSION,
-            code: m.code.get(),
-            text: m.text.clone(),
-            first_seen: m.first_seen.0,
-            last_seen: m.last_seen.0,
-            count: m.count,
-            last_job: m.last_job,
-            last_attempt: m.last_attempt,
-        }
-    }
-
-    pub(crate) fn to_core(
-        &self,
-        key: &[u8],
-    ) -> Result<bftp_core::refusal::RefusalMemory, StoreError> {
-        let code =
-            bftp_core::reply::ReplyCode::new(self.code).ok_or_else(|| StoreError::Corrupt {
-                what: "refusal",
-                key: hex(key),
-                reason: format!("reply code {} is outside 100..=599", self.code),
-            })?;
-        Ok(bftp_core::refusal::RefusalMemory {
-            code,
-            text: self.text.clone(),
-            first_seen: bftp_core::Timestamp(self.first_seen),
-            last_seen: bftp_core::Timestamp(self.last_seen),
-            count: self.count,
-            last_job: self.last_job,
-            last_attempt: self.last_attempt,
-        })
-    }
-}
-
-/// What an ordered pair of servers refused: the third party (`bftp_core::route::PairMemory`).
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub(crate) struct PairV1 {
-    pub v: u32,
-    /// The refusal's text, as `bftp_core::route::remember` cut it.
-    pub reply: String,
-    /// When it was seen (ms since the epoch).
-    pub seen: u64,
-}
-
-impl PairV1 {
-    pub(crate) fn from_core(m: &bftp_core::route::PairMemory) -> PairV1 {
-        PairV1 {
-            v: RECORD_VERSION,
-            reply: m.reply.clone(),
-            seen: m.seen.0,
-        }
-    }
-
-    pub(crate) fn to_core(&self) -> bftp_core::route::PairMemory {
-        bftp_core::route::PairMemory {
-            reply: self.reply.clone(),
-            seen: Timestamp(self.seen),
-        }
-    }
-}
-
-// ---- encoding ----
 
 pub(crate) fn encode<T: Serialize>(r: &T) -> Vec<u8> {
     // Plain structs of strings and numbers: serialisation to a Vec cannot fail.
@@ -913,77 +815,6 @@ impl RequestV1 {
             what: "request",
             key: hex(key),
             reason: format!("fingerprint {:?} is not 64 hex digits", self.fp),
-        })
-    }
-}
-
-impl OutboxV1 {
-    pub(crate) fn new(now: Timestamp) -> OutboxV1 {
-        OutboxV1 {
-            v: RECORD_VERSION,
-            created: now.0,
-            tries: 0,
-            next: Some(now.0),
-            state: OutboxStateV1::Pending,
-            done: None,
-            err: None,
-            updated: now.0,
-        }
-    }
-
-    /// Records one delivery try at `now`: the one place both stores change a report's entry.
-    /// A delivered or given-up report never changes again (`false`: nothing was changed); a
-    /// postponed try counts no try.
-    pub(crate) fn apply(&mut self, result: &DeliveryTry, now: Timestamp) -> bool {
-        if self.state != OutboxStateV1::Pending {
-            return false;
-        }
-        match result {
-            DeliveryTry::Delivered => {
-                self.tries += 1;
-                self.state = OutboxStateV1::Delivered;
-                self.done = Some(now.0);
-                self.next = None;
-            }
-            DeliveryTry::Failed { error, next_try_at } => {
-                self.tries += 1;
-                self.err = Some(error.clone());
-                self.next = Some(next_try_at.0);
-            }
-            DeliveryTry::GaveUp { error } => {
-                self.tries += 1;
-                self.err = Some(error.clone());
-                self.state = OutboxStateV1::GaveUp;
-                self.done = Some(now.0);
-                self.next = None;
-            }
-            DeliveryTry::Postponed { next_try_at } => self.next = Some(next_try_at.0),
-        }
-        self.updated = now.0;
-        true
-    }
-
-    pub(crate) fn to_api(&self, job: JobId) -> Result<OutboxEntry, StoreError> {
-        let state = match (self.state, self.done) {
-            (OutboxStateV1::Pending, _) => OutboxState::Pending,
-            (OutboxStateV1::Delivered, Some(at)) => OutboxState::Delivered { at: Timestamp(at) },
-            (OutboxStateV1::GaveUp, Some(at)) => OutboxState::GaveUp { at: Timestamp(at) },
-            (_, None) => {
-                return Err(StoreError::Corrupt {
-                    what: "outbox",
-                    key: hex(&crate::keys::job(job)),
-                    reason: "a delivered or given-up report without its time".into(),
-                })
-            }
-        };
-        Ok(OutboxEntry {
-            job,
-            created_at: Timestamp(self.created),
-            tries: self.tries,
-            next_try_at: self.next.map(Timestamp),
-            state,
-            last_error: self.err.clone(),
-            updated_at: Timestamp(self.updated),
         })
     }
 }
